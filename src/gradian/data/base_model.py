@@ -1,0 +1,86 @@
+"""Where the base model lives: a local folder, a GGUF file, or a hub id already in the local HF cache.
+
+Gradian never downloads: every load here runs with `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import InputError
+
+
+@dataclass(frozen=True)
+class BaseModelRef:
+    """`path` is what `from_pretrained` takes; `gguf_file` is set for GGUF checkpoints."""
+
+    spec: str
+    path: str
+    gguf_file: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"local_files_only": True}
+        if self.gguf_file:
+            extra["gguf_file"] = self.gguf_file
+        return extra
+
+
+def resolve_base_model(spec: str | Path) -> BaseModelRef:
+    spec = str(spec)
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".gguf":
+        return BaseModelRef(spec, str(path.parent), path.name)
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").exists() and len(ggufs) == 1:
+            return BaseModelRef(spec, str(path), ggufs[0].name)
+        if not (path / "config.json").exists():
+            raise InputError("has no config.json (nor a single .gguf file); point --base-model at a model folder.",
+                             path)
+        return BaseModelRef(spec, str(path))
+    if path.exists():
+        raise InputError("is neither a model folder nor a .gguf file.", path)
+    if spec.count("/") == 1 and not spec.startswith((".", "/")):
+        return _from_cache(spec)
+    raise InputError("no such model folder; give a local folder, a .gguf file or a hub id in the local cache.", spec)
+
+
+def _from_cache(repo_id: str) -> BaseModelRef:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except Exception:
+        raise InputError(
+            "is not in the local Hugging Face cache, and Gradian never downloads; "
+            "download it first (huggingface-cli download) or give a local folder.",
+            repo_id,
+        ) from None
+    return BaseModelRef(repo_id, folder)
+
+
+def load_tokenizer(ref: BaseModelRef) -> Any:
+    """The base model's tokenizer (fast), with its chat template."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+    except Exception as error:
+        raise InputError(f"could not load its tokenizer ({_first_line(error)}); is the folder complete?",
+                         ref.spec) from None
+
+
+def load_config(ref: BaseModelRef) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(ref.path, **ref.kwargs())
+    except Exception as error:
+        raise InputError(f"could not read its config ({_first_line(error)}).", ref.spec) from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__

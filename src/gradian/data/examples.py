@@ -1,0 +1,249 @@
+"""Examples as the trainer sees them: TRL dataset shapes, read from JSONL or a JSON array.
+
+Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
+
+- `{"prompt": str, "completion": str}`: standard prompt-completion (loss on the completion by default)
+- `{"prompt": [msgs], "completion": [msgs]}`: conversational prompt-completion
+- `{"messages": [msgs]}` (or ShareGPT `{"conversations": [{"from", "value"}]}`): conversational language modeling
+- `{"text": str}`: language modeling (loss on everything)
+- `{"instruction", "input"?, "output"}`: Alpaca, read as prompt-completion
+
+Every example gets a stable id: its `id` field, else its 1-based line number as a string.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import InputError
+
+Messages = list[dict[str, Any]]
+
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training or eval row, normalised to a TRL shape.
+
+    `fields` holds exactly the keys TRL would read: `prompt`+`completion`, `messages` or `text`.
+    For eval rows `completion` is the reference answer and may be absent.
+    """
+
+    id: str
+    line: int
+    fields: dict[str, Any]
+    source: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def shape(self) -> str:
+        """`prompt_completion`, `conversational_prompt_completion`, `messages` or `text`."""
+        if "messages" in self.fields:
+            return "messages"
+        if "text" in self.fields:
+            return "text"
+        if isinstance(self.fields.get("prompt"), list):
+            return "conversational_prompt_completion"
+        return "prompt_completion"
+
+    @property
+    def is_conversational(self) -> bool:
+        return self.shape in ("messages", "conversational_prompt_completion")
+
+    @property
+    def prompt(self) -> str | Messages | None:
+        """What the model is given: the prompt, or every message before the last assistant turn."""
+        if self.shape == "messages":
+            messages = self.fields["messages"]
+            last = _last_assistant_index(messages)
+            return messages[:last] if last is not None else messages
+        if self.shape == "text":
+            return None
+        return self.fields["prompt"]
+
+    @property
+    def completion(self) -> str | Messages | None:
+        """What the model should answer: the completion, or the last assistant turn."""
+        if self.shape == "messages":
+            messages = self.fields["messages"]
+            last = _last_assistant_index(messages)
+            return messages[last:] if last is not None else None
+        if self.shape == "text":
+            return self.fields["text"]
+        return self.fields.get("completion")
+
+    @property
+    def prompt_text(self) -> str:
+        return _as_text(self.prompt)
+
+    @property
+    def completion_text(self) -> str:
+        return _as_text(self.completion)
+
+    @property
+    def text(self) -> str:
+        """Prompt and completion as plain text, for duplicates, clustering and display."""
+        return (self.prompt_text + "\n" + self.completion_text).strip()
+
+
+def _last_assistant_index(messages: Messages) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "assistant":
+            return index
+    return None
+
+
+def _as_text(value: str | Messages | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return "\n".join(str(message.get("content", "")) for message in value)
+
+
+def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
+    """Read every row of a JSONL file (or a JSON array) as `Example`s.
+
+    Raises `InputError` naming the file and line for anything Gradian cannot read: bad JSON,
+    non-UTF-8 bytes, a row of no known shape, a duplicate id, an empty file.
+    With `eval_set=True` the reference answer is optional.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file; check the path.", path)
+    if path.is_dir():
+        raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
+    examples: list[Example] = []
+    first_line_of: dict[str, int] = {}
+    for line, row in _rows(path):
+        example = _example(row, line, path, eval_set)
+        if example.id in first_line_of:
+            raise InputError(
+                f"duplicate id {example.id!r} (first seen at line {first_line_of[example.id]}); ids must be unique.",
+                path,
+                line,
+            )
+        first_line_of[example.id] = line
+        examples.append(example)
+    if not examples:
+        raise InputError("the dataset is empty; expected one JSON object per line.", path)
+    return examples
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    with open(path, "rb") as handle:
+        head = handle.read(4096).lstrip()
+    if head.startswith(b"["):
+        yield from enumerate(_json_array(path), start=1)
+        return
+    with open(path, "rb") as handle:
+        for line, data in enumerate(handle, start=1):
+            text = _decode(data, path, line).strip()
+            if not text:
+                continue
+            try:
+                yield line, json.loads(text)
+            except json.JSONDecodeError as error:
+                raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
+                                 path, line) from None
+
+
+def _json_array(path: Path) -> list[Any]:
+    text = _decode(path.read_bytes(), path, None)
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"not valid JSON ({error.msg}); expected a JSON array of objects or JSONL.",
+                         path, error.lineno) from None
+    if not isinstance(rows, list):
+        raise InputError("expected a JSON array of objects or one JSON object per line.", path)
+    return rows
+
+
+def _decode(data: bytes, path: Path, line: int | None) -> str:
+    try:
+        return data.decode("utf-8-sig" if line in (1, None) else "utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"not UTF-8 (byte {error.start}); re-encode the file as UTF-8.", path, line) from None
+
+
+def _example(row: Any, line: int, path: Path, eval_set: bool) -> Example:
+    if not isinstance(row, dict):
+        raise InputError(f"expected a JSON object, found {type(row).__name__}.", path, line)
+    example_id = str(row["id"]) if row.get("id") is not None else str(line)
+    fields = _fields(row, line, path, eval_set)
+    return Example(id=example_id, line=line, fields=fields, source=str(path), raw=row)
+
+
+def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:
+    if "messages" in row or "conversations" in row:
+        messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
+        _check_messages(messages, "messages", line, path)
+        return {"messages": messages}
+    if "prompt" in row:
+        prompt = row["prompt"]
+        completion = row.get("completion", row.get("reference"))
+        if isinstance(prompt, list):
+            _check_messages(prompt, "prompt", line, path)
+            if completion is not None:
+                if isinstance(completion, str):
+                    completion = [{"role": "assistant", "content": completion}]
+                _check_messages(completion, "completion", line, path)
+        elif not isinstance(prompt, str):
+            raise InputError('"prompt" must be a string or a list of messages.', path, line)
+        elif completion is not None and not isinstance(completion, str):
+            raise InputError('"completion" must be a string when "prompt" is a string.', path, line)
+        if completion is None and not eval_set:
+            raise InputError('has "prompt" but no "completion"; training rows need both.', path, line)
+        return {"prompt": prompt} if completion is None else {"prompt": prompt, "completion": completion}
+    if "instruction" in row:
+        return _from_alpaca(row, line, path, eval_set)
+    if "text" in row:
+        if not isinstance(row["text"], str):
+            raise InputError('"text" must be a string.', path, line)
+        return {"text": row["text"]}
+    keys = ", ".join(sorted(row)) or "none"
+    raise InputError(
+        f"no known fields (found: {keys}); expected prompt/completion, messages, text or instruction/output.",
+        path,
+        line,
+    )
+
+
+def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:
+    parts = [row.get("instruction"), row.get("input")]
+    if not all(isinstance(part, str) for part in parts if part is not None):
+        raise InputError('"instruction" and "input" must be strings.', path, line)
+    prompt = "\n\n".join(part for part in parts if part)
+    output = row.get("output")
+    if output is None:
+        if not eval_set:
+            raise InputError('has "instruction" but no "output"; training rows need both.', path, line)
+        return {"prompt": prompt}
+    if not isinstance(output, str):
+        raise InputError('"output" must be a string.', path, line)
+    return {"prompt": prompt, "completion": output}
+
+
+def _from_sharegpt(conversations: Any, line: int, path: Path) -> Messages:
+    if not isinstance(conversations, list):
+        raise InputError('"conversations" must be a list of {"from", "value"} turns.', path, line)
+    messages = []
+    for turn in conversations:
+        if not isinstance(turn, dict) or turn.get("from") not in SHAREGPT_ROLES:
+            raise InputError('every "conversations" turn needs "from" (human/gpt/system) and "value".', path, line)
+        messages.append({"role": SHAREGPT_ROLES[turn["from"]], "content": turn.get("value", "")})
+    return messages
+
+
+def _check_messages(messages: Any, name: str, line: int, path: Path) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise InputError(f'"{name}" must be a non-empty list of {{"role", "content"}} messages.', path, line)
+    for message in messages:
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise InputError(f'every message in "{name}" needs "role" and "content".', path, line)

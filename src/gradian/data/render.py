@@ -1,0 +1,195 @@
+"""Rendering: every example tokenized exactly as the trainer saw it.
+
+Mirrors TRL `SFTTrainer._prepare_dataset` (the reference the tests compare against row for row):
+
+1. non-conversational rows get the EOS token appended to `completion` / `text` when missing;
+2. prompt and prompt+completion are tokenized (chat template for messages, `add_special_tokens`
+   defaults for strings); the completion starts where the two diverge;
+3. labels keep the tokens of the loss mode (completion mask, assistant mask, or everything);
+4. truncation at `max_length` (`keep_start` / `keep_end`); rows left with no supervised token
+   are dropped, as TRL drops them; axolotl's `drop` strategy drops every over-long row;
+5. a collator that masks pad ids (transformers' LM collator) hides every label equal to pad.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradian.data.examples import Example
+from gradian.data.setup import TrainingSetup
+
+IGNORE = -100
+BATCH = 1024
+
+
+@dataclass
+class Rendered:
+    """One example as trained: `labels` is `IGNORE` where a token carries no loss."""
+
+    example_id: str
+    input_ids: list[int]
+    labels: list[int]
+    full_length: int
+    prompt_length: int
+    tail_cut: bool = False
+    dropped: bool = False
+
+    @property
+    def truncated_tokens(self) -> int:
+        """Tokens of the rendered row that training never saw."""
+        return self.full_length - len(self.input_ids)
+
+    @property
+    def supervised(self) -> int:
+        return sum(label != IGNORE for label in self.labels)
+
+    @property
+    def label_fraction(self) -> float:
+        return self.supervised / max(len(self.labels), 1)
+
+    def last_supervised(self) -> int | None:
+        for label in reversed(self.labels):
+            if label != IGNORE:
+                return label
+        return None
+
+
+def eos_token_of(tokenizer: Any, setup: TrainingSetup) -> str:
+    return setup.eos_token or tokenizer.eos_token
+
+
+def pad_token_id_of(tokenizer: Any, setup: TrainingSetup) -> int | None:
+    if setup.pad_token is not None:
+        return tokenizer.convert_tokens_to_ids(setup.pad_token)
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def completion_only(example: Example, setup: TrainingSetup) -> bool:
+    if setup.completion_only_loss is None:
+        return example.shape in ("prompt_completion", "conversational_prompt_completion")
+    return setup.completion_only_loss and "prompt" in example.fields
+
+
+def render_example(example: Example, tokenizer: Any, setup: TrainingSetup) -> Rendered:
+    return render_dataset([example], tokenizer, setup)[0]
+
+
+def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Rendered]:
+    """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
+    rendered: list[Rendered | None] = [None] * len(examples)
+    for start in range(0, len(examples), BATCH):
+        chunk = list(range(start, min(start + BATCH, len(examples))))
+        for index, row in zip(chunk, _tokenize_chunk([examples[i] for i in chunk], tokenizer, setup), strict=True):
+            rendered[index] = _finish(examples[index], *row, tokenizer, setup)
+    return rendered  # type: ignore[return-value]
+
+
+def _tokenize_chunk(
+    examples: list[Example], tokenizer: Any, setup: TrainingSetup
+) -> list[tuple[list[int], int, list[int] | None]]:
+    """(input_ids, prompt_length, assistant_mask or None) per example, batched where the shape allows."""
+    eos = eos_token_of(tokenizer, setup)
+    results: list[tuple[list[int], int, list[int] | None] | None] = [None] * len(examples)
+    plain = [i for i, example in enumerate(examples) if not example.is_conversational]
+    if plain:
+        prompts, fulls = [], []
+        for i in plain:
+            prompt, full = _plain_texts(examples[i], eos, setup)
+            prompts.append(prompt)
+            fulls.append(full)
+        full_ids = tokenizer(fulls)["input_ids"]
+        prompt_ids = tokenizer([p for p in prompts if p is not None])["input_ids"] if any(prompts) else []
+        prompt_iter = iter(prompt_ids)
+        for i, prompt, ids in zip(plain, prompts, full_ids, strict=True):
+            prompt_len = _common_prefix(next(prompt_iter), ids) if prompt is not None else 0
+            results[i] = (list(ids), prompt_len, None)
+    for i, example in enumerate(examples):
+        if example.is_conversational:
+            results[i] = _conversational(example, tokenizer, setup)
+    return results  # type: ignore[return-value]
+
+
+def _plain_texts(example: Example, eos: str, setup: TrainingSetup) -> tuple[str | None, str]:
+    if example.shape == "text":
+        text = example.fields["text"]
+        return None, text if text.endswith(eos) else text + eos
+    completion = example.fields.get("completion", "")
+    if not completion.endswith(eos):
+        completion += eos
+    return example.fields["prompt"], example.fields["prompt"] + completion
+
+
+def _conversational(example: Example, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], int, list[int] | None]:
+    kwargs: dict[str, Any] = {"tokenize": True, "return_dict": True, "chat_template": setup.chat_template}
+    if example.shape == "messages":
+        out = tokenizer.apply_chat_template(
+            example.fields["messages"], return_assistant_tokens_mask=setup.assistant_only_loss, **kwargs
+        )
+        return list(out["input_ids"]), 0, _assistant_mask(out, setup)
+    prompt_ids = tokenizer.apply_chat_template(example.fields["prompt"], add_generation_prompt=True, **kwargs)
+    out = tokenizer.apply_chat_template(
+        example.fields["prompt"] + example.fields.get("completion", []),
+        return_assistant_tokens_mask=setup.assistant_only_loss,
+        **kwargs,
+    )
+    ids = list(out["input_ids"])
+    return ids, _common_prefix(prompt_ids["input_ids"], ids), _assistant_mask(out, setup)
+
+
+def _assistant_mask(out: Any, setup: TrainingSetup) -> list[int] | None:
+    return list(out["assistant_masks"]) if setup.assistant_only_loss and "assistant_masks" in out else None
+
+
+def _common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
+    length = 0
+    for a, b in zip(ids, other, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def _finish(
+    example: Example,
+    ids: list[int],
+    prompt_len: int,
+    assistant_mask: list[int] | None,
+    tokenizer: Any,
+    setup: TrainingSetup,
+) -> Rendered:
+    keep = [True] * len(ids)
+    if completion_only(example, setup):
+        keep = [i >= prompt_len for i in range(len(ids))]
+    if assistant_mask is not None:
+        keep = [k and bool(m) for k, m in zip(keep, assistant_mask, strict=False)]
+    labels = [token if kept else IGNORE for token, kept in zip(ids, keep, strict=True)]
+    if setup.collator_masks_pad:
+        pad_id = pad_token_id_of(tokenizer, setup)
+        labels = [IGNORE if token == pad_id else label for token, label in zip(ids, labels, strict=True)]
+    full_length = len(ids)
+    dropped = tail_cut = False
+    if setup.max_length is not None and not setup.packing and full_length > setup.max_length:
+        cut = slice(None, setup.max_length) if setup.truncation_mode == "keep_start" else slice(-setup.max_length, None)
+        ids, labels = ids[cut], labels[cut]
+        tail_cut = setup.truncation_mode == "keep_start"  # the completion's end, EOS included, is gone
+        dropped = setup.drop_overlong
+    dropped = dropped or all(label == IGNORE for label in labels)
+    return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped)
+
+
+def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> list[int]:
+    """The prompt tokens a model is given at generation time (generation prompt added for chats)."""
+    prompt = example.prompt
+    if isinstance(prompt, list):
+        out = tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=True, return_dict=True, chat_template=setup.chat_template
+        )
+        return list(out["input_ids"])
+    return list(tokenizer(prompt or "")["input_ids"])
+
+
+def render_answer(prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], list[int]]:
+    """input_ids and labels for a prompt followed by an answer given as tokens (loss on the answer only)."""
+    return prompt_ids + answer_ids, [IGNORE] * len(prompt_ids) + list(answer_ids)

@@ -1,0 +1,40 @@
+"""How the run turned rows into tokens: the settings rendering depends on.
+
+Defaults are TRL `SFTConfig`'s (the framework most LoRA runs use). `assumed` names every field
+that was not read from the run, so reports can say which defaults were taken on trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class TrainingSetup:
+    framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers"})
+    max_length: int | None = field(default=1024, metadata={"help": "tokens per row after truncation; None = none"})
+    truncation_mode: str = field(default="keep_start", metadata={"help": "keep_start | keep_end"})
+    completion_only_loss: bool | None = field(
+        default=None, metadata={"help": "None: completion-only for prompt/completion rows, full loss for text"}
+    )
+    assistant_only_loss: bool = field(default=False, metadata={"help": "loss only on assistant turns (messages)"})
+    drop_overlong: bool = field(default=False, metadata={"help": "rows longer than max_length are dropped (axolotl)"})
+    packing: bool = False
+    dataset_text_field: str = "text"
+    eos_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's"})
+    pad_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's, else eos"})
+    collator_masks_pad: bool | None = field(
+        default=None,
+        metadata={"help": "the collator sets labels of pad ids to -100 (transformers' LM collator, TRL < 0.17)"},
+    )
+    chat_template: str | None = None
+    learning_rate: float | None = None
+    num_train_epochs: float | None = None
+    per_device_train_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    source: str | None = field(default=None, metadata={"help": "the file the settings were read from"})
+    assumed: list[str] = field(default_factory=list, metadata={"help": "fields taken from framework defaults"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,21 @@
+"""The one error type users see: a sentence naming the file (and line) and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad input from the user. The CLI prints `str(error)` and exits with code 2, never a traceback."""
+
+    def __init__(self, message: str, path: str | Path | None = None, line: int | None = None) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.line = line
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
+        return f"{where}{self.message}"

@@ -1,0 +1,66 @@
+"""Shared fixtures: a tiny word-level tokenizer, tiny Llama models from a seed, an isolated home."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from gradian.scenarios.tokenizer import build_tokenizer
+
+WORDS = "refund order invoice currency amount shipping account please my the is was late hello help need a for".split()
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's caches, and nothing may reach a hub."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+    yield home
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tokenizer(WORDS)
+
+
+def make_tiny_model(tokenizer, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> LlamaForCausalLM:
+    """A ~100k-parameter Llama over `tokenizer`'s vocabulary, weights drawn from `seed`."""
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    settings.update(overrides)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**settings)).to(dtype)
+
+
+@pytest.fixture
+def tiny_model(tiny_tokenizer):
+    return make_tiny_model(tiny_tokenizer)
+
+
+@pytest.fixture
+def cli_runner():
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+def pytest_configure(config):
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
