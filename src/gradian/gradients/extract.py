@@ -1,0 +1,177 @@
+"""Per-example LoRA gradients of training rows, batched, projected on the fly and stored resumably.
+
+The loss of example i is the sum of its token NLLs over the supervised tokens, labels shifted as
+transformers shifts them; the batch loss is the sum over examples (not the mean), so every example's
+gradient stays separable and needs no rescaling. Dropout is off (eval mode): features are the gradient
+of the trained model's loss, not of one random mask.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gradian.data.render import IGNORE, Rendered
+from gradian.gradients.hooks import capture_gradients, frozen_lora_weights, lora_matrices
+from gradian.gradients.projection import KroneckerProjector
+from gradian.gradients.settings import GradientSettings
+from gradian.gradients.store import FeatureStore, ShardWriter, shard_bounds
+
+__all__ = [
+    "GradientSettings",
+    "ParameterScale",
+    "collate",
+    "extract_train_features",
+    "make_projector",
+    "per_example_gradients",
+]
+
+Progress = Callable[[Iterable], Iterable]
+
+
+@dataclass
+class ParameterScale:
+    """A diagonal applied to every LoRA weight gradient before projection (e.g. Adam's 1/√v̂)."""
+
+    name: str  # recorded in the store settings, e.g. "adam:<sha of optimizer.pt>"
+    tensors: list[torch.Tensor]  # one per LoRA matrix, shaped like the weight, PEFT's order
+
+
+def make_projector(model: nn.Module, settings: GradientSettings) -> KroneckerProjector:
+    """The projector of `model`'s LoRA matrices under `settings`: training features and queries share it."""
+    return KroneckerProjector([m.shape for m in lora_matrices(model)], settings.proj_dim, settings.seed)
+
+
+def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:
+    """Pad (input_ids, labels) rows; position ids count real tokens so left padding changes nothing."""
+    width = max(len(ids) for ids, _ in rows)
+    batch = {
+        key: torch.full((len(rows), width), fill, dtype=torch.long)
+        for key, fill in (("input_ids", pad_id), ("labels", IGNORE), ("attention_mask", 0))
+    }
+    for i, (ids, labels) in enumerate(rows):
+        span = slice(width - len(ids), width) if side == "left" else slice(0, len(ids))
+        batch["input_ids"][i, span] = torch.tensor(ids)
+        batch["labels"][i, span] = torch.tensor(labels)
+        batch["attention_mask"][i, span] = 1
+    batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    return batch
+
+
+def summed_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Σ over examples and supervised tokens of −log p(token): the sum keeps examples separable."""
+    logits = logits[:, :-1].float() if logits.dtype in (torch.float16, torch.bfloat16) else logits[:, :-1]
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
+
+
+def per_example_gradients(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    projector: KroneckerProjector | None = None,
+    scale: ParameterScale | None = None,
+) -> torch.Tensor:
+    """(B, k) gradients of each row's summed NLL w.r.t. the LoRA weights; exact and flat when projector=None.
+
+    Exact rows are the concatenation of `weight.grad.flatten()` in `model.named_parameters()` order.
+    """
+    matrices = lora_matrices(model)
+    sizes = [m.size for m in matrices] if projector is None else [p.dim for p in projector.plans]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    device = next(model.parameters()).device
+    batch = {key: value.to(device) for key, value in batch.items()}
+    dtype = torch.float32 if matrices[0].module.weight.dtype in (torch.float16, torch.bfloat16) else None
+    features = torch.zeros(
+        batch["input_ids"].shape[0], int(offsets[-1]), device=device, dtype=dtype or matrices[0].module.weight.dtype
+    )  # (B, k)
+
+    def on_grad(index: int, grads: torch.Tensor) -> None:  # grads (B, out, in), one LoRA matrix
+        grads = grads.to(features.dtype)
+        if scale is not None:
+            grads = grads * scale.tensors[index].to(grads)  # diagonal preconditioner, before projection
+        flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
+        features[:, offsets[index] : offsets[index + 1]] += flat
+
+    was_training = model.training
+    model.eval()  # dropout off
+    try:
+        embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
+        with frozen_lora_weights(matrices), capture_gradients(matrices, batch["attention_mask"], on_grad):
+            logits = model(
+                inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+            ).logits  # (B, T, V)
+            loss = summed_nll(logits, batch["labels"])  # sum, not mean: per-example gradients stay separable
+            torch.autograd.grad(loss, embeds)  # the hooks fill `features` as the gradient passes each LoRA matrix
+    finally:
+        model.train(was_training)
+    return features
+
+
+def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[list[int]]:
+    """Rows grouped by length (longest first) under the row and padded-token budgets; deterministic."""
+    batches: list[list[int]] = []
+    for row in sorted(lengths, key=lambda r: (-lengths[r], r)):
+        current = batches[-1] if batches else None
+        if (
+            current
+            and len(current) < settings.batch_size
+            and lengths[current[0]] * (len(current) + 1) <= settings.max_tokens
+        ):
+            current.append(row)
+        else:
+            batches.append([row])
+    return batches
+
+
+def extract_train_features(
+    model: nn.Module,
+    rendered: list[Rendered],
+    store_dir: str | Path,
+    *,
+    settings: GradientSettings,
+    shard: tuple[int, int] = (0, 1),
+    progress: Progress | None = None,
+    scale: ParameterScale | None = None,
+) -> FeatureStore:
+    """Write the features of shard `shard` = (rank, world) of `rendered` into `store_dir`; resumes a stopped run.
+
+    Rows marked `dropped` (never trained) get zero features. Different settings than an existing store
+    → that shard is recomputed from scratch (its old files are removed).
+    """
+    rank, world = shard
+    projector = make_projector(model, settings)
+    ids = [row.example_id for row in rendered]
+    meta = {
+        "version": 1,
+        "gradient": settings.to_dict(),
+        "projection": projector.to_dict(),
+        "world_size": world,
+        "scale": scale.name if scale is not None else "identity",
+        "n_rows": len(ids),
+        "matrices": [m.name for m in lora_matrices(model)],
+        "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+    }
+    writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
+    start, stop = shard_bounds(len(ids), rank, world)
+    dropped = [i for i in range(start, stop) if rendered[i].dropped]
+    if dropped and not writer.is_done(dropped):
+        writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
+    lengths = {i: len(rendered[i].input_ids) for i in range(start, stop) if not rendered[i].dropped}
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    batches = plan_batches(lengths, settings)
+    for rows in progress(batches) if progress is not None else batches:
+        if writer.is_done(rows):
+            continue
+        batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
+        features = per_example_gradients(model, batch, projector, scale)
+        writer.write(rows, features.detach().float().cpu().numpy())
+    return FeatureStore(store_dir)

@@ -1,0 +1,103 @@
+"""Hooks on PEFT's LoRA matrices: each example's exact gradient of every LoRA weight, from one batched backward.
+
+A LoRA layer computes h = W x + s·B(A x). PEFT runs `lora_A[adapter]` and `lora_B[adapter]` as plain
+`nn.Linear` modules, so for example i the weight gradients are sums of outer products over its tokens:
+
+    ∇A_i = Σ_t g_{A,t} x_tᵀ      g_{A,t} = ∂L/∂(A x_t) = s·Bᵀ δ_t       (r, d_in)
+    ∇B_i = Σ_t g_{B,t} u_tᵀ      g_{B,t} = ∂L/∂(B u_t) = s·δ_t,  u_t = A x_t   (d_out, r)
+
+A forward hook keeps each module's input (x or u); a hook on its output tensor receives g during the
+backward of the summed per-example losses and hands the per-example matrix to a callback at once, so
+memory holds one module's gradients at a time. The scaling s is inside g already (autograd applies it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gradian.errors import InputError
+
+
+@dataclass(frozen=True)
+class LoraMatrix:
+    """One trainable LoRA weight, in the order of `model.named_parameters()` (PEFT's order)."""
+
+    name: str
+    module: nn.Linear
+    shape: tuple[int, int]  # (out_features, in_features) of the weight
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+def lora_matrices(model: nn.Module) -> list[LoraMatrix]:
+    """Every trainable parameter, checked to be the weight of a LoRA `lora_A`/`lora_B` Linear."""
+    matrices = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        module_name, _, leaf = name.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else None
+        is_lora = ".lora_A." in f".{module_name}." or ".lora_B." in f".{module_name}."
+        if leaf != "weight" or not is_lora or type(module) is not nn.Linear:
+            raise InputError(
+                f"trainable parameter {name} is not a plain LoRA matrix; Gradian attributes plain LoRA adapters "
+                "on Linear layers only (no DoRA, lora_bias, embeddings or modules_to_save)"
+            )
+        matrices.append(LoraMatrix(name, module, tuple(param.shape)))
+    if not matrices:
+        raise InputError("the model has no trainable LoRA parameters; load the adapter with is_trainable=True")
+    return matrices
+
+
+GradCallback = Callable[[int, torch.Tensor], None]
+
+
+@contextmanager
+def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: GradCallback) -> Iterator[None]:
+    """Call `on_grad(index, G)` with G (B, out, in), example-wise weight gradients, during the next backward.
+
+    `mask` (B, T) zeroes padding tokens; their gradients are zero already when the loss ignores them,
+    the mask makes it exact for any attention implementation.
+    """
+    handles = []
+
+    def forward_hook(index: int):
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            x = inputs[0].detach()  # (B, T, in)
+
+            def on_output_grad(g: torch.Tensor) -> None:  # (B, T, out)
+                g = g * mask[..., None].to(g.dtype)
+                on_grad(index, torch.einsum("bto,bti->boi", g, x.to(g.dtype)))  # (B, out, in)
+
+            if output.requires_grad:
+                output.register_hook(on_output_grad)
+
+        return hook
+
+    for index, matrix in enumerate(matrices):
+        handles.append(matrix.module.register_forward_hook(forward_hook(index)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def frozen_lora_weights(matrices: list[LoraMatrix]) -> Iterator[None]:
+    """Autograd skips the LoRA weight gradients (the hooks assemble them per example instead)."""
+    params = [matrix.module.weight for matrix in matrices]
+    for param in params:
+        param.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for param in params:
+            param.requires_grad_(True)

@@ -1,0 +1,102 @@
+"""Seeded Kronecker projections of LoRA weight gradients (LoGra-style), so a feature fits in a few KB.
+
+A weight gradient G (out, in) is mapped to Lᵀ G R (k_out, k_in) with Gaussian L (out, k_out) and
+R (in, k_in) scaled by 1/√k, so E[⟨Lᵀ G₁ R, Lᵀ G₂ R⟩] = ⟨G₁, G₂⟩ (a Johnson–Lindenstrauss map of vec G by
+R ⊗ L). A side that fits its share is kept exact (L or R = identity): LoRA's rank side usually is.
+The budget `proj_dim` is shared over the matrices by water-filling (small matrices stay exact, the rest
+split what is left); when every LoRA weight fits, nothing is projected. Each matrix's random factors come
+from a generator seeded by (seed, matrix index), so shards, reruns and queries use the same projector.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class MatrixPlan:
+    """How one weight (rows, cols) is projected: to (k_rows, k_cols); k == side means that side is exact."""
+
+    rows: int
+    cols: int
+    k_rows: int
+    k_cols: int
+
+    @property
+    def dim(self) -> int:
+        return self.k_rows * self.k_cols
+
+
+def plan_projection(shapes: list[tuple[int, int]], proj_dim: int | None) -> list[MatrixPlan]:
+    """Share `proj_dim` floats over the matrices; None or a budget ≥ the full gradient size = exact."""
+    sizes = [rows * cols for rows, cols in shapes]
+    if proj_dim is None or sum(sizes) <= proj_dim:
+        return [MatrixPlan(rows, cols, rows, cols) for rows, cols in shapes]
+    if proj_dim < len(shapes):
+        raise ValueError(f"proj_dim={proj_dim} is smaller than the number of LoRA matrices ({len(shapes)})")
+    alloc, remaining = [0] * len(shapes), proj_dim
+    for left, index in enumerate(sorted(range(len(shapes)), key=sizes.__getitem__)):
+        alloc[index] = min(sizes[index], remaining // (len(shapes) - left))
+        remaining -= alloc[index]
+    return [_fit(rows, cols, budget) for (rows, cols), budget in zip(shapes, alloc, strict=True)]
+
+
+def _fit(rows: int, cols: int, budget: int) -> MatrixPlan:
+    """k_rows·k_cols ≤ budget, the smaller side kept exact when the budget allows it."""
+    if rows * cols <= budget:
+        return MatrixPlan(rows, cols, rows, cols)
+    small, large = sorted((rows, cols))
+    k_small = small if small * 2 <= budget else min(small, max(1, math.isqrt(budget)))
+    k_large = min(large, max(1, budget // k_small))
+    k_rows, k_cols = (k_small, k_large) if rows <= cols else (k_large, k_small)
+    return MatrixPlan(rows, cols, k_rows, k_cols)
+
+
+class KroneckerProjector:
+    """Projects per-example weight gradients G (B, rows, cols) of each LoRA matrix to (B, k_rows·k_cols)."""
+
+    def __init__(self, shapes: list[tuple[int, int]], proj_dim: int | None, seed: int) -> None:
+        self.plans = plan_projection(shapes, proj_dim)
+        self.seed = seed
+        self.offsets = [0]
+        for plan in self.plans:
+            self.offsets.append(self.offsets[-1] + plan.dim)
+        self._factors: dict[tuple[int, torch.device, torch.dtype], tuple[torch.Tensor | None, ...]] = {}
+
+    @property
+    def dim(self) -> int:
+        return self.offsets[-1]
+
+    @property
+    def is_exact(self) -> bool:
+        return all(plan.dim == plan.rows * plan.cols for plan in self.plans)
+
+    def factors(self, index: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
+        """(L, R) for matrix `index`, None where that side is exact; drawn on CPU so every device agrees."""
+        key = (index, device, dtype)
+        if key not in self._factors:
+            plan = self.plans[index]
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+            left = torch.randn(plan.rows, plan.k_rows, generator=generator, dtype=torch.float64)
+            right = torch.randn(plan.cols, plan.k_cols, generator=generator, dtype=torch.float64)
+            self._factors[key] = (
+                None if plan.k_rows == plan.rows else (left / math.sqrt(plan.k_rows)).to(device, dtype),
+                None if plan.k_cols == plan.cols else (right / math.sqrt(plan.k_cols)).to(device, dtype),
+            )
+        return self._factors[key]
+
+    def project(self, index: int, grads: torch.Tensor) -> torch.Tensor:
+        """(B, rows, cols) → (B, k_rows·k_cols), row-major like `weight.flatten()`."""
+        left, right = self.factors(index, grads.device, grads.dtype)
+        if right is not None:
+            grads = grads @ right  # (B, rows, k_cols)
+        if left is not None:
+            grads = left.T @ grads  # (B, k_rows, k_cols)
+        return grads.reshape(grads.shape[0], -1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "dim": self.dim, "plans": [list(vars(plan).values()) for plan in self.plans]}

@@ -1,0 +1,49 @@
+"""The Kronecker projection: seeded, within budget, inner products preserved within the JL tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gradian.gradients.projection import KroneckerProjector, plan_projection
+
+SHAPES = [(4, 96), (96, 4), (4, 64), (32, 4)] * 6  # LoRA A (r, d_in) and B (d_out, r) pairs
+
+
+def test_budget_is_respected_and_small_gradients_stay_exact():
+    assert sum(p.dim for p in plan_projection(SHAPES, 1024)) <= 1024
+    exact = plan_projection(SHAPES, 10**6)
+    assert all(p.k_rows == p.rows and p.k_cols == p.cols for p in exact)
+    assert KroneckerProjector(SHAPES, None, 0).is_exact
+    with pytest.raises(ValueError):
+        plan_projection(SHAPES, len(SHAPES) - 1)
+
+
+def test_same_seed_same_projection_other_seed_differs():
+    grads = torch.randn(3, 4, 96, dtype=torch.float64)
+    a, b, c = (KroneckerProjector(SHAPES, 512, seed).project(0, grads) for seed in (7, 7, 8))
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+
+
+def project_all(projector, grads):
+    return torch.cat([projector.project(i, g) for i, g in enumerate(grads)], dim=1)
+
+
+@pytest.mark.parametrize("proj_dim", [256, 1024])
+def test_inner_products_preserved_within_jl_tolerance(proj_dim):
+    generator = torch.Generator().manual_seed(0)
+    n = 12
+    grads = [torch.randn(n, rows, cols, generator=generator, dtype=torch.float64) for rows, cols in SHAPES]
+    exact = torch.cat([g.flatten(1) for g in grads], dim=1)
+    errors = []
+    for seed in range(5):
+        projector = KroneckerProjector(SHAPES, proj_dim, seed)
+        projected = project_all(projector, grads)
+        assert projected.shape == (n, projector.dim) and projector.dim <= proj_dim
+        norms = exact.norm(dim=1)
+        truth = (exact @ exact.T) / torch.outer(norms, norms)
+        errors.append(((projected @ projected.T) / torch.outer(norms, norms) - truth).abs().max().item())
+    # JL: |⟨Πa,Πb⟩ − ⟨a,b⟩| ≲ c·√(log n / k)·|a||b|; the structured map is held to c = 4
+    assert np.median(errors) < 4 * np.sqrt(np.log(n) / projector.dim)
+    assert np.median(errors) > 0  # it is a projection, not the identity

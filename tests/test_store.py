@@ -1,0 +1,82 @@
+"""The feature store: resumes after an interruption with bit-identical features; shards; settings changes."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from conftest import make_tiny_model
+from gradian.data.render import IGNORE, Rendered
+from gradian.errors import InputError
+from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.gradients.store import FeatureStore
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture
+def model(tiny_tokenizer):
+    base = make_tiny_model(tiny_tokenizer, seed=2)
+    return get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+
+
+@pytest.fixture
+def rendered(tiny_tokenizer):
+    generator = torch.Generator().manual_seed(3)
+    rows = []
+    for i in range(13):
+        n = 4 + i % 5
+        ids = torch.randint(4, len(tiny_tokenizer), (n,), generator=generator).tolist()
+        rows.append(Rendered(f"row{i}", ids, [IGNORE] * 2 + ids[2:], n, 2, dropped=(i == 5)))
+    return rows
+
+
+SETTINGS = GradientSettings(proj_dim=256, batch_size=3, store_dtype="float32")
+
+
+def test_resume_after_interruption_is_bit_identical(model, rendered, tmp_path):
+    full = np.asarray(extract_train_features(model, rendered, tmp_path / "a", settings=SETTINGS))
+    stopped = extract_train_features(
+        model, rendered, tmp_path / "b", settings=SETTINGS, progress=lambda batches: itertools.islice(batches, 2)
+    )
+    assert 0 < stopped.done.sum() < len(rendered)
+    with pytest.raises(InputError):
+        np.asarray(stopped)
+    calls = []
+    resumed = extract_train_features(
+        model,
+        rendered,
+        tmp_path / "b",
+        settings=SETTINGS,
+        progress=lambda batches: [calls.append(b) or b for b in batches],
+    )
+    assert resumed.complete
+    assert np.array_equal(np.asarray(resumed), full)
+    assert full.shape == (13, 256) and not full[5].any()  # the dropped row has zero features
+    assert np.abs(np.delete(full, 5, axis=0)).sum(1).min() > 0
+
+
+def test_shards_together_equal_one_run(model, rendered, tmp_path):
+    whole = np.asarray(extract_train_features(model, rendered, tmp_path / "one", settings=SETTINGS))
+    for rank in range(3):
+        store = extract_train_features(model, rendered, tmp_path / "three", settings=SETTINGS, shard=(rank, 3))
+    assert store.complete and store.ids == [r.example_id for r in rendered]
+    assert np.allclose(np.asarray(FeatureStore(tmp_path / "three")), whole, atol=1e-6)
+
+
+def test_changed_settings_recompute(model, rendered, tmp_path):
+    extract_train_features(model, rendered, tmp_path, settings=SETTINGS)
+    other = GradientSettings(proj_dim=128, batch_size=3, seed=1)
+    store = extract_train_features(model, rendered, tmp_path, settings=other)
+    assert store.complete and store.dim <= 128 and store.meta["gradient"]["seed"] == 1
+    assert len(list(tmp_path.glob("shard-*.npy"))) == 2  # features + done flags of the new settings only
+
+
+def test_chunked_reads_cover_every_row(model, rendered, tmp_path):
+    store = extract_train_features(model, rendered, tmp_path, settings=SETTINGS)
+    stacked = np.concatenate([chunk for _, chunk in store.chunks(4)])
+    assert np.array_equal(stacked, np.asarray(store))
