@@ -1,0 +1,121 @@
+"""Paired statistics against known answers: McNemar by hand, bootstrap coverage by simulation."""
+
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+import pytest
+
+from gradian.regression.statistics import RegressionSummary, compare, mcnemar_exact, paired_bootstrap_ci
+
+
+def _pairs(table: dict[tuple[int, int], int]) -> tuple[list[bool], list[bool]]:
+    base, tuned = [], []
+    for (b, t), count in table.items():
+        base += [bool(b)] * count
+        tuned += [bool(t)] * count
+    return base, tuned
+
+
+def test_mcnemar_matches_a_hand_computed_table():
+    # 8 pairs broken (base passes, fine-tuned fails), 2 fixed, 30 + 5 concordant, which do not count.
+    base, tuned = _pairs({(1, 0): 8, (0, 1): 2, (1, 1): 30, (0, 0): 5})
+    expected = 2 * sum(comb(10, k) for k in range(0, 3)) / 2**10  # two-sided: 2 * P(X <= 2), X ~ Bin(10, 1/2)
+    assert expected == pytest.approx(0.109375)
+    assert mcnemar_exact(base, tuned) == pytest.approx(expected, rel=1e-12)
+    assert mcnemar_exact(tuned, base) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mcnemar_without_discordant_pairs_or_balanced_is_one():
+    assert mcnemar_exact(*_pairs({(1, 1): 10, (0, 0): 3})) == 1.0
+    assert mcnemar_exact(*_pairs({(1, 0): 4, (0, 1): 4})) == pytest.approx(1.0)
+
+
+def test_bootstrap_ci_covers_the_true_difference_in_at_least_90_percent_of_repetitions():
+    # Paired pass/fail outcomes: (base, fine-tuned) cell probabilities; true difference = P(0,1) - P(1,0).
+    cells = np.array([(1, 1), (1, 0), (0, 1), (0, 0)], dtype=np.float64)
+    probabilities = np.array([0.78, 0.12, 0.04, 0.06])
+    true_difference = probabilities[2] - probabilities[1]
+    rng = np.random.default_rng(12345)
+    repetitions, covered = 200, 0
+    for repetition in range(repetitions):
+        draw = cells[rng.choice(4, size=150, p=probabilities)]  # (n, 2)
+        low, high = paired_bootstrap_ci(draw[:, 1] - draw[:, 0], seed=repetition, n_resamples=2000)
+        covered += low <= true_difference <= high
+    assert covered / repetitions >= 0.90
+
+
+def test_bootstrap_ci_of_constant_differences_is_that_constant():
+    assert paired_bootstrap_ci(np.zeros(20)) == (0.0, 0.0)
+    assert paired_bootstrap_ci(-np.ones(5)) == (-1.0, -1.0)
+
+
+def test_bootstrap_ci_is_seeded_and_contains_the_mean():
+    diffs = np.random.default_rng(3).normal(-0.2, 1.0, size=80)
+    first, again = paired_bootstrap_ci(diffs, seed=7), paired_bootstrap_ci(diffs, seed=7)
+    assert first == again
+    assert first[0] < diffs.mean() < first[1]
+
+
+def test_compare_flags_a_clear_drop_and_reports_naive_counts():
+    base, tuned = _pairs({(1, 1): 60, (1, 0): 35, (0, 1): 2, (0, 0): 3})
+    summary = compare(np.array(base, dtype=float), np.array(tuned, dtype=float), binary=True, capability="x")
+    b, t = np.array(base, dtype=np.float64), np.array(tuned, dtype=np.float64)
+    assert summary.delta == pytest.approx(t.mean() - b.mean())
+    assert (summary.base_rate, summary.finetuned_rate, summary.n) == (pytest.approx(b.mean()), pytest.approx(t.mean()), 100)
+    assert summary.ci_low <= summary.delta <= summary.ci_high < 0
+    assert summary.significant and summary.verdict == "regression"
+    assert (summary.n_broken, summary.n_fixed, summary.n_base_fail, summary.n_finetuned_fail) == (35, 2, 5, 38)
+    assert summary.p_value == pytest.approx(mcnemar_exact(base, tuned))
+    assert set(summary.to_dict()) >= {"capability", "base_rate", "finetuned_rate", "delta", "ci_low", "ci_high",
+                                      "p_value", "n", "significant"}
+
+
+def test_compare_refuses_inside_the_noise_band():
+    base, tuned = _pairs({(1, 1): 100, (1, 0): 4, (0, 1): 2, (0, 0): 14})
+    summary = compare(base, tuned, binary=True, capability="json_formatting")
+    assert summary.ci_low < 0 < summary.ci_high
+    assert not summary.significant and summary.verdict == "no-regression"
+    assert "inside the noise band, so Gradian does not attribute" in summary.explain()
+
+
+def test_min_effect_turns_a_small_but_certain_drop_into_a_refusal():
+    base, tuned = _pairs({(1, 1): 380, (1, 0): 20, (0, 0): 0})
+    assert compare(base, tuned, binary=True).significant
+    summary = compare(base, tuned, binary=True, min_effect=0.10, capability="c")
+    assert summary.ci_high < 0 and not summary.significant
+    assert "minimum effect of 10 points" in summary.explain()
+
+
+def test_an_improvement_is_not_a_regression():
+    base, tuned = _pairs({(0, 1): 30, (1, 1): 50})
+    summary = compare(base, tuned, binary=True, capability="c")
+    assert summary.ci_low > 0 and not summary.significant
+    assert "better" in summary.explain()
+
+
+def test_graded_scores_use_wilcoxon_and_no_stop_rates_are_reported():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.0, size=60)
+    tuned = np.clip(base - rng.uniform(0.1, 0.3, size=60), 0, 1)
+    stopped = [True] * 45 + [False] * 15
+    summary = compare(base, tuned, binary=False, capability="plug:in", base_stopped=[True] * 60,
+                      finetuned_stopped=stopped)
+    assert summary.test == "wilcoxon" and summary.p_value < 1e-6 and summary.significant
+    assert summary.finetuned_no_stop_rate == pytest.approx(0.25) and summary.base_no_stop_rate == 0.0
+    assert "scores" in summary.explain()
+
+
+def test_explain_reads_as_one_sentence_with_the_numbers():
+    summary = RegressionSummary("json_formatting", base_rate=0.93, finetuned_rate=0.91, delta=-0.02, ci_low=-0.06,
+                                ci_high=0.02, p_value=0.5, n=120, significant=False)
+    assert summary.explain() == (
+        "The fine-tuned model passes json_formatting on 91% vs 93% for the base (Δ −2 points, 95% CI −6 to +2, "
+        "n=120): inside the noise band, so Gradian does not attribute."
+    )
+
+
+def test_compare_rejects_unpaired_input():
+    with pytest.raises(ValueError):
+        compare([1.0, 0.0], [1.0], binary=True)
