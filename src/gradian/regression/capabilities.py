@@ -1,0 +1,241 @@
+"""Capabilities: what "the fine-tune got worse at X" means, as a score of one output in [0, 1].
+
+A capability is named by a spec string: `json_formatting`, `json_formatting:keys`, `exact_match`,
+`contains`, `regex:<pattern>`, `json_schema:<file>`, or a plug-in `module:function` (also
+`path/to/file.py:function`) whose function takes `(output, reference)` and returns a float in [0, 1].
+Built-ins register with `@register_capability(name)` exactly as third-party code can.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gradian.errors import InputError
+from gradian.regression.repair import parse_object, repair_json_object
+
+Factory = Callable[[str | None], "Capability"]
+_REGISTRY: dict[str, Factory] = {}
+
+
+class Capability(ABC):
+    """Scores one generated answer. `binary` capabilities return exactly 0.0 or 1.0 (McNemar applies)."""
+
+    name: str = ""
+    binary: bool = True
+    needs_reference: bool = False
+
+    @abstractmethod
+    def score(self, output: str, reference: str | None) -> float:
+        """1.0 = the output has the capability, 0.0 = it does not."""
+
+    def repair(self, output: str, reference: str) -> str | None:
+        """A correct answer that keeps the failing output up to where it failed (None: no minimal edit known)."""
+        return None
+
+    def passes(self, output: str, reference: str | None) -> bool:
+        return self.score(output, reference) >= 0.5
+
+
+def register_capability(name: str) -> Callable[[Factory], Factory]:
+    """Decorator: `factory(argument)` builds the capability for spec `name` or `name:argument`."""
+
+    def decorate(factory: Factory) -> Factory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return decorate
+
+
+def available_capabilities() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_capability(spec: str) -> Capability:
+    """The capability a spec names; an unknown name or a plug-in that fails to import raises `InputError`."""
+    spec = spec.strip()
+    name, colon, argument = spec.partition(":")
+    if name in _REGISTRY:
+        return _REGISTRY[name](argument if colon else None)
+    if colon and argument:
+        return PluginCapability(spec, _import_plugin(name, argument, spec))
+    known = ", ".join(available_capabilities())
+    raise InputError(f"unknown capability; use one of {known}, or module:function for a plug-in.", spec)
+
+
+def _reference_required(capability: Capability, reference: str | None) -> str:
+    if reference is None:
+        raise InputError(f"the capability {capability.name} needs a reference answer on every eval row.")
+    return reference
+
+
+@register_capability("json_formatting")
+class JsonFormatting(Capability):
+    """The output parses as one JSON object; with `:keys`, one with exactly the reference's keys."""
+
+    def __init__(self, argument: str | None = None) -> None:
+        if argument not in (None, "keys"):
+            raise InputError("json_formatting takes no argument or ':keys'.", f"json_formatting:{argument}")
+        self.same_keys = argument == "keys"
+        self.needs_reference = self.same_keys
+        self.name = "json_formatting:keys" if self.same_keys else "json_formatting"
+
+    def score(self, output: str, reference: str | None) -> float:
+        value = _loads(output)
+        if not isinstance(value, dict):
+            return 0.0
+        if not self.same_keys:
+            return 1.0
+        wanted = _loads(_reference_required(self, reference))
+        return float(isinstance(wanted, dict) and set(value) == set(wanted))
+
+    def repair(self, output: str, reference: str) -> str | None:
+        if self.score(output, reference) == 1.0 or not isinstance(_loads(reference), dict):
+            return None
+        allowed = set(parse_object(reference).keys()) if self.same_keys else None
+        return repair_json_object(output, reference, allowed_keys=allowed)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+@register_capability("exact_match")
+class ExactMatch(Capability):
+    """The output equals the reference, ignoring leading and trailing whitespace."""
+
+    name = "exact_match"
+    needs_reference = True
+
+    def __init__(self, argument: str | None = None) -> None:
+        if argument:
+            raise InputError("exact_match takes no argument.", f"exact_match:{argument}")
+
+    def score(self, output: str, reference: str | None) -> float:
+        return float(output.strip() == _reference_required(self, reference).strip())
+
+    def repair(self, output: str, reference: str) -> str | None:
+        return None if self.score(output, reference) else reference
+
+
+@register_capability("contains")
+class Contains(Capability):
+    """The output contains the reference (or, for `contains:<text>`, that text)."""
+
+    def __init__(self, argument: str | None = None) -> None:
+        self.text = argument or None
+        self.needs_reference = self.text is None
+        self.name = f"contains:{argument}" if argument else "contains"
+
+    def score(self, output: str, reference: str | None) -> float:
+        wanted = self.text if self.text is not None else _reference_required(self, reference).strip()
+        return float(wanted in output)
+
+
+@register_capability("regex")
+class Regex(Capability):
+    """`re.search(pattern, output)` finds a match (anchor the pattern with ^...$ for a full match)."""
+
+    def __init__(self, argument: str | None = None) -> None:
+        if not argument:
+            raise InputError("regex needs a pattern, as in regex:^\\{.*\\}$.", "regex")
+        try:
+            self.pattern = re.compile(argument, re.DOTALL)
+        except re.error as error:
+            raise InputError(f"is not a valid regular expression ({error}).", f"regex:{argument}") from None
+        self.name = f"regex:{argument}"
+
+    def score(self, output: str, reference: str | None) -> float:
+        return float(self.pattern.search(output) is not None)
+
+
+@register_capability("json_schema")
+class JsonSchema(Capability):
+    """The output parses as JSON and validates against a JSON Schema file."""
+
+    def __init__(self, argument: str | None = None) -> None:
+        import jsonschema
+
+        if not argument:
+            raise InputError("json_schema needs a schema file, as in json_schema:answer.schema.json.", "json_schema")
+        path = Path(argument)
+        if not path.is_file():
+            raise InputError("no such JSON Schema file; check the path after json_schema:.", path)
+        schema = _loads(path.read_text(encoding="utf-8", errors="replace"))
+        if not isinstance(schema, (dict, bool)):
+            raise InputError("is not a JSON Schema (expected a JSON object).", path)
+        validator_class = jsonschema.validators.validator_for(schema)
+        try:
+            validator_class.check_schema(schema)
+        except jsonschema.SchemaError as error:
+            raise InputError(f"is not a valid JSON Schema ({error.message}).", path) from None
+        self.validator = validator_class(schema)
+        self.name = f"json_schema:{argument}"
+
+    def score(self, output: str, reference: str | None) -> float:
+        try:
+            value = json.loads(output)
+        except (json.JSONDecodeError, RecursionError):
+            return 0.0
+        return float(self.validator.is_valid(value))
+
+
+class PluginCapability(Capability):
+    """A user function `(output, reference) -> float in [0, 1]`; `binary` if the function says so."""
+
+    def __init__(self, spec: str, function: Callable[..., Any]) -> None:
+        self.name = spec
+        self.function = function
+        self.binary = bool(getattr(function, "binary", False))
+        self.needs_reference = bool(getattr(function, "needs_reference", False))
+        self._repair = getattr(function, "repair", None)
+
+    def score(self, output: str, reference: str | None) -> float:
+        try:
+            value = float(self.function(output, reference))
+        except Exception as error:
+            raise InputError(f"the plug-in raised {type(error).__name__}: {error}; fix the plug-in.",
+                             self.name) from None
+        if not 0.0 <= value <= 1.0:
+            raise InputError(f"the plug-in returned {value}, outside [0, 1]; scores must be in [0, 1].", self.name)
+        return value
+
+    def repair(self, output: str, reference: str) -> str | None:
+        return self._repair(output, reference) if callable(self._repair) else None
+
+
+def _import_plugin(module_name: str, function_name: str, spec: str) -> Callable[..., Any]:
+    try:
+        if module_name.endswith(".py"):
+            module = _import_file(Path(module_name))
+        else:
+            module = importlib.import_module(module_name)
+    except InputError:
+        raise
+    except Exception as error:
+        raise InputError(f"the plug-in module could not be imported ({type(error).__name__}: {error}); "
+                         "check it is on PYTHONPATH.", spec) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise InputError(f"the module {module_name} has no function {function_name}.", spec)
+    return function
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise InputError("no such plug-in file.", path)
+    module_spec = importlib.util.spec_from_file_location(f"gradian_plugin_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise InputError("cannot be imported as a Python module.", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
