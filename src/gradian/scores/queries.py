@@ -1,0 +1,95 @@
+"""Query gradients: the direction in LoRA space that moves a failing eval row toward its correct answer.
+
+For prompt x, correct answer y⁺ and the fine-tuned model's failing output y⁻ (token ids), the
+measurement f is a margin toward the CORRECT answer and the query is q = ∇θ f, unit-normalised:
+
+- `naive`:             f = log p(y⁺|x)
+- `contrastive`:       f = log p(y⁺|x) − log p(y⁻|x)        (shared tokens cancel, full sequences)
+- `contrastive-first`: f = log p(y⁺_j|x, y_<j) − log p(y⁻_j|x, y_<j) at the first position j where the
+                       answers differ (an answer that ended counts as differing from one that goes on)
+
+A "repaired" y⁺ (the failing output kept up to where it failed, continued correctly) is passed in as
+`positive_ids` by the caller; the same kinds then apply. Queries use the training features' projector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from gradian.data.render import IGNORE
+from gradian.gradients.extract import GradientSettings, collate, make_projector, per_example_gradients
+
+KINDS = ("naive", "contrastive", "contrastive-first")
+
+
+@dataclass
+class QueryPair:
+    """One failing eval row: its prompt, the correct answer y⁺ and the failing output y⁻ (token ids)."""
+
+    eval_id: str
+    prompt_ids: list[int]
+    positive_ids: list[int]
+    negative_ids: list[int] | None = None
+
+
+def first_divergence(positive: list[int], negative: list[int]) -> int | None:
+    """First index where the answers differ (an answer that ended differs from one that goes on)."""
+    for j in range(max(len(positive), len(negative))):
+        if j >= len(positive) or j >= len(negative) or positive[j] != negative[j]:
+            return j
+    return None
+
+
+def _answer_row(prompt: list[int], answer: list[int], only: int | None) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) with loss on the answer, or on answer token `only` when given."""
+    labels = [IGNORE] * len(prompt) + [
+        token if only is None or j == only else IGNORE for j, token in enumerate(answer)
+    ]
+    return prompt + answer, labels
+
+
+def query_rows(pair: QueryPair, kind: str) -> list[tuple[list[int], list[int], float]]:
+    """(input_ids, labels, sign) rows whose signed summed-NLL gradients add up to −q (before normalising)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown query kind {kind!r}; expected one of {KINDS}")
+    if kind == "naive" or pair.negative_ids is None:
+        return [(*_answer_row(pair.prompt_ids, pair.positive_ids, None), 1.0)]
+    only = None
+    if kind == "contrastive-first":
+        only = first_divergence(pair.positive_ids, pair.negative_ids)
+        if only is None:
+            return []  # identical answers: no margin, zero query
+    rows = []
+    for answer, sign in ((pair.positive_ids, 1.0), (pair.negative_ids, -1.0)):
+        if only is None or only < len(answer):
+            rows.append((*_answer_row(pair.prompt_ids, answer, only), sign))
+    return rows
+
+
+def query_features(
+    model: nn.Module, pairs: list[QueryPair], *, kind: str, settings: GradientSettings, unit_norm: bool = True
+) -> np.ndarray:
+    """(Q, k) query gradients q = ∇θ f (f = margin toward the correct answer), projected like training features.
+
+    A contrastive kind on a pair without a negative falls back to the naive query for that pair.
+    A pair whose answers are identical gets a zero row.
+    """
+    projector = make_projector(model, settings)
+    queries = np.zeros((len(pairs), projector.dim), dtype=np.float64)
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    for index, pair in enumerate(pairs):
+        rows = query_rows(pair, kind)
+        if not rows:
+            continue
+        batch = collate([(ids, labels) for ids, labels, _ in rows], pad_id, settings.padding_side)
+        grads = per_example_gradients(model, batch, projector).double()  # (rows, k): ∇ NLL of each answer
+        signs = torch.tensor([sign for *_, sign in rows], dtype=grads.dtype, device=grads.device)
+        queries[index] = -(signs[:, None] * grads).sum(0).cpu().numpy()  # ∇ log p = −∇ NLL
+    if unit_norm:
+        norms = np.linalg.norm(queries, axis=1, keepdims=True)
+        queries = np.divide(queries, norms, out=np.zeros_like(queries), where=norms > 0)
+    return queries

@@ -1,0 +1,91 @@
+"""Query gradients equal ∇ of the margin toward the correct answer, computed naively in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from conftest import make_tiny_model
+from gradian.gradients.extract import GradientSettings, make_projector
+from gradian.scores.queries import QueryPair, first_divergence, query_features
+
+torch.set_num_threads(2)
+
+EXACT = GradientSettings(proj_dim=None)
+
+
+@pytest.fixture
+def model(tiny_tokenizer):
+    base = make_tiny_model(tiny_tokenizer, seed=6, dtype=torch.float64)
+    return get_peft_model(base, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+
+
+PAIRS = [
+    QueryPair("a", [5, 6, 7], [8, 9, 10, 11, 2], [8, 9, 12, 2]),
+    QueryPair("b", [6, 5], [9, 8, 2], [9, 8, 10, 10, 2]),
+    QueryPair("c", [7], [4, 5, 2], [11, 2]),
+]
+
+
+def log_prob(model, prompt, answer, only=None):
+    """log p(answer | prompt), or of answer token `only` alone."""
+    ids = torch.tensor([prompt + answer])
+    logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1], dim=-1)
+    picked = logp[torch.arange(len(prompt) - 1, ids.shape[1] - 1), torch.tensor(answer)]
+    return picked.sum() if only is None else picked[only]
+
+
+def reference(model, pair, kind):
+    model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if kind == "naive":
+        f = log_prob(model, pair.prompt_ids, pair.positive_ids)
+    elif kind == "contrastive":
+        f = log_prob(model, pair.prompt_ids, pair.positive_ids) - log_prob(model, pair.prompt_ids, pair.negative_ids)
+    else:
+        j = first_divergence(pair.positive_ids, pair.negative_ids)
+        f = log_prob(model, pair.prompt_ids, pair.positive_ids, j) - log_prob(
+            model, pair.prompt_ids, pair.negative_ids, j
+        )
+    q = torch.cat([g.flatten() for g in torch.autograd.grad(f, params)]).numpy()
+    return q / np.linalg.norm(q)
+
+
+@pytest.mark.parametrize("kind", ["naive", "contrastive", "contrastive-first"])
+def test_query_equals_gradient_of_margin(model, kind):
+    got = query_features(model, PAIRS, kind=kind, settings=EXACT)
+    expected = np.stack([reference(model, pair, kind) for pair in PAIRS])
+    assert np.allclose(got, expected, rtol=1e-8, atol=1e-10)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0)
+
+
+def test_first_divergence_counts_an_ended_answer():
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert first_divergence([1, 2, 3], [1, 2]) == 2
+    assert first_divergence([1, 2], [1, 2]) is None
+
+
+def test_identical_answers_give_zero_query_and_missing_negative_is_naive(model):
+    pairs = [QueryPair("same", [5], [6, 2], [6, 2]), QueryPair("none", [5], [6, 2], None)]
+    got = query_features(model, pairs, kind="contrastive-first", settings=EXACT)
+    assert not got[0].any()
+    assert np.allclose(got[1], query_features(model, pairs[1:], kind="naive", settings=EXACT)[0])
+
+
+def test_projected_queries_use_the_training_projector(model):
+    settings = GradientSettings(proj_dim=200, seed=3)
+    exact = query_features(model, PAIRS, kind="contrastive", settings=EXACT, unit_norm=False)
+    projected = query_features(model, PAIRS, kind="contrastive", settings=settings, unit_norm=False)
+    projector = make_projector(model, settings)
+    sizes = np.cumsum([0] + [p.rows * p.cols for p in projector.plans])
+    by_hand = torch.cat(
+        [
+            projector.project(i, torch.from_numpy(exact[:, a:b]).reshape(len(PAIRS), p.rows, p.cols))
+            for i, (p, a, b) in enumerate(zip(projector.plans, sizes[:-1], sizes[1:], strict=True))
+        ],
+        dim=1,
+    ).numpy()
+    assert projected.shape == (3, projector.dim) and projector.dim <= 200
+    assert np.allclose(projected, by_hand, rtol=1e-8, atol=1e-10)
