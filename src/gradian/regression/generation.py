@@ -1,0 +1,95 @@
+"""Batched greedy generation with one stop rule for the base and the fine-tuned model.
+
+Prompts come as token ids (rendered by `gradian.data.render.render_prompt`), are sorted by length
+so a batch wastes little padding, left-padded (the new tokens line up at the right edge) and run
+through `model.generate`. Each answer keeps its EOS token when the model emitted one: attribution
+needs it, because stopping too early is itself the failure in the commonest regression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Generation:
+    """New tokens (EOS included when emitted), their text without special tokens, and whether EOS came."""
+
+    ids: list[int]
+    text: str
+    stopped: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": self.ids, "text": self.text, "stopped": self.stopped}
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS plus any the model's generation config lists (chat models end turns this way)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in [configured] if isinstance(configured, int) else (configured or []):
+        if token not in ids:
+            ids.append(token)
+    return ids
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 16,
+    progress: Callable[[int], Any] | None = None,
+) -> list[Generation]:
+    """Greedy answers to `prompts`, in their order. `progress(n)` gets the count finished by each batch."""
+    from transformers import GenerationConfig
+
+    if any(len(prompt) == 0 for prompt in prompts):
+        raise ValueError("every prompt needs at least one token")
+    stops = stop_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
+    config = GenerationConfig(
+        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops or None, pad_token_id=pad_id,
+        num_beams=1, temperature=None, top_p=None, top_k=None,
+    )
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: list[Generation | None] = [None] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        for index, generation in zip(batch, _generate_batch(model, tokenizer, [prompts[i] for i in batch],
+                                                           config, pad_id, set(stops)), strict=True):
+            results[index] = generation
+        if progress is not None:
+            progress(len(batch))
+    return results  # type: ignore[return-value]
+
+
+@torch.no_grad()
+def _generate_batch(
+    model: Any, tokenizer: Any, prompts: Sequence[list[int]], config: Any, pad_id: int, stops: set[int]
+) -> list[Generation]:
+    device = next(model.parameters()).device
+    width = max(len(prompt) for prompt in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T) left-padded
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T) 1 = real token
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[row, width - len(prompt) :] = 1
+    output = model.generate(
+        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+    )  # (B, T + new); rows that stopped early are padded after their EOS
+    return [_finish(row[width:].tolist(), tokenizer, stops) for row in output]
+
+
+def _finish(new_ids: list[int], tokenizer: Any, stops: set[int]) -> Generation:
+    """Cut at the first stop token, keeping it: the answer as the model ended it."""
+    for position, token in enumerate(new_ids):
+        if token in stops:
+            ids = new_ids[: position + 1]
+            return Generation(ids, tokenizer.decode(ids, skip_special_tokens=True), True)
+    return Generation(new_ids, tokenizer.decode(new_ids, skip_special_tokens=True), False)

@@ -1,0 +1,190 @@
+"""Load the base model and the LoRA adapter as one `PeftModel`.
+
+The base model's answers come from the same object with `with model.disable_adapter():`, so both
+models share weights, tokenizer, device and dtype. Before PEFT touches the weights, every adapter
+tensor's shape is checked against the base module it attaches to: an adapter trained on another
+base fails with one sentence instead of a `size mismatch` traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradian.data.base_model import BaseModelRef, load_tokenizer
+from gradian.errors import InputError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+_LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
+                       r"(?:\.[^.]+)?(?:\.weight)?$")
+
+
+class AdapterBaseWarning(UserWarning):
+    """The adapter names another base model than the one given, but its shapes fit."""
+
+
+def pick_device_dtype(device: str | torch.device | None, dtype: str | torch.dtype | None) -> tuple[torch.device, Any]:
+    """CUDA with bfloat16 when present, else CPU float32; either can be overridden."""
+    chosen = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None) if dtype != "auto" else None
+        if not isinstance(dtype, torch.dtype):
+            raise InputError("is not a torch dtype; use float32, bfloat16, float16 or float64.", str(dtype))
+    if dtype is None:
+        dtype = torch.bfloat16 if chosen.type == "cuda" else torch.float32
+    return chosen, dtype
+
+
+def load_models(
+    base: BaseModelRef,
+    adapter_dir: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> tuple[Any, Any]:
+    """(PeftModel in eval mode, tokenizer). The tokenizer is the adapter folder's when the run saved one.
+
+    A different `base_model_name_or_path` whose shapes still fit is a warning (`AdapterBaseWarning`, also
+    listed in `model.gradian_warnings`); shapes that do not fit raise `InputError`.
+    """
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter_dir = Path(adapter_dir)
+    config = read_adapter_config(adapter_dir)
+    chosen_device, chosen_dtype = pick_device_dtype(device, dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base.path, dtype=chosen_dtype, **base.kwargs())
+    except Exception as error:
+        raise InputError(f"could not load the base model ({_first_line(error)}).", base.spec) from None
+    check_adapter_shapes(model, adapter_dir, base)
+    notes = [note] if (note := adapter_base_mismatch(config, base)) else []
+    for note in notes:
+        warnings.warn(note, AdapterBaseWarning, stacklevel=2)
+    try:
+        peft_model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
+    except Exception as error:
+        raise InputError(f"PEFT could not load the adapter ({_first_line(error)}).", adapter_dir) from None
+    peft_model.to(chosen_device).eval()
+    peft_model.gradian_warnings = notes
+    return peft_model, _tokenizer(adapter_dir, base)
+
+
+def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
+    path = adapter_dir / ADAPTER_CONFIG
+    if not path.is_file():
+        raise InputError(f"has no {ADAPTER_CONFIG}; point --adapter at the folder the trainer saved the adapter in.",
+                         adapter_dir)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"is not valid JSON ({error}); the adapter folder looks damaged.", path) from None
+    if not isinstance(config, dict):
+        raise InputError("is not a JSON object; the adapter folder looks damaged.", path)
+    return config
+
+
+def adapter_base_mismatch(config: dict[str, Any], base: BaseModelRef) -> str | None:
+    """A sentence when the adapter's `base_model_name_or_path` names another model than `base`, else None.
+
+    Names are compared by their last part (folder name, hub repo name, GGUF stem), case-insensitively,
+    so `HuggingFaceTB/SmolLM2-135M` matches `/models/SmolLM2-135M` and a cache snapshot of that repo.
+    """
+    named = config.get("base_model_name_or_path")
+    if not named:
+        return None
+    if _model_names(str(named)) & (_model_names(base.spec) | _model_names(base.path) | _gguf_names(base)):
+        return None
+    return (f"the adapter was trained on {named!r} but the base model given is {base.spec!r}; "
+            "the shapes fit, so Gradian goes on, but check this is the same model.")
+
+
+def _model_names(spec: str) -> set[str]:
+    spec = spec.rstrip("/\\")
+    names = {Path(spec).name.lower(), spec.lower()}
+    cache = re.search(r"models--([^/\\]+)--([^/\\]+)", spec)  # HF cache: models--org--name/snapshots/<hash>
+    if cache:
+        names |= {cache.group(2).lower(), f"{cache.group(1)}/{cache.group(2)}".lower()}
+    return names - {""}
+
+
+def _gguf_names(base: BaseModelRef) -> set[str]:
+    if not base.gguf_file:
+        return set()
+    stem = Path(base.gguf_file).stem.lower()
+    return {stem, re.sub(r"[-.](q\d.*|f16|f32|bf16)$", "", stem)}
+
+
+def check_adapter_shapes(model: torch.nn.Module, adapter_dir: Path, base: BaseModelRef) -> None:
+    """Raise `InputError` when an adapter tensor does not fit the base module it attaches to."""
+    modules = dict(model.named_modules())
+    for key, shape in _adapter_shapes(adapter_dir).items():
+        match = _LORA_KEY.match(key)
+        if match is None:
+            continue
+        name, kind = match.group("module"), match.group("kind")
+        module = modules.get(name)
+        if module is None:
+            raise InputError(f"the adapter has weights for module {name!r}, which the base model {base.spec!r} "
+                             "does not have; is the adapter for another base model?", adapter_dir)
+        expected = _expected_dim(module, kind)
+        actual = shape[1] if kind in ("lora_A", "lora_embedding_A") else shape[0]
+        if expected is not None and actual != expected:
+            raise InputError(f"the adapter's {name} expects size {actual} but the base model {base.spec!r} has "
+                             f"{expected}; the adapter was trained on another base model.", adapter_dir)
+
+
+def _expected_dim(module: torch.nn.Module, kind: str) -> int | None:
+    """The base dimension a LoRA factor must match: input size for A, output size for B."""
+    if isinstance(module, torch.nn.Embedding):
+        return module.num_embeddings if kind.endswith("A") else module.embedding_dim
+    weight = getattr(module, "weight", None)
+    if weight is None or weight.ndim < 2:
+        return None
+    out_features, in_features = weight.shape[0], weight.shape[1]
+    if type(module).__name__ == "Conv1D":  # GPT-2 style: weight is (in, out)
+        out_features, in_features = in_features, out_features
+    return in_features if kind.endswith("A") else out_features
+
+
+def _adapter_shapes(adapter_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of the saved adapter, read without loading the tensors."""
+    safetensors_file, bin_file = (adapter_dir / name for name in ADAPTER_WEIGHTS)
+    if safetensors_file.is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(safetensors_file), framework="pt") as handle:
+                return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
+        except Exception as error:
+            raise InputError(f"could not read the adapter weights ({_first_line(error)}).", safetensors_file) from None
+    if bin_file.is_file():
+        try:
+            state = torch.load(bin_file, map_location="meta", weights_only=True)
+        except Exception as error:
+            raise InputError(f"could not read the adapter weights ({_first_line(error)}).", bin_file) from None
+        return {key: tuple(value.shape) for key, value in state.items()}
+    raise InputError("has no adapter_model.safetensors (or adapter_model.bin).", adapter_dir)
+
+
+def _tokenizer(adapter_dir: Path, base: BaseModelRef) -> Any:
+    if any((adapter_dir / name).is_file() for name in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(str(adapter_dir), local_files_only=True)
+        except Exception:
+            pass  # an incomplete tokenizer in the run folder: the base model's is the next best
+    return load_tokenizer(base)
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
