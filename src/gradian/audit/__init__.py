@@ -1,0 +1,12 @@
+"""The audit: mechanical faults of a fine-tune, found from dataset, run folder and tokenizer in seconds.
+
+`diagnose(...)` does everything; `run_audit(AuditContext)` runs the registered checks on rows already
+rendered; `@check("name")` registers a new check, a function `(AuditContext) -> list[Finding]`.
+"""
+
+from gradian.audit.context import AuditContext
+from gradian.audit.diagnosis import DiagnoseResult, diagnose
+from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import CHECKS, check, run_audit
+
+__all__ = ["AuditContext", "CHECKS", "DiagnoseResult", "Finding", "by_severity", "check", "diagnose", "run_audit"]

@@ -5,3 +5,6 @@ from __future__ import annotations
 import click
 
 ALL: list[click.Command] = []
+from gradian.cli.diagnose import diagnose_command  # noqa: E402
+
+ALL.append(diagnose_command)

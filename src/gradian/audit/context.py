@@ -1,0 +1,68 @@
+"""Everything a check may look at, read once: the rows, their rendering, the tokenizer, the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from gradian.data.base_model import BaseModelRef
+from gradian.data.examples import Example
+from gradian.data.render import Rendered, eos_token_of, pad_token_id_of
+from gradian.data.run_folder import RunInfo
+from gradian.data.setup import TrainingSetup
+
+
+@dataclass
+class AuditContext:
+    """The input of every check. `rendered[i]` is `examples[i]` as the trainer tokenized it."""
+
+    examples: list[Example]
+    rendered: list[Rendered]
+    tokenizer: Any
+    setup: TrainingSetup
+    run: RunInfo | None = None
+    eval_examples: list[Example] | None = None
+    base_ref: BaseModelRef | None = None
+    base_config: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def eos_id(self) -> int | None:
+        token = eos_token_of(self.tokenizer, self.setup)
+        return self.tokenizer.convert_tokens_to_ids(token) if token is not None else None
+
+    @cached_property
+    def pad_id(self) -> int | None:
+        return pad_token_id_of(self.tokenizer, self.setup)
+
+    @cached_property
+    def bos_id(self) -> int | None:
+        return self.tokenizer.bos_token_id
+
+    @cached_property
+    def end_ids(self) -> set[int]:
+        """Tokens that end an answer: EOS, plus the model's generation EOS ids (end-of-turn tokens)."""
+        ids = {self.eos_id} if self.eos_id is not None else set()
+        generation_eos = getattr(self.base_config, "eos_token_id", None)
+        if isinstance(generation_eos, int):
+            ids.add(generation_eos)
+        elif isinstance(generation_eos, list):
+            ids.update(i for i in generation_eos if isinstance(i, int))
+        return ids
+
+    @property
+    def rows(self) -> list[tuple[Example, Rendered]]:
+        return list(zip(self.examples, self.rendered, strict=True))
+
+    @property
+    def log_history(self) -> list[dict[str, Any]]:
+        return self.run.log_history if self.run is not None else []
+
+    @property
+    def adapter_config(self) -> dict[str, Any]:
+        return self.run.adapter_config if self.run is not None else {}
+
+    def in_order(self, ids: set[str]) -> list[str]:
+        """`ids` in dataset order."""
+        return [e.id for e in self.examples if e.id in ids]

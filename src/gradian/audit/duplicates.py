@@ -1,0 +1,157 @@
+"""Rows seen twice: exact and near duplicates in train (MinHash LSH), and eval rows that are also train rows."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import numpy as np
+from datasketch import MinHashLSH
+
+from gradian.audit.context import AuditContext
+from gradian.audit.finding import Finding
+from gradian.audit.registry import check
+from gradian.audit.wording import id_list, share
+from gradian.data.examples import Example
+
+NUM_PERM = 64
+NEAR = 0.8  # Jaccard over 4-token shingles, verified exactly after the LSH lookup
+SEED = 1
+LSH_THRESHOLD = 0.6  # candidates are looser than NEAR so that pairs just above NEAR are rarely missed
+CHUNK = 4096
+
+
+def normalised(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _key(example: Example) -> str:
+    return normalised(example.prompt_text) + "\x00" + normalised(example.completion_text)
+
+
+@check("duplicate")
+def exact_duplicates(ctx: AuditContext) -> list[Finding]:
+    """Rows whose prompt and completion equal an earlier row's (case and whitespace ignored)."""
+    first: dict[str, str] = {}
+    copies: dict[str, str] = {}
+    for example in ctx.examples:
+        key = _key(example)
+        if key in first:
+            copies[example.id] = first[key]
+        else:
+            first[key] = example.id
+    if not copies:
+        return []
+    ids = list(copies)
+    title = f"{share(len(ids), len(ctx.examples))} are exact copies of earlier rows (trained twice as often)"
+    fix = f"drop rows {id_list(ids)} (each repeats the row named in values.copy_of)"
+    return [Finding("duplicate", "warning", title, fix, ids, {"copy_of": copies})]
+
+
+@check("near_duplicate")
+def near_duplicates(ctx: AuditContext) -> list[Finding]:
+    """Rows ≥ 80% similar (Jaccard of 4-token shingles of the rendered rows) to an earlier row: MinHash LSH
+    finds candidates, the exact Jaccard of the two rows confirms them."""
+    keys = [_key(e) for e in ctx.examples]
+    grams = shingle_hashes([r.input_ids for r in ctx.rendered])
+    near: dict[str, tuple[str, float]] = {}
+    exact_seen: set[str] = set()
+    candidates = lsh_candidates(minhash_signatures(grams))
+    for index, example in enumerate(ctx.examples):
+        if keys[index] in exact_seen:
+            continue  # an exact copy: reported by `duplicate`
+        exact_seen.add(keys[index])
+        best = _best_match(candidates.get(index, ()), grams, index, keys)
+        if best is not None:
+            near[example.id] = (ctx.examples[best[0]].id, round(best[1], 3))
+    if not near:
+        return []
+    ids = list(near)
+    title = f"{share(len(ids), len(ctx.examples))} are near duplicates (≥ {NEAR:.0%} similar) of earlier rows"
+    fix = f"deduplicate: drop or rewrite rows {id_list(ids)} (values.similar_to names each row's twin)"
+    return [Finding("near_duplicate", "info", title, fix, ids, {"similar_to": near, "threshold": NEAR})]
+
+
+def _best_match(
+    candidates: Iterable[int], grams: list[np.ndarray], index: int, keys: list[str]
+) -> tuple[int, float] | None:
+    best: tuple[int, float] | None = None
+    mine = set(grams[index].tolist())
+    for other in candidates:
+        if keys[other] == keys[index]:
+            continue
+        theirs = set(grams[other].tolist())
+        score = len(mine & theirs) / max(len(mine | theirs), 1)
+        if score >= NEAR and (best is None or score > best[1]):
+            best = (other, score)
+    return best
+
+
+@check("train_eval_overlap")
+def train_eval_overlap(ctx: AuditContext) -> list[Finding]:
+    """Train rows whose prompt is also an eval prompt: the eval measures memory, not skill."""
+    if not ctx.eval_examples:
+        return []
+    eval_by_prompt: dict[str, list[str]] = defaultdict(list)
+    for example in ctx.eval_examples:
+        eval_by_prompt[normalised(example.prompt_text or example.text)].append(example.id)
+    pairs = {e.id: eval_by_prompt[p] for e in ctx.examples if (p := normalised(e.prompt_text or e.text)) in eval_by_prompt}
+    if not pairs:
+        return []
+    ids = list(pairs)
+    eval_ids = sorted({i for found in pairs.values() for i in found})
+    title = (f"{share(len(ids), len(ctx.examples))} of train also appear in the eval set "
+             f"({len(eval_ids)} of {len(ctx.eval_examples)} eval rows)")
+    fix = f"drop train rows {id_list(ids)} (or remove eval rows {id_list(eval_ids)}) so the eval is held out"
+    return [Finding("train_eval_overlap", "warning", title, fix, ids, {"eval_ids": eval_ids, "pairs": pairs})]
+
+
+def shingle_hashes(token_rows: list[list[int]], width: int = 4) -> list[np.ndarray]:
+    """Per row, 64-bit hashes of its `width`-token shingles (from the rendered token ids: no re-tokenizing)."""
+    out = []
+    for tokens in token_rows:
+        ids = np.asarray(tokens, dtype=np.uint64)  # (T,)
+        if len(ids) >= width:
+            grams = np.zeros(len(ids) - width + 1, dtype=np.uint64)
+            for offset in range(width):  # polynomial hash of each window; uint64 wraps, which is fine for hashing
+                grams = grams * np.uint64(1_000_003) + ids[offset:len(ids) - width + 1 + offset]
+            ids = grams
+        out.append(ids if len(ids) else np.zeros(1, dtype=np.uint64))
+    return out
+
+
+def minhash_signatures(grams: list[np.ndarray]) -> np.ndarray:
+    """MinHash signatures (N, NUM_PERM): per permutation k, min over shingles of (a_k h + b_k) >> 32
+    (multiply-shift hashing, seeded), for a chunk of rows at once."""
+    rng = np.random.default_rng(SEED)
+    a = rng.integers(1, 2**63, NUM_PERM, dtype=np.uint64) | np.uint64(1)  # (P,) odd multipliers
+    b = rng.integers(0, 2**63, NUM_PERM, dtype=np.uint64)  # (P,)
+    out = np.empty((len(grams), NUM_PERM), dtype=np.uint64)
+    for start in range(0, len(grams), CHUNK):
+        rows = grams[start:start + CHUNK]
+        hashes = np.concatenate(rows)  # (S,) every shingle of the chunk
+        offsets = np.cumsum([0] + [len(r) for r in rows[:-1]])
+        permuted = (hashes[:, None] * a[None, :] + b) >> np.uint64(32)  # (S, P)
+        out[start:start + len(rows)] = np.minimum.reduceat(permuted, offsets, axis=0)
+    return out
+
+
+def lsh_candidates(signatures: np.ndarray) -> dict[int, set[int]]:
+    """For each row, earlier rows sharing an LSH band with it: the first row of each shared bucket and the
+    row just before it there. Bands are sized by datasketch's `MinHashLSH` for `LSH_THRESHOLD`."""
+    lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
+    rows, partners = [], []
+    for start, end in lsh.hashranges:
+        band = np.ascontiguousarray(signatures[:, start:end]).view(f"V{8 * (end - start)}").ravel()  # (N,)
+        _, bucket = np.unique(band, return_inverse=True)
+        order = np.argsort(bucket, kind="stable")  # rows grouped by bucket, in file order inside a bucket
+        grouped = bucket[order]
+        same = np.flatnonzero(grouped[1:] == grouped[:-1]) + 1  # positions whose previous row shares the bucket
+        first = np.maximum.accumulate(np.where(np.r_[True, grouped[1:] != grouped[:-1]], np.arange(len(order)), 0))
+        rows += [order[same], order[same]]
+        partners += [order[same - 1], order[first[same]]]
+    candidates: dict[int, set[int]] = defaultdict(set)
+    if rows:
+        for row, partner in zip(np.concatenate(rows).tolist(), np.concatenate(partners).tolist(), strict=True):
+            candidates[row].add(partner)
+    return candidates

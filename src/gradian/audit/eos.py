@@ -1,0 +1,58 @@
+"""Does the model ever learn to stop? EOS must be the last supervised token of every row."""
+
+from __future__ import annotations
+
+from gradian.audit.context import AuditContext
+from gradian.audit.finding import Finding
+from gradian.audit.registry import check
+from gradian.audit.wording import id_list, share
+from gradian.data.render import IGNORE, Rendered
+
+
+def _eos_masked_by_collator(row: Rendered, eos_id: int | None) -> bool:
+    """The row ends with EOS in its input, but EOS carries no label (a pad-masking collator hid it)."""
+    last = max((i for i, label in enumerate(row.labels) if label != IGNORE), default=None)
+    return last is not None and last + 1 < len(row.input_ids) and row.input_ids[last + 1] == eos_id \
+        and row.labels[last + 1] == IGNORE
+
+
+@check("missing_eos")
+def missing_eos(ctx: AuditContext) -> list[Finding]:
+    """Rows whose last supervised token is not an end token (truncated rows are reported by truncation)."""
+    trained = [r for r in ctx.rendered if not r.dropped and not r.tail_cut]
+    missing = [r for r in trained
+               if r.last_supervised() not in ctx.end_ids and not _eos_masked_by_collator(r, ctx.eos_id)]
+    if not missing:
+        return []
+    ids = [r.example_id for r in missing]
+    eos = ctx.tokenizer.convert_ids_to_tokens(ctx.eos_id) if ctx.eos_id is not None else None
+    severity = "critical" if len(missing) >= 0.5 * max(len(trained), 1) else "warning"
+    title = f"{share(len(missing), len(trained))} never supervise EOS ({eos!r}): the model does not learn to stop"
+    fix = (f"end every answer with {eos!r}: for messages data use a chat template that emits {{{{ eos_token }}}} "
+           f"after each assistant turn inside {{% generation %}}; for strings let TRL append it, or set "
+           f"SFTConfig(eos_token=...) to the token the model generates; rows {id_list(ids)}")
+    return [Finding("missing_eos", severity, title, fix, ids, {"eos_token": eos, "eos_id": ctx.eos_id})]
+
+
+@check("pad_eos_masking")
+def pad_eos_masking(ctx: AuditContext) -> list[Finding]:
+    """pad == eos: a collator that masks pad ids also masks every real EOS."""
+    if ctx.pad_id is None or ctx.pad_id != ctx.eos_id:
+        return []
+    masks = ctx.setup.collator_masks_pad
+    if masks is False:
+        return []
+    token = ctx.tokenizer.convert_ids_to_tokens(ctx.eos_id)
+    ids = [r.example_id for r in ctx.rendered if _eos_masked_by_collator(r, ctx.eos_id)] if masks else []
+    fix = ("give the tokenizer a distinct pad token (tokenizer.pad_token = an unused token such as "
+           "'<|finetune_right_pad_id|>' or '<pad>', and SFTConfig(pad_token=...)), or use TRL ≥ 0.17's own "
+           "collator, which pads labels by position")
+    values = {"pad_token": token, "pad_id": ctx.pad_id, "collator_masks_pad": masks}
+    if masks:
+        title = (f"pad == eos ({token!r}) and the collator masks pad ids: EOS is masked in "
+                 f"{share(len(ids), len(ctx.rendered))}, so the model never learns to stop")
+        return [Finding("pad_eos_masking", "critical", title, fix, ids, values)]
+    title = (f"pad == eos ({token!r}); if the collator masks pad ids (transformers' DataCollatorForLanguageModeling, "
+             f"TRL < 0.17) every EOS label is hidden")
+    fix += "; add `data_collator: <class name>` to the config so Gradian can tell"
+    return [Finding("pad_eos_masking", "warning", title, fix, [], values)]

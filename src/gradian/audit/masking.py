@@ -1,0 +1,70 @@
+"""Where the loss falls: on the prompt (it should not), or on nothing at all (the row is dead)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradian.audit.context import AuditContext
+from gradian.audit.finding import Finding
+from gradian.audit.registry import check
+from gradian.audit.wording import id_list, share
+from gradian.data.examples import Example
+from gradian.data.render import IGNORE, Rendered
+
+
+def _prompt_trained(example: Example, row: Rendered) -> bool:
+    """Prompt tokens carry loss: inside the prompt span for prompt/completion rows, or every token of a chat
+    that has non-assistant turns."""
+    if example.shape in ("prompt_completion", "conversational_prompt_completion"):
+        return any(label != IGNORE for label in row.labels[: row.prompt_length])
+    if example.shape == "messages":
+        has_prompt = any(m.get("role") != "assistant" for m in example.fields["messages"])
+        return has_prompt and row.supervised == len(row.labels)
+    return False
+
+
+@check("prompt_loss")
+def prompt_loss(ctx: AuditContext) -> list[Finding]:
+    """Rows whose prompt is trained as if it were the answer."""
+    hits = [(e, r) for e, r in ctx.rows if not r.dropped and _prompt_trained(e, r)]
+    if not hits:
+        return []
+    ids = [e.id for e, _ in hits]
+    fractions = np.array([r.label_fraction for _, r in hits], dtype=np.float64)
+    chats = sum(e.shape == "messages" for e, _ in hits)
+    plain = len(hits) - chats
+    severity = "critical" if plain >= 0.5 * len(ctx.examples) else "warning"
+    fixes = []
+    if plain:
+        fixes.append("set SFTConfig(completion_only_loss=True) (or leave it unset for prompt/completion rows); "
+                     "axolotl: train_on_inputs: false")
+    if chats:
+        fixes.append("set SFTConfig(assistant_only_loss=True) with a chat template that marks assistant turns "
+                     "with {% generation %}")
+    title = (f"{share(len(hits), len(ctx.examples))} train on their prompt "
+             f"(median {np.median(fractions):.0%} of tokens carry loss)")
+    values = {"median_label_fraction": float(np.median(fractions)), "messages_rows": chats, "prompt_rows": plain}
+    return [Finding("prompt_loss", severity, title, "; ".join(fixes), ids, values)]
+
+
+@check("no_loss")
+def no_loss(ctx: AuditContext) -> list[Finding]:
+    """Rows with no supervised token: the trainer drops them (or, in older versions, trains on nothing)."""
+    dead = [(e, r) for e, r in ctx.rows if r.dropped and not (ctx.setup.drop_overlong and r.truncated_tokens)]
+    if not dead:
+        return []
+    ids = [e.id for e, _ in dead]
+    by_truncation = [r for _, r in dead if r.truncated_tokens > 0]
+    severity = "critical" if len(dead) >= 0.5 * len(ctx.examples) else "warning"
+    fixes = []
+    if by_truncation:
+        need = max(r.prompt_length for r in by_truncation) + 1
+        fixes.append(f"the prompt alone fills max_length={ctx.setup.max_length}: raise it to ≥ {need} "
+                     f"or shorten those prompts")
+    if len(by_truncation) < len(dead):
+        fixes.append("no token is marked as answer: with assistant_only_loss=True the chat template needs "
+                     "{% generation %} around assistant turns; empty completions must be filled or dropped")
+    title = f"{share(len(dead), len(ctx.examples))} carry no loss at all and train nothing"
+    fix = "; ".join(fixes) + f" (rows {id_list(ids)})"
+    values = {"by_truncation": len(by_truncation), "no_answer_tokens": len(dead) - len(by_truncation)}
+    return [Finding("no_loss", severity, title, fix, ids, values)]

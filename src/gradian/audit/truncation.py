@@ -1,0 +1,145 @@
+"""Completions that training never saw whole: cut by the run's max length, or cut in the data itself."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from gradian.audit.context import AuditContext
+from gradian.audit.finding import Finding
+from gradian.audit.registry import check
+from gradian.audit.wording import id_list, p99, share
+from gradian.data.examples import Example
+from gradian.data.render import eos_token_of
+
+CRITICAL_SHARE = 0.05  # a cut affecting ≥ 5% of rows is a run-wide problem
+SHORT_RATIO = 0.5  # "much shorter than its cluster": ≤ half the median of rows sharing its key prompt word
+MIN_GROUP = 5
+WORD = re.compile(r"[a-z]{3,}")
+
+
+def _severity(count: int, total: int) -> str:
+    return "critical" if count >= CRITICAL_SHARE * total else "warning"
+
+
+@check("truncation")
+def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
+    """Rows longer than `max_length`: with keep_start their completion end and EOS are cut off."""
+    limit = ctx.setup.max_length
+    if limit is None or ctx.setup.packing:
+        return []
+    over = [r for r in ctx.rendered if r.full_length > limit]
+    if not over:
+        return []
+    need = p99([r.full_length for r in ctx.rendered])
+    longest = max(r.full_length for r in over)
+    ids = [r.example_id for r in over]
+    values = {"max_length": limit, "rows": len(over), "p99_length": need, "longest": longest,
+              "tokens_over": {r.example_id: r.full_length - limit for r in over},
+              "assumed_max_length": "max_length" in ctx.setup.assumed}
+    where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
+    verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
+    assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
+    title = f"{share(len(over), len(ctx.rendered))} exceed max_length={limit}{assumed} and are {verb}"
+    fix = (f"raise max_length to ≥ {max(need, limit + 1)} (the p99 of rendered rows; the longest is {longest}), "
+           f"or shorten/drop rows {id_list(ids)}")
+    return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
+
+
+@check("cut_in_data")
+def cut_in_data(ctx: AuditContext) -> list[Finding]:
+    """Completions already cut in the dataset: broken JSON, a dangling end, or far shorter than their cluster."""
+    eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
+    reasons: dict[str, str] = {}
+    for example in ctx.examples:
+        reason = _json_cut(_completion_string(example).strip().removesuffix(eos))
+        if reason:
+            reasons[example.id] = reason
+    for example_id, reason in _short_for_cluster(ctx.examples).items():
+        reasons.setdefault(example_id, reason)
+    if not reasons:
+        return []
+    ids = [e.id for e in ctx.examples if e.id in reasons]
+    title = f"{share(len(ids), len(ctx.examples))} have completions cut in the data itself (stopping early is trained)"
+    fix = f"complete or drop rows {id_list(ids)}; the model learns to stop where these rows stop"
+    return [Finding("cut_in_data", _severity(len(ids), len(ctx.examples)), title, fix, ids, {"reasons": reasons})]
+
+
+def _completion_string(example: Example) -> str:
+    completion = example.completion
+    if isinstance(completion, list):
+        return "\n".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
+    return completion or ""
+
+
+def _json_cut(text: str) -> str | None:
+    """Why a completion that looks like JSON is cut, or None when it is whole (or not JSON at all)."""
+    body = text.strip()
+    fenced = re.search(r"```(?:json)?\s*(.*?)(```|$)", body, re.S)
+    if fenced and body.startswith("```"):
+        if not fenced.group(2):
+            return "code fence never closed"
+        body = fenced.group(1).strip()
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        json.loads(body)
+        return None
+    except json.JSONDecodeError:
+        pass
+    depth, in_string = _json_depth(body)
+    if in_string:
+        return "ends inside a JSON string"
+    if depth > 0:
+        return f"unbalanced JSON ({depth} unclosed bracket{'s' if depth > 1 else ''})"
+    return None  # balanced but invalid (single quotes, ...): a format problem, not a cut
+
+
+def _json_depth(text: str) -> tuple[int, bool]:
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+    return depth, in_string
+
+
+def _short_for_cluster(examples: list[Example]) -> dict[str, str]:
+    """Rows ending abruptly (a letter, digit, comma or colon) at ≤ half the median length of rows whose
+    prompts share their most distinctive word."""
+    words = [set(WORD.findall(e.prompt_text.lower())) for e in examples]
+    frequency: dict[str, int] = defaultdict(int)
+    for row in words:
+        for word in row:
+            frequency[word] += 1
+    groups: dict[str, list[int]] = defaultdict(list)
+    for index, row in enumerate(words):
+        candidates = [w for w in row if MIN_GROUP <= frequency[w] < 0.5 * len(examples)]
+        if candidates:
+            groups[min(candidates, key=lambda w: (frequency[w], w))].append(index)
+    found: dict[str, str] = {}
+    for word, members in groups.items():
+        if len(members) < MIN_GROUP:
+            continue
+        lengths = np.array([len(_completion_string(examples[i])) for i in members], dtype=np.float64)
+        median = float(np.median(lengths))
+        for i, length in zip(members, lengths, strict=True):
+            text = _completion_string(examples[i]).rstrip()
+            if length <= SHORT_RATIO * median and text and re.search(r"[\w,:;(\-]$", text):
+                found[examples[i].id] = (f"{int(length)} characters, ≤ {SHORT_RATIO:.0%} of the median "
+                                         f"{math.floor(median)} of rows about {word!r}, ending mid-sentence")
+    return found

@@ -1,0 +1,329 @@
+"""What a training run left behind: adapter, trainer state, checkpoints and the settings it trained with.
+
+Reads the folders HF Trainer / TRL `SFTTrainer` write (`adapter_config.json`, `adapter_model.safetensors`,
+`trainer_state.json` with its `log_history`, `checkpoint-N/` with `optimizer.pt` and `training_args.bin`)
+and a training config: a TRL `SFTConfig` YAML/JSON (as passed to `trl sft --config`) or an axolotl YAML,
+given with `config=` or found in the run folder. Settings are taken, highest first, from: `overrides`
+(command-line flags), the config file, `training_args.bin` (read without running code), `trainer_state.json`,
+and the framework's defaults; `setup.assumed` names every rendering setting taken on trust from the defaults.
+
+Config keys Gradian reads besides the framework's own: `data_collator` (a class name such as
+`transformers.DataCollatorForLanguageModeling`: that collator sets the labels of pad ids to -100) and
+`collator_masks_pad` (true/false, to say it directly).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gradian.data.setup import TrainingSetup
+from gradian.data.training_args import read_training_args
+from gradian.errors import InputError
+
+CONFIG_NAMES = (
+    "sft_config.yaml", "sft_config.yml", "sft_config.json", "training_config.yaml", "training_config.yml",
+    "training_config.json", "trl_config.yaml", "axolotl.yaml", "axolotl.yml", "config.yaml", "config.yml",
+)
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class RunInfo:
+    """One run folder, read. Paths are absolute; `unreadable` says what could not be read and why."""
+
+    path: Path | None
+    adapter_dir: Path | None = None
+    adapter_config: dict[str, Any] = field(default_factory=dict)
+    trainer_state: dict[str, Any] | None = None
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[Path] = field(default_factory=list)
+    optimizer_path: Path | None = None
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+    training_args: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    config_path: Path | None = None
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def base_model_name(self) -> str | None:
+        return self.adapter_config.get("base_model_name_or_path")
+
+
+def read_run(
+    run_dir: str | Path | None, config: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> RunInfo:
+    """Read a run folder (or only a config when `run_dir` is None) into a `RunInfo`.
+
+    Raises `InputError` naming the file for a folder that does not exist or holds no run, and for
+    an adapter config / trainer state / config file that is not valid JSON or YAML.
+    """
+    run = RunInfo(path=None)
+    if run_dir is not None:
+        run = _read_folder(Path(run_dir).resolve())
+    config_path = Path(config).resolve() if config is not None else _find_config(run.path)
+    if config is not None and not config_path.is_file():
+        raise InputError("no such config file; check the path.", config)
+    run.config_path = config_path
+    run.config = read_config_file(config_path) if config_path else {}
+    run.setup = _resolve_setup(run, overrides or {})
+    return run
+
+
+def _read_folder(path: Path) -> RunInfo:
+    if not path.exists():
+        raise InputError("no such run folder; check the path.", path)
+    if not path.is_dir():
+        raise InputError("is a file, expected a run folder (the trainer's output_dir).", path)
+    checkpoints = _checkpoints(path)
+    if CHECKPOINT.match(path.name) and not checkpoints:
+        checkpoints = [path]
+    adapter_dir = _newest_with(path, checkpoints, "adapter_config.json")
+    state_dir = _newest_with(path, checkpoints, "trainer_state.json")
+    if adapter_dir is None and state_dir is None:
+        raise InputError(
+            "holds no adapter_config.json and no trainer_state.json (nor checkpoint-*/ with them); "
+            "point --run at the trainer's output_dir.",
+            path,
+        )
+    run = RunInfo(path=path, adapter_dir=adapter_dir, checkpoints=checkpoints)
+    if adapter_dir is not None:
+        run.adapter_config = _read_json(adapter_dir / "adapter_config.json")
+        if not any((adapter_dir / name).exists() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+            run.unreadable.append(f"{adapter_dir}: no adapter_model.safetensors beside adapter_config.json")
+    if state_dir is not None:
+        run.trainer_state = _read_json(state_dir / "trainer_state.json")
+        run.log_history = [row for row in run.trainer_state.get("log_history", []) if isinstance(row, dict)]
+    newest = checkpoints[-1] if checkpoints else path
+    if (newest / "optimizer.pt").exists():
+        run.optimizer_path = newest / "optimizer.pt"
+    run.training_args = _training_args(run, path, checkpoints)
+    return run
+
+
+def _checkpoints(path: Path) -> list[Path]:
+    found = [(int(match.group(1)), child) for child in path.iterdir()
+             if child.is_dir() and (match := CHECKPOINT.match(child.name))]
+    return [child for _, child in sorted(found)]
+
+
+def _newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
+    """The run root if it holds `name` (what `save_model`/`save_state` write last), else the newest checkpoint."""
+    for folder in [root, *reversed(checkpoints)]:
+        if (folder / name).is_file():
+            return folder
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("is not UTF-8 text; the run folder looks damaged.", path) from None
+    except OSError as error:
+        raise InputError(f"cannot be read ({error.strerror}).", path) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"is not valid JSON ({error.msg}); the run folder looks damaged.", path, error.lineno) from None
+    if not isinstance(value, dict):
+        raise InputError("should hold a JSON object.", path)
+    return value
+
+
+def _training_args(run: RunInfo, root: Path, checkpoints: list[Path]) -> dict[str, Any]:
+    for folder in [root, *reversed(checkpoints)]:
+        candidate = folder / "training_args.bin"
+        if candidate.is_file():
+            try:
+                return read_training_args(candidate)
+            except InputError as error:
+                run.unreadable.append(str(error))
+                return {}
+    return {}
+
+
+def _find_config(run_path: Path | None) -> Path | None:
+    if run_path is None:
+        return None
+    for folder in (run_path, run_path.parent if CHECKPOINT.match(run_path.name) else run_path):
+        for name in CONFIG_NAMES:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A training config (YAML or JSON) as a dict; `InputError` with file and line when it does not parse."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("is not UTF-8 text; re-encode the config as UTF-8.", path) from None
+    try:
+        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"is not valid JSON ({error.msg}).", path, error.lineno) from None
+    except yaml.YAMLError as error:
+        line = error.problem_mark.line + 1 if getattr(error, "problem_mark", None) else None
+        raise InputError(f"is not valid YAML ({getattr(error, 'problem', None) or 'parse error'}).", path, line) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError("should hold a mapping of setting names to values.", path)
+    return value
+
+
+def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
+    """Flags > config file > training_args.bin > trainer_state.json > the framework's defaults."""
+    known = {f.name for f in fields(TrainingSetup)} - {"assumed", "source"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise InputError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+    framework = detect_framework(run.config) if run.config else "trl"
+    explicit: dict[str, Any] = {}
+    for layer in (_from_trainer_state(run.trainer_state), setup_fields(run.training_args, "trl"),
+                  setup_fields(run.config, framework, run.config_path)):
+        explicit.update(layer)
+    explicit.update({key: value for key, value in overrides.items() if value is not None})
+    values = {**FRAMEWORK_DEFAULTS.get(framework, {}), **explicit, "framework": framework}
+    setup = TrainingSetup(**{key: value for key, value in values.items() if key in known})
+    setup.source = str(run.config_path) if run.config_path else ("training_args.bin" if run.training_args else None)
+    setup.assumed = [name for name in ASSUMABLE if name not in explicit]
+    return setup
+
+
+# Rendering settings reports say were taken on trust when the run did not record them.
+ASSUMABLE = (
+    "max_length", "truncation_mode", "completion_only_loss", "assistant_only_loss", "packing", "eos_token",
+    "pad_token", "collator_masks_pad",
+)
+# axolotl v0.18: sequence_len 512, excess_length_strategy drop, train_on_inputs false, collators pad labels with -100.
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "axolotl": {"max_length": 512, "drop_overlong": True, "completion_only_loss": True, "collator_masks_pad": False},
+}
+AXOLOTL_KEYS = {"sequence_len", "train_on_inputs", "micro_batch_size", "num_epochs", "sample_packing",
+                "excess_length_strategy", "lora_r", "adapter", "base_model", "datasets"}
+# Collators that set the labels of pad ids to -100 (so pad == eos hides every EOS); TRL's own pads by position.
+PAD_MASKING_COLLATORS = ("DataCollatorForLanguageModeling", "DataCollatorForCompletionOnlyLM")
+POSITION_PADDING_COLLATORS = ("DataCollatorForSeq2Seq", "DataCollatorWithFlattening", "DataCollatorForChatML")
+
+
+def detect_framework(config: dict[str, Any]) -> str:
+    """`axolotl` when the config uses axolotl's keys, else `trl` (SFTConfig / TrainingArguments names)."""
+    hits = AXOLOTL_KEYS & set(config)
+    return "axolotl" if len(hits) >= 2 or "sequence_len" in hits or "train_on_inputs" in hits else "trl"
+
+
+def setup_fields(config: dict[str, Any], framework: str, path: Path | None = None) -> dict[str, Any]:
+    """The `TrainingSetup` fields a config (or training_args.bin) sets explicitly, by the framework's names."""
+    if not config:
+        return {}
+    out = _axolotl_fields(config) if framework == "axolotl" else _trl_fields(config, path)
+    collator = _collator_masks_pad(config)
+    if collator is not None:
+        out["collator_masks_pad"] = collator
+    return out
+
+
+def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for old, new in (("max_seq_length", "max_length"), ("max_length", "max_length")):
+        if old in config:
+            out[new] = _int_or_none(config[old])
+    for name in ("truncation_mode", "dataset_text_field"):
+        if isinstance(config.get(name), str):
+            out[name] = config[name]
+    for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
+        if name in config and (config[name] is None or isinstance(config[name], str)):
+            out[name] = config[name]
+    for name in ("completion_only_loss", "assistant_only_loss", "packing"):
+        if name in config and (config[name] is None or isinstance(config[name], bool)):
+            out[name] = config[name]
+    out.update(_numbers(config, {"learning_rate": "learning_rate", "num_train_epochs": "num_train_epochs",
+                                 "per_device_train_batch_size": "per_device_train_batch_size",
+                                 "gradient_accumulation_steps": "gradient_accumulation_steps"}))
+    template = config.get("chat_template_path")
+    if isinstance(template, str) and path is not None:
+        out.update(_chat_template_file(path.parent / template))
+    return out
+
+
+def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"truncation_mode": "keep_start"}
+    if "sequence_len" in config:
+        out["max_length"] = _int_or_none(config["sequence_len"])
+    if "excess_length_strategy" in config:
+        out["drop_overlong"] = str(config["excess_length_strategy"]).lower() != "truncate"
+    if "train_on_inputs" in config:
+        out["completion_only_loss"] = not bool(config["train_on_inputs"])
+    datasets = config.get("datasets") or []
+    if any(isinstance(d, dict) and d.get("type") == "chat_template" for d in datasets):
+        out["assistant_only_loss"] = not bool(config.get("train_on_inputs", False))
+    if "sample_packing" in config:
+        out["packing"] = bool(config["sample_packing"])
+    tokens = config.get("special_tokens") or {}
+    for name in ("eos_token", "pad_token"):
+        if isinstance(tokens, dict) and isinstance(tokens.get(name), str):
+            out[name] = tokens[name]
+    if isinstance(config.get("chat_template_jinja"), str):
+        out["chat_template"] = config["chat_template_jinja"]
+    out.update(_numbers(config, {"learning_rate": "learning_rate", "num_epochs": "num_train_epochs",
+                                 "micro_batch_size": "per_device_train_batch_size",
+                                 "gradient_accumulation_steps": "gradient_accumulation_steps"}))
+    return out
+
+
+def _collator_masks_pad(config: dict[str, Any]) -> bool | None:
+    if isinstance(config.get("collator_masks_pad"), bool):
+        return config["collator_masks_pad"]
+    name = config.get("data_collator")
+    if not isinstance(name, str) or not name:
+        return None
+    module, _, cls = name.rpartition(".")
+    if cls == "DataCollatorForLanguageModeling" and module.startswith("trl"):
+        return False  # TRL's SFT collator pads labels with -100 by position (TRL >= 0.17)
+    if cls in PAD_MASKING_COLLATORS:
+        return True
+    return False if cls in POSITION_PADDING_COLLATORS else None
+
+
+def _numbers(config: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, name in names.items():
+        value = config.get(key)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            out[name] = number if name in ("learning_rate", "num_train_epochs") else int(number)
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _chat_template_file(path: Path) -> dict[str, Any]:
+    if path.is_file() and path.suffix in (".jinja", ".j2", ".txt"):
+        return {"chat_template": path.read_text(encoding="utf-8")}
+    return {}
+
+
+def _from_trainer_state(state: dict[str, Any] | None) -> dict[str, Any]:
+    if not state:
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(state.get("num_train_epochs"), (int, float)):
+        out["num_train_epochs"] = float(state["num_train_epochs"])
+    if isinstance(state.get("train_batch_size"), int):
+        out["per_device_train_batch_size"] = state["train_batch_size"]
+    return out
