@@ -8,3 +8,6 @@ ALL: list[click.Command] = []
 from gradian.cli.diagnose import diagnose_command  # noqa: E402
 
 ALL.append(diagnose_command)
+from gradian.cli.attribute import attribute_command  # noqa: E402
+
+ALL.append(attribute_command)

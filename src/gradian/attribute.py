@@ -1,0 +1,237 @@
+"""`attribute`: audit → regression → gradients → scores → clusters → report, each stage resumable in `out`.
+
+A thin facade over the stages (the CLI calls `attribute(settings, progress)`; so can a notebook). Each stage
+writes its artifact into the output folder; a rerun reuses cached generations and the gradient store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.audit import DiagnoseResult, diagnose
+from gradian.clusters.cluster import cluster_examples
+from gradian.clusters.naming import name_clusters
+from gradian.clusters.summary import ClusterSummary, summarize_clusters
+from gradian.data.examples import Example
+from gradian.data.render import render_example
+from gradian.data.setup import TrainingSetup
+from gradian.errors import InputError
+from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.regression.capabilities import Capability, get_capability
+from gradian.regression.loading import load_models
+from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
+from gradian.report.schema import build_report
+from gradian.report.verdict import Verdict, decide
+from gradian.report.writers import write_report
+from gradian.scores.preconditioners import adam, make_preconditioner
+from gradian.scores.queries import QueryPair, query_features
+from gradian.scores.scoring import score, total_effect
+from gradian.settings import AttributeSettings
+
+Say = Callable[[str], None]
+Bar = Callable[[Iterable, str], Iterable]
+
+
+@dataclass
+class AttributeResult:
+    verdict: Verdict
+    report: dict[str, Any]
+    paths: dict[str, Path]
+
+
+def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar | None = None) -> AttributeResult:
+    """Run every stage; `say` reports the stage, `bar(iterable, label)` wraps long loops in a progress bar."""
+    say = say or (lambda _: None)
+    out = _writable(settings.out_dir)
+    capability = get_capability(settings.capability)
+
+    say("audit: rendering the rows as trained and running the checks")
+    audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
+                     run=settings.run, config=settings.config)
+    _write_json(out / "findings.json", {"findings": [f.to_dict() for f in audit.findings]})
+
+    say("regression: generating with the base and the fine-tuned model")
+    model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
+    ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
+    try:
+        regression = measure_regression(
+            model, tokenizer, audit.eval_examples or [], capability, audit.setup, out,
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            progress=_ticker(ticks), seed=settings.seed, min_effect=settings.min_effect,
+        )
+    finally:
+        getattr(ticks, "close", lambda: None)()
+    summary = regression.summary.to_dict()
+    if not summary["significant"] and not settings.force:
+        say("regression: inside the noise band, stopping here")
+        return _finish(settings, audit, summary, None, None, None, None)
+
+    pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query)
+    if not pairs:
+        raise InputError("no failing eval row has a correct answer to contrast with (no reference, and the base "
+                         "model fails too); add reference answers to the eval set.", settings.eval_dataset)
+
+    say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
+    gradient_settings = GradientSettings(proj_dim=_proj_dim(settings), seed=settings.seed,
+                                         batch_size=settings.batch_size)
+    scale = _scale(settings, audit, model)
+    store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
+                                   progress=_wrap(bar, "gradients"), scale=scale)
+
+    say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner")
+    queries = query_features(model, pairs, kind=_base_kind(settings.query), settings=gradient_settings)
+    preconditioner = make_preconditioner("identity" if settings.preconditioner == "adam" else settings.preconditioner)
+    effects = score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train)
+    np.save(out / "scores.npy", effects)
+    _write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
+                                      "query": settings.query, "preconditioner": settings.preconditioner})
+
+    say("clusters: grouping and naming the training rows")
+    features = store.rows(0, store.n_rows).astype(np.float32)
+    return _finish(settings, audit, summary, effects, features, pairs, regression)
+
+
+def _finish(
+    settings: AttributeSettings,
+    audit: DiagnoseResult,
+    summary: dict[str, Any],
+    effects: np.ndarray | None,
+    features: np.ndarray | None,
+    pairs: list[QueryPair] | None,
+    regression: RegressionResult | None,
+) -> AttributeResult:
+    ids = [example.id for example in audit.examples]
+    labels, clusters, effect = None, None, None
+    if effects is not None:
+        effect = total_effect(effects)
+        labels, clusters = _clusters(audit.examples, features, effects, audit, settings)
+    verdict = decide(summary, audit.findings, clusters, effect, ids)
+    report = build_report(
+        regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
+        labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
+        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []]}, seed=settings.seed,
+    )
+    paths = write_report(settings.out_dir, report, audit.examples)
+    return AttributeResult(verdict, report, paths)
+
+
+def _clusters(
+    examples: list[Example], features: np.ndarray | None, effects: np.ndarray, audit: DiagnoseResult,
+    settings: AttributeSettings,
+) -> tuple[np.ndarray, list[ClusterSummary]]:
+    texts = [example.text for example in examples]
+    labels = cluster_examples(texts, features, n_clusters=settings.n_clusters, seed=settings.seed)
+    names = name_clusters(texts, labels)
+    ids = [example.id for example in examples]
+    return labels, summarize_clusters(ids, labels, effects, names, audit.findings, seed=settings.seed)
+
+
+def query_pairs(
+    regression: RegressionResult,
+    capability: Capability,
+    eval_examples: list[Example],
+    tokenizer: Any,
+    setup: TrainingSetup,
+    kind: str,
+) -> list[QueryPair]:
+    """One pair per failing eval row: y⁺ (reference, else a passing base answer; repaired when asked), y⁻."""
+    by_id = {example.id: example for example in eval_examples}
+    pairs = []
+    for row in regression.failures():
+        positive = _positive_text(row, capability, kind)
+        if positive is None:
+            continue
+        prompt_ids, positive_ids = answer_tokens(by_id[row.id], positive, tokenizer, setup)
+        pairs.append(QueryPair(row.id, row.prompt_ids, positive_ids, list(row.finetuned.ids)))
+        if prompt_ids != row.prompt_ids:  # the chat template renders the prompt differently with an answer
+            pairs[-1] = QueryPair(row.id, prompt_ids, positive_ids, _retokenized(row, by_id, tokenizer, setup))
+    return pairs
+
+
+def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str | None:
+    correct = row.reference if row.reference is not None else (row.base.text if row.base_score >= 0.5 else None)
+    if correct is None:
+        return None
+    if kind.startswith("repaired"):
+        repair = getattr(capability, "repair", None)
+        repaired = repair(row.finetuned.text, correct) if repair is not None else None
+        return repaired if repaired is not None else correct
+    return correct
+
+
+def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of `answer` rendered after the prompt exactly as training renders completions."""
+    prompt = example.prompt
+    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
+    if isinstance(prompt, list):
+        fields["completion"] = [{"role": "assistant", "content": answer}]
+    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
+                                   "collator_masks_pad": False})
+    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
+    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
+
+
+def _retokenized(row: RegressionRow, by_id: dict[str, Example], tokenizer: Any, setup: TrainingSetup) -> list[int]:
+    return answer_tokens(by_id[row.id], row.finetuned.text, tokenizer, setup)[1]
+
+
+def _base_kind(query: str) -> str:
+    """`repaired` and `repaired-first` are the contrastive kinds with a repaired y⁺."""
+    return {"repaired": "contrastive", "repaired-first": "contrastive-first"}.get(query, query)
+
+
+def _proj_dim(settings: AttributeSettings) -> int | None:
+    return settings.proj_dim if settings.proj_dim is not None else GradientSettings().proj_dim
+
+
+def _scale(settings: AttributeSettings, audit: DiagnoseResult, model: Any):
+    if settings.preconditioner != "adam":
+        return None
+    if audit.run is None or audit.run.optimizer_path is None:
+        raise InputError("the adam preconditioner needs the run's optimizer.pt; pass --run with a checkpoint folder.",
+                         settings.run or settings.adapter)
+    return adam(audit.run.optimizer_path, model)
+
+
+def _adapter_dir(settings: AttributeSettings, audit: DiagnoseResult) -> str:
+    if settings.adapter:
+        return settings.adapter
+    if audit.run is not None and audit.run.adapter_dir is not None:
+        return str(audit.run.adapter_dir)
+    raise InputError("no adapter given; pass --adapter DIR (the folder with adapter_config.json).")
+
+
+def _writable(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot write there ({error.strerror}); choose another --out folder.", out) from None
+    return out
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def _wrap(bar: Bar | None, label: str) -> Callable[[Iterable], Iterable] | None:
+    return None if bar is None else (lambda items: bar(items, label))
+
+
+def _ticker(ticks: Iterable | None) -> Callable[[int], Any] | None:
+    """measure_regression reports how many answers each batch finished; advance one bar by that many."""
+    if ticks is None:
+        return None
+    steps = iter(ticks)
+    return lambda n=1: [next(steps, None) for _ in range(n)]

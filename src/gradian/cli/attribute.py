@@ -1,0 +1,56 @@
+"""`gradian attribute`: which training rows, or which setting, caused the regression."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+
+import click
+
+from gradian.cli.progress import bar, console, say
+from gradian.settings import PRECONDITIONERS, QUERY_KINDS, AttributeSettings
+
+CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS}
+
+
+def settings_options(command: typing.Callable) -> typing.Callable:
+    """One click option per `AttributeSettings` field: the same settings object from CLI to artifact."""
+    hints = typing.get_type_hints(AttributeSettings)
+    for spec in reversed(dataclasses.fields(AttributeSettings)):
+        flag = "--" + spec.name.replace("_", "-")
+        required = spec.default is dataclasses.MISSING
+        kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
+        base = next(t for t in kind if t is not type(None))
+        helptext = spec.metadata.get("help", "")
+        if base is bool:
+            command = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=spec.default, show_default=True,
+                                   help=helptext)(command)
+            continue
+        ctype = click.Choice(CHOICES[spec.name]) if spec.name in CHOICES else base
+        default = None if required else spec.default
+        command = click.option(flag, spec.name, type=ctype, required=required, default=default,
+                               show_default=not required and default is not None, help=helptext)(command)
+    return command
+
+
+@click.command("attribute")
+@settings_options
+@click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout instead of the answer.")
+def attribute_command(as_json: bool, **options: typing.Any) -> None:
+    """Measure the regression, trace it to training rows through LoRA gradients, and write a report.
+
+    Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
+    """
+    from gradian.attribute import attribute
+
+    settings = AttributeSettings(**options)
+    result = attribute(settings, say=say, bar=bar)
+    if as_json:
+        click.echo(json.dumps(result.report, indent=2, default=str))
+        return
+    console.print()
+    console.print(f"[bold]Verdict: {result.verdict.kind}[/bold]")
+    click.echo(result.verdict.summary)
+    click.echo(f"Next: {result.verdict.next_action}")
+    click.echo(f"Report: {result.paths.get('report.html', settings.out_dir)}")

@@ -1,0 +1,48 @@
+"""The settings of one `gradian attribute` run: one object from the CLI through the library to every artifact."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+QUERY_KINDS = ("contrastive", "contrastive-first", "repaired", "repaired-first", "naive")
+PRECONDITIONERS = ("identity", "adam", "gauss-newton")
+
+
+@dataclass
+class AttributeSettings:
+    base_model: str = field(metadata={"help": "local folder, .gguf file or hub id in the local cache"})
+    adapter: str = field(metadata={"help": "PEFT adapter folder (adapter_config.json + weights)"})
+    dataset: str = field(metadata={"help": "the training JSONL the adapter was trained on"})
+    eval_dataset: str = field(metadata={"help": "JSONL of eval prompts, with optional reference answers"})
+    capability: str = field(metadata={"help": "json_formatting, exact_match, contains, regex:P, module:function …"})
+    out: str = field(metadata={"help": "output folder; every stage is resumable in it"})
+    run: str | None = field(default=None, metadata={"help": "training run folder (trainer_state.json, checkpoints)"})
+    config: str | None = field(default=None, metadata={"help": "training config file (TRL SFTConfig or axolotl)"})
+    query: str = field(default="repaired", metadata={"help": f"query kind: {', '.join(QUERY_KINDS)}"})
+    preconditioner: str = field(default="identity", metadata={"help": f"one of {', '.join(PRECONDITIONERS)}"})
+    unit_norm_train: bool = field(default=True, metadata={"help": "unit-normalise training gradients"})
+    proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
+    n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
+    min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
+    force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "None: from the references' lengths"})
+    batch_size: int = field(default=16, metadata={"help": "generation and gradient batch size"})
+    device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
+    seed: int = field(default=0, metadata={"help": "seeds projections, bootstraps and clustering"})
+
+    def __post_init__(self) -> None:
+        if self.query not in QUERY_KINDS:
+            raise ValueError(f"query must be one of {QUERY_KINDS}, not {self.query!r}")
+        if self.preconditioner not in PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
+        if not 0 <= self.min_effect <= 1:
+            raise ValueError("min_effect is a rate between 0 and 1")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
