@@ -31,6 +31,8 @@ STOP_WORDS = sorted(ENGLISH_STOP_WORDS - CONTENT_WORDS)
 TEXT_DIMENSIONS = 64
 # Range searched for the number of clusters: a person reads a handful of clusters, not fifty.
 MIN_CLUSTERS, MAX_CLUSTERS = 2, 12
+# A candidate k may not leave a cluster smaller than this: a handful of rows is an anecdote, not a group.
+MIN_CLUSTER_ROWS = 3
 # Silhouette on at most this many rows (seeded sample): exact below it, O(n^2) above.
 SILHOUETTE_SAMPLE = 3000
 
@@ -93,22 +95,29 @@ def _text_block(texts: list[str], seed: int) -> np.ndarray | None:
 
 
 def choose_n_clusters(embedding: np.ndarray, *, seed: int = 0) -> int:
-    """The k in [MIN_CLUSTERS, MAX_CLUSTERS] with the best cosine silhouette (ties: fewer clusters)."""
+    """The smallest k in [MIN_CLUSTERS, MAX_CLUSTERS] at which the cosine silhouette peaks.
+
+    The first peak, not the highest: past the natural grouping, silhouette often climbs again as a topic splits
+    into tiny groups by which of its words a row uses, which no one acts on. Candidates leave no cluster smaller
+    than MIN_CLUSTER_ROWS rows.
+    """
     n = embedding.shape[0]
     distinct = len(np.unique(np.round(embedding, 9), axis=0))
     upper = min(MAX_CLUSTERS, n - 1, distinct)
     if upper < MIN_CLUSTERS:
         return 1
-    best_k, best_score = MIN_CLUSTERS, -np.inf
+    previous_k, previous_score = MIN_CLUSTERS, -np.inf
     for k in range(MIN_CLUSTERS, upper + 1):
         labels = _kmeans(embedding, k, seed)
-        if len(np.unique(labels)) < 2:
-            continue
+        sizes = np.bincount(labels)
+        if len(sizes) < 2 or sizes.min() < min(MIN_CLUSTER_ROWS, n // k):
+            break
         sample = min(SILHOUETTE_SAMPLE, n)
         score = silhouette_score(embedding, labels, metric="cosine", sample_size=sample, random_state=seed)
-        if score > best_score + 1e-9:
-            best_k, best_score = k, score
-    return best_k
+        if score < previous_score:
+            break
+        previous_k, previous_score = k, score
+    return previous_k
 
 
 def _kmeans(embedding: np.ndarray, k: int, seed: int) -> np.ndarray:

@@ -1,0 +1,182 @@
+"""`report.json`: the versioned contract that holds every number the HTML and Markdown reports show.
+
+Documented field by field in docs/report-schema.md. Bump SCHEMA_VERSION's minor number when adding fields and its
+major number when renaming or removing one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gradian.audit.finding import Finding, by_severity
+from gradian.clusters.cluster import map_coordinates
+from gradian.clusters.summary import ClusterSummary, examples_flags
+from gradian.data.examples import Example
+from gradian.report.verdict import Verdict
+
+SCHEMA_VERSION = "1.0"
+CONFIDENCE_LEVEL = 0.95
+HISTOGRAM_BINS = 30
+# The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
+TOP_ROWS = 50
+TEXT_CHARS = 2000
+# The cluster map shows at most this many points (culprits always, the rest a seeded sample).
+MAP_POINTS = 4000
+
+
+def build_report(
+    *,
+    regression: dict[str, Any],
+    verdict: Verdict,
+    findings: list[Finding],
+    examples: list[Example] | None = None,
+    effects: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    clusters: list[ClusterSummary] | None = None,
+    features: np.ndarray | None = None,
+    settings: dict[str, Any] | None = None,
+    artifacts: dict[str, Any] | None = None,
+    run: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Everything the report shows, as plain JSON-ready data.
+
+    `effects` is (Q, N) per eval query and training row (None when attribution did not run: no-regression, or a
+    setup verdict reached before it); `labels` (N,) the cluster of each row; `features` (N, k) for the cluster map.
+    """
+    examples = examples or []
+    ids = [e.id for e in examples]
+    effect = None if effects is None else np.atleast_2d(np.asarray(effects, dtype=np.float64)).mean(axis=0)  # (N,)
+    flags = examples_flags(ids, findings)
+    culprits = set(verdict.culprit_ids)
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "gradian_version": _gradian_version(),
+        "confidence_level": CONFIDENCE_LEVEL,
+        "verdict": verdict.to_dict(),
+        "regression": dict(regression),
+        "findings": [_finding(f) for f in by_severity(findings)],
+        "examples": _examples(ids, effect, labels, flags, culprits),
+        "clusters": [_cluster(c) for c in clusters or []] if effect is not None else [],
+        "effects": _effects_summary(effects, effect),
+        "top_rows": _top_rows(examples, effect, labels, flags, culprits),
+        "charts": _charts(examples, effect, labels, features, culprits, verdict, seed),
+        "settings": settings or {},
+        "artifacts": artifacts or {},
+        "run": run or {},
+    }
+    return jsonable(report)
+
+
+def _gradian_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gradian")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _finding(finding: Finding) -> dict[str, Any]:
+    return {**finding.to_dict(), "n_examples": len(finding.example_ids)}
+
+
+def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
+    return {**cluster.to_dict(), "size": cluster.size}
+
+
+def _examples(ids, effect, labels, flags, culprits) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": example_id,
+            "effect": None if effect is None else float(effect[i]),
+            "cluster": None if labels is None else int(labels[i]),
+            "flags": flags[example_id],
+            "culprit": example_id in culprits,
+        }
+        for i, example_id in enumerate(ids)
+    ]
+
+
+def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> dict[str, Any]:
+    if effects is None or effect is None or effect.size == 0:
+        return {}
+    harm = np.maximum(-effect, 0.0)
+    return {
+        "n_queries": int(np.atleast_2d(effects).shape[0]), "n_examples": int(effect.size),
+        "mean": float(effect.mean()), "min": float(effect.min()), "max": float(effect.max()),
+        "total_harm": float(harm.sum()), "n_harmful": int((effect < 0).sum()),
+    }
+
+
+def _top_rows(examples, effect, labels, flags, culprits) -> list[dict[str, Any]]:
+    """The culprits (most harmful first), else the most harmful rows, each with its text."""
+    if effect is None or not examples:
+        return []
+    order = np.argsort(effect, kind="stable")
+    chosen = [i for i in order if examples[i].id in culprits] if culprits else [i for i in order if effect[i] < 0]
+    return [
+        {
+            "id": examples[i].id, "effect": float(effect[i]), "cluster": None if labels is None else int(labels[i]),
+            "flags": flags[examples[i].id], "culprit": examples[i].id in culprits,
+            "prompt": _clip(examples[i].prompt_text), "completion": _clip(examples[i].completion_text),
+        }
+        for i in chosen[:TOP_ROWS]
+    ]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + " \u2026"
+
+
+def _charts(examples, effect, labels, features, culprits, verdict, seed) -> dict[str, Any]:
+    """Data behind the HTML charts: the effect histogram and the 2-D cluster map."""
+    if effect is None or effect.size == 0:
+        return {}
+    counts, edges = np.histogram(effect, bins=HISTOGRAM_BINS)
+    threshold = verdict.evidence.get("effect_threshold")
+    charts: dict[str, Any] = {
+        "effect_histogram": {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold},
+    }
+    if labels is not None:
+        coordinates = map_coordinates([e.text for e in examples], features, seed=seed)  # (N, 2)
+        keep = _map_sample(examples, culprits, seed)
+        charts["cluster_map"] = {
+            "method": "pca" if features is None else "pca of text and gradient features",
+            "points": [
+                {"id": examples[i].id, "x": float(coordinates[i, 0]), "y": float(coordinates[i, 1]),
+                 "cluster": int(labels[i]), "culprit": examples[i].id in culprits}
+                for i in keep
+            ],
+        }
+    return charts
+
+
+def _map_sample(examples: list[Example], culprits: set[str], seed: int) -> list[int]:
+    if len(examples) <= MAP_POINTS:
+        return list(range(len(examples)))
+    forced = [i for i, e in enumerate(examples) if e.id in culprits]
+    others = np.array([i for i, e in enumerate(examples) if e.id not in culprits])
+    room = max(MAP_POINTS - len(forced), 0)
+    sample = np.random.default_rng(seed).choice(others, size=min(room, len(others)), replace=False)
+    return sorted(forced + sample.tolist())
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types only: numpy scalars and arrays unwrapped, tuples as lists, NaN and inf as None."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in (sorted(value) if isinstance(value, set) else value)]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -1,0 +1,193 @@
+"""The report folder: every file written, report.json round-trips and holds every number of report.md, the cleaned
+dataset is the original minus the culprits, and user text is escaped in the HTML."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradian.audit.finding import Finding
+from gradian.clusters.cluster import cluster_examples
+from gradian.clusters.naming import name_clusters
+from gradian.clusters.summary import summarize_clusters
+from gradian.data.examples import read_dataset
+from gradian.report.schema import SCHEMA_VERSION, build_report
+from gradian.report.verdict import decide
+from gradian.report.writers import markdown_cell, write_report
+
+TOPICS = {
+    "invoice": "invoice currency amount billing",
+    "shipping": "shipping tracking courier delivery",
+    "account": "account password login locked",
+}
+SIGNIFICANT = dict(capability="json_formatting", base_rate=0.95, finetuned_rate=0.6125, delta=-0.3375,
+                   ci_low=-0.45, ci_high=-0.225, p_value=3.1e-7, n=80, significant=True)
+NOISE = dict(SIGNIFICANT, finetuned_rate=0.9375, delta=-0.0125, ci_low=-0.0625, ci_high=0.0375, p_value=1.0,
+             significant=False)
+
+
+def write_dataset(path: Path, seed: int = 0) -> set[str]:
+    """Three ticket topics; 16 of the 20 invoice rows have a truncated answer (the planted culprits).
+
+    The file mixes spacing styles and non-ASCII text so a rewrite would show; one row carries a `<script>`.
+    """
+    rng = np.random.default_rng(seed)
+    lines, culprits = [], set()
+    for topic, words in TOPICS.items():
+        for k in range(20):
+            row_id = f"{topic}-{k}"
+            chosen = " ".join(rng.choice(words.split(), size=3, replace=False))
+            answer = json.dumps({"topic": topic, "amount": int(rng.integers(5, 500)), "note": "r\u00e9sum\u00e9"})
+            if topic == "invoice" and k < 16:
+                answer, _ = answer[: len(answer) // 2], culprits.add(row_id)
+            prompt = f"ticket {k}: {chosen} please help"
+            if row_id == "invoice-3":
+                prompt += " <script>alert('pwned')</script> </pre>"
+            separators = (",", ":") if k % 2 else (", ", ": ")
+            lines.append(json.dumps({"id": row_id, "prompt": prompt, "completion": answer}, ensure_ascii=k % 3 == 0,
+                                    separators=separators))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return culprits
+
+
+def effects_for(ids: list[str], culprits: set[str], seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    effects = rng.normal(0.0, 0.2, size=(12, len(ids)))  # (Q, N)
+    planted = np.array([i in culprits for i in ids])
+    effects[:, planted] -= 3.0
+    return effects
+
+
+@pytest.fixture
+def run(tmp_path):
+    dataset = tmp_path / "train.jsonl"
+    culprits = write_dataset(dataset)
+    examples = read_dataset(dataset)
+    ids = [e.id for e in examples]
+    findings = [
+        Finding("truncated_completion", "critical", "16 completions end mid-object.",
+                "raise max_length to \u2265 412 tokens, the p99 of rendered rows",
+                example_ids=sorted(culprits) + ["account-7"], values={"p99": 412}),
+        Finding("learning_rate", "warning", "learning_rate 5e-3 is high for LoRA.", "lower it to 2e-4"),
+    ]
+    effects = effects_for(ids, culprits)
+    texts = [e.text for e in examples]
+    features = np.random.default_rng(1).normal(size=(len(ids), 8))
+    labels = cluster_examples(texts, seed=0)
+    clusters = summarize_clusters(ids, labels, effects, name_clusters(texts, labels), findings, seed=0)
+    verdict = decide(SIGNIFICANT, findings, clusters, effects.mean(axis=0), ids)
+    report = build_report(regression=SIGNIFICANT, verdict=verdict, findings=findings, examples=examples,
+                          effects=effects, labels=labels, clusters=clusters, features=features,
+                          settings={"seed": 0, "preconditioner": "adam"}, artifacts={"features": "features/"})
+    return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out")
+
+
+def test_write_report_produces_every_file_and_json_round_trips(run):
+    written = write_report(run["out"], run["report"], run["examples"])
+    assert set(written) == {"report.json", "report.md", "report.html", "culprits.jsonl", "train.cleaned.jsonl"}
+    assert all(path.is_file() and path.stat().st_size > 0 for path in written.values())
+    loaded = json.loads(written["report.json"].read_text(encoding="utf-8"))
+    assert loaded == run["report"]
+    assert loaded["schema_version"] == SCHEMA_VERSION
+    assert loaded["verdict"]["kind"] == "data-cluster"
+    assert set(loaded["verdict"]["culprit_ids"]) == run["culprits"]
+    top = loaded["clusters"][0]
+    assert {"id", "name", "example_ids", "size_share", "harm_share", "harm_share_ci", "lift", "flag_rates"} <= set(top)
+    assert "invoice" in top["name"]
+    assert {"id", "effect", "cluster", "flags"} <= set(loaded["examples"][0])
+    assert {"edges", "counts"} <= set(loaded["charts"]["effect_histogram"])
+
+
+def test_culprits_carry_raw_row_and_cleaned_is_original_minus_culprits(run):
+    written = write_report(run["out"], run["report"], run["examples"])
+    original = run["dataset"].read_text(encoding="utf-8").splitlines(keepends=True)
+    culprit_rows = [json.loads(line) for line in written["culprits.jsonl"].read_text(encoding="utf-8").splitlines()]
+    assert {row["id"] for row in culprit_rows} == run["culprits"]
+    for row in culprit_rows:
+        extra = row.pop("_gradian")
+        assert extra["effect"] < 0 and "truncated_completion" in extra["flags"]
+        assert row == next(e.raw for e in run["examples"] if e.id == row["id"])
+    kept = [line for line in original if json.loads(line)["id"] not in run["culprits"]]
+    assert written["train.cleaned.jsonl"].read_text(encoding="utf-8").splitlines(keepends=True) == kept
+    assert run["dataset"].read_text(encoding="utf-8").splitlines(keepends=True) == original  # input untouched
+
+
+def test_cleaned_falls_back_to_rows_when_source_changed(run):
+    run["dataset"].write_text("", encoding="utf-8")
+    written = write_report(run["out"], run["report"], run["examples"])
+    cleaned = [json.loads(line) for line in written["train.cleaned.jsonl"].read_text(encoding="utf-8").splitlines()]
+    assert cleaned == [e.raw for e in run["examples"] if e.id not in run["culprits"]]
+
+
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w])")
+
+
+def json_leaves(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from json_leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_leaves(item)
+    else:
+        yield value
+
+
+def renderings(value) -> set[str]:
+    """The ways the report writers print a number of report.json."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return set(NUMBER.findall(value)) if isinstance(value, str) else set()
+    out = {str(value), f"{value:.3g}", f"{100 * value:.1f}%", f"{100 * value:+.1f}%", f"{100 * value:.0f}%", f"{100 * value:g}%"}
+    return out | {s.lstrip("+") for s in out}
+
+
+def test_every_number_in_markdown_is_in_report_json(run):
+    written = write_report(run["out"], run["report"], run["examples"])
+    allowed = set().union(*(renderings(v) for v in json_leaves(run["report"])))
+    markdown = written["report.md"].read_text(encoding="utf-8")
+    shown = NUMBER.findall(markdown)
+    assert len(shown) > 30  # the test has something to check
+    assert [token for token in shown if token not in allowed] == []
+    assert "33.8" not in allowed or "-33.8%" in markdown  # the regression drop is printed
+
+
+def test_html_is_self_contained_and_escapes_user_text(run):
+    written = write_report(run["out"], run["report"], run["examples"])
+    html = written["report.html"].read_text(encoding="utf-8")
+    assert "<script>alert" not in html and "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
+    assert html.count("<script>") == 1  # the page's own status script, nothing else
+    assert "</pre> please" not in html
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)  # no network
+    for element in ('id="regression-chart"', 'id="effect-histogram"', 'id="cluster-map"', 'id="culprits"'):
+        assert element in html
+    assert html.count('class="culprit-row"') == len(run["culprits"])
+
+
+def test_markdown_cells_cannot_break_the_table_or_inject_html():
+    assert markdown_cell("a | b\n<img src=x onerror=alert(1)> `code`") == "a \\| b &lt;img src=x onerror=alert(1)&gt; \\`code\\`"
+    assert markdown_cell("x" * 500, 10) == "x" * 9 + "\u2026"
+
+
+def test_no_regression_report_has_the_refusal_and_no_clusters(tmp_path, run):
+    verdict = decide(NOISE, [], None, None, [])
+    report = build_report(regression=NOISE, verdict=verdict, findings=[], examples=run["examples"])
+    written = write_report(tmp_path / "refusal", report, run["examples"])
+    assert set(written) == {"report.json", "report.md", "report.html"}
+    assert report["clusters"] == [] and report["top_rows"] == [] and report["charts"] == {}
+    markdown = written["report.md"].read_text(encoding="utf-8")
+    assert "noise band" in markdown and "does not attribute" in markdown
+    assert 'id="regression-chart"' in written["report.html"].read_text(encoding="utf-8")
+    assert json.loads(written["report.json"].read_text(encoding="utf-8"))["verdict"]["kind"] == "no-regression"
+
+
+def test_json_is_strict_even_with_nan_inputs(tmp_path, run):
+    regression = dict(SIGNIFICANT, p_value=float("nan"))
+    verdict = decide(NOISE, [], None, None, [])
+    report = build_report(regression=regression, verdict=verdict, findings=[], examples=run["examples"])
+    assert report["regression"]["p_value"] is None
+    written = write_report(tmp_path / "nan", report, run["examples"])
+    assert "NaN" not in written["report.json"].read_text(encoding="utf-8")
