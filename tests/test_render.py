@@ -1,0 +1,87 @@
+"""Rendering equals TRL's own dataset processing, row for row: input ids and labels."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from gradian.data.examples import Example
+from gradian.data.render import IGNORE, render_answer, render_dataset, render_example, render_prompt
+from gradian.data.setup import TrainingSetup
+
+PLAIN = [
+    {"prompt": "my order is late", "completion": " please help"},
+    {"prompt": "hello", "completion": " refund my invoice amount for the order</s>"},
+    {"prompt": "need help with my account please", "completion": " the account was late"},
+]
+TEXT = [{"text": "hello my order is late"}, {"text": "refund the invoice amount</s>"}]
+CHAT_PC = [
+    {"prompt": [{"role": "user", "content": "my order is late"}],
+     "completion": [{"role": "assistant", "content": "please help"}]},
+    {"prompt": [{"role": "system", "content": "help"}, {"role": "user", "content": "refund my invoice"}],
+     "completion": [{"role": "assistant", "content": "the invoice amount"}]},
+]
+MESSAGES = [
+    {"messages": [{"role": "user", "content": "my order is late"}, {"role": "assistant", "content": "please help"},
+                  {"role": "user", "content": "hello"}, {"role": "assistant", "content": "the order was late"}]},
+    {"messages": [{"role": "user", "content": "refund"}, {"role": "assistant", "content": "my invoice amount"}]},
+]
+
+
+def _examples(rows: list[dict]) -> list[Example]:
+    return [Example(id=str(i + 1), line=i + 1, fields=row) for i, row in enumerate(rows)]
+
+
+def _trl_rows(rows, tokenizer, model, tmp_path, **config):
+    args = SFTConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, dataset_num_proc=None, **config)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    return [(list(r["input_ids"]), list(r["labels"])) for r in trainer.train_dataset]
+
+
+CASES = [
+    ("prompt_completion", PLAIN, {}),
+    ("prompt_completion_full_loss", PLAIN, {"completion_only_loss": False}),
+    ("text", TEXT, {}),
+    ("conversational_prompt_completion", CHAT_PC, {}),
+    ("messages", MESSAGES, {}),
+    ("messages_assistant_only", MESSAGES, {"assistant_only_loss": True}),
+    ("keep_start", PLAIN, {"max_length": 6}),
+    ("keep_end", PLAIN, {"max_length": 6, "truncation_mode": "keep_end"}),
+    ("chat_keep_start", MESSAGES, {"max_length": 9, "assistant_only_loss": True}),
+]
+
+
+@pytest.mark.parametrize(("name", "rows", "config"), CASES, ids=[c[0] for c in CASES])
+def test_render_matches_trl(name, rows, config, tiny_tokenizer, tiny_model, tmp_path):
+    expected = _trl_rows(rows, tiny_tokenizer, tiny_model, tmp_path, **config)
+    setup = TrainingSetup(**config)
+    rendered = [r for r in render_dataset(_examples(rows), tiny_tokenizer, setup) if not r.dropped]
+    assert [(r.input_ids, r.labels) for r in rendered] == expected
+
+
+def test_keep_start_marks_the_cut_tail(tiny_tokenizer):
+    row = render_example(_examples(PLAIN)[1], tiny_tokenizer, TrainingSetup(max_length=6))
+    assert row.tail_cut and row.truncated_tokens == row.full_length - 6 > 0
+    assert len(row.input_ids) == 6
+
+
+def test_collator_that_masks_pad_hides_eos_when_pad_is_eos(tiny_tokenizer):
+    setup = TrainingSetup(pad_token=tiny_tokenizer.eos_token, collator_masks_pad=True)
+    row = render_example(_examples(PLAIN)[0], tiny_tokenizer, setup)
+    assert row.input_ids[-1] == tiny_tokenizer.eos_token_id
+    assert row.labels[-1] == IGNORE and row.last_supervised() != tiny_tokenizer.eos_token_id
+
+
+def test_fully_masked_rows_are_dropped_like_trl(tiny_tokenizer):
+    long_prompt = {"prompt": "hello " * 10, "completion": " please"}
+    (row,) = render_dataset(_examples([long_prompt]), tiny_tokenizer, TrainingSetup(max_length=5))
+    assert row.dropped and row.supervised == 0
+
+
+def test_render_prompt_and_answer(tiny_tokenizer):
+    example = _examples(CHAT_PC)[0]
+    prompt = render_prompt(example, tiny_tokenizer, TrainingSetup())
+    assert tiny_tokenizer.decode(prompt).endswith("assistant: ")
+    ids, labels = render_answer(prompt, [5, 6])
+    assert ids[-2:] == [5, 6] and labels[: len(prompt)] == [IGNORE] * len(prompt)
