@@ -13,11 +13,10 @@ from datasets import Dataset
 from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 
+from conftest import make_tiny_model
 from gradian.data.run_folder import read_run
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
-
-from conftest import make_tiny_model
 
 
 class Hostile:

@@ -128,7 +128,7 @@ def _short_for_cluster(examples: list[Example]) -> dict[str, str]:
             frequency[word] += 1
     groups: dict[str, list[int]] = defaultdict(list)
     for index, row in enumerate(words):
-        candidates = [w for w in row if MIN_GROUP <= frequency[w] < 0.5 * len(examples)]
+        candidates = [w for w in row if MIN_GROUP <= frequency[w] <= 0.5 * len(examples)]
         if candidates:
             groups[min(candidates, key=lambda w: (frequency[w], w))].append(index)
     found: dict[str, str] = {}
