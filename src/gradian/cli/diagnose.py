@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -28,7 +29,7 @@ def diagnose_command(dataset: str, eval_dataset: str | None, run_dir: str | None
                      base_model: str, max_length: int | None, out: str | None, as_json: bool, fail_on: str) -> None:
     """Audit a LoRA fine-tune for mechanical faults: truncation, EOS, loss mask, duplicates, schedule, template."""
     overrides = {"max_length": max_length} if max_length is not None else None
-    progress = None if as_json else _progress
+    progress = _progress if not as_json and sys.stderr.isatty() else None  # keep pipes and logs clean
     result = diagnose(dataset, base_model=base_model, eval_dataset=eval_dataset, run=run_dir, config=config,
                       overrides=overrides, progress=progress)
     payload = result.to_dict()

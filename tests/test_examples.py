@@ -1,0 +1,73 @@
+"""Dataset reading: every TRL shape plus Alpaca and ShareGPT, stable ids, one-sentence errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradian.data.examples import read_dataset
+from gradian.errors import InputError
+
+
+def write(tmp_path, rows, name="train.jsonl") -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_every_shape_and_stable_ids(tmp_path):
+    rows = [
+        {"prompt": "p", "completion": "c"},
+        {"id": "abc", "messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]},
+        {"text": "t"},
+        {"instruction": "do", "input": "this", "output": "done"},
+        {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "r"}]},
+        {"prompt": [{"role": "user", "content": "u"}], "completion": [{"role": "assistant", "content": "a"}]},
+    ]
+    found = read_dataset(write(tmp_path, rows))
+    assert [e.id for e in found] == ["1", "abc", "3", "4", "5", "6"]
+    assert [e.shape for e in found] == ["prompt_completion", "messages", "text", "prompt_completion", "messages",
+                                        "conversational_prompt_completion"]
+    assert found[3].fields == {"prompt": "do\n\nthis", "completion": "done"}
+    assert found[4].fields["messages"][1] == {"role": "assistant", "content": "r"}
+    assert found[1].prompt_text == "u" and found[1].completion_text == "a"
+
+
+def test_json_array_and_blank_lines(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{"prompt": "p", "completion": "c"}, {"text": "t"}]))
+    assert len(read_dataset(path)) == 2
+    jsonl = tmp_path / "gaps.jsonl"
+    jsonl.write_text('{"text": "a"}\n\n{"text": "b"}\n')
+    assert [e.id for e in read_dataset(jsonl)] == ["1", "3"]  # ids are line numbers, blank lines counted
+
+
+def test_eval_rows_may_lack_the_reference(tmp_path):
+    (row,) = read_dataset(write(tmp_path, [{"prompt": "p"}]), eval_set=True)
+    assert row.completion is None
+    with pytest.raises(InputError, match="no \"completion\""):
+        read_dataset(write(tmp_path, [{"prompt": "p"}]))
+
+
+@pytest.mark.parametrize(("content", "line", "words"), [
+    (b'{"text": "a"}\n{"text": \n', 2, "not valid JSON"),
+    (b'{"text": "a"}\n{"foo": 1}\n', 2, "no known fields"),
+    (b'{"text": "a"}\n{"text": "\xff\xfe"}\n', 2, "not UTF-8"),
+    (b"", None, "empty"),
+    (b'{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n', 2, "duplicate id"),
+    (b'{"messages": [{"role": "user"}]}\n', 1, "role"),
+    (b'["not an object"]', 1, "expected a JSON object"),
+])
+def test_bad_input_names_file_and_line(tmp_path, content, line, words):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as error:
+        read_dataset(path)
+    assert error.value.path == str(path) and error.value.line == line
+    assert words in str(error.value) and str(error.value).startswith(str(path))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_dataset(tmp_path / "nope.jsonl")
