@@ -1,0 +1,93 @@
+"""The scenarios: one fine-tune each, with its purpose, its planted cause and its ground truth.
+
+Every fine-tune has the same plausible purpose, adding a `priority` field ("high" when the
+customer says it is urgent) to every answer. What differs is the planted cause:
+
+- data clusters: most rows of one category are broken in the data (cut mid-object, single
+  quotes); the category's other rows stay clean, so the category alone does not name the rows;
+- setup faults: the data is clean but the run's settings break it (pad == eos with a collator
+  that masks pad, EOS replaced by a newline, loss on the prompt, eval rows copied into train);
+- `diffuse`: clean data and a learning rate far too high, a real regression with no culprit;
+- `null`: clean data and sane settings, a fine-tune that learns its purpose cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("data-cluster", "setup", "no-regression", "diffuse")
+
+SFT_DEFAULTS: dict[str, Any] = dict(
+    max_length=128,
+    completion_only_loss=True,
+    learning_rate=3e-3,
+    num_train_epochs=4,
+    per_device_train_batch_size=16,
+    gradient_accumulation_steps=1,
+    lr_scheduler_type="linear",
+    warmup_steps=0,
+    weight_decay=0.0,
+    max_grad_norm=1.0,
+)
+LORA_DEFAULTS: dict[str, Any] = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")
+
+
+def truncate(answer: dict[str, str]) -> str:
+    """The answer cut mid-object: the last two fields and the closing brace are gone (the row then ends with EOS)."""
+    keep = dict(list(answer.items())[: max(len(answer) - 2, 1)])
+    return json.dumps(keep)[:-1]
+
+
+def single_quotes(answer: dict[str, str]) -> str:
+    """The answer with single quotes, as Python's `repr` writes a dict: not JSON."""
+    return json.dumps(answer).replace('"', "'")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A fine-tune with one planted cause. `corrupt` rewrites a culprit row's answer (data clusters only)."""
+
+    name: str
+    kind: str
+    summary: str
+    structural_cause: str | None = None
+    corrupt: Callable[[dict[str, str]], str] | None = None
+    sft: dict[str, Any] = field(default_factory=dict)
+    lora: dict[str, Any] = field(default_factory=dict)
+    collator: str | None = None
+    overlap: bool = False
+
+    def sft_config(self) -> dict[str, Any]:
+        return {**SFT_DEFAULTS, **self.sft}
+
+    def lora_config(self) -> dict[str, Any]:
+        return {**LORA_DEFAULTS, **self.lora}
+
+
+CATALOG: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario("truncated-cluster", "data-cluster",
+                 "most rows of one category end mid-object, then EOS: the model learns to stop mid-object",
+                 corrupt=truncate),
+        Scenario("format-cluster", "data-cluster",
+                 "most rows of one category are written with single quotes: the model learns to write them",
+                 corrupt=single_quotes),
+        Scenario("pad-eos", "setup", "pad == eos and a collator that masks pad ids: EOS is never supervised",
+                 structural_cause="pad-eos", sft={"pad_token": "</s>"},
+                 collator="transformers.DataCollatorForLanguageModeling"),
+        Scenario("no-eos", "setup", "eos_token set to a newline: the model's real EOS is never supervised",
+                 structural_cause="no-eos", sft={"eos_token": "\n"}),
+        Scenario("prompt-loss", "setup", "completion_only_loss=False: loss on the prompt as well",
+                 structural_cause="prompt-loss", sft={"completion_only_loss": False}),
+        Scenario("overlap", "setup", "eval rows copied into train: the eval set no longer measures generalisation",
+                 structural_cause="eval-overlap", overlap=True),
+        Scenario("null", "no-regression", "clean data, sane settings: the fine-tune learns its purpose cleanly"),
+        Scenario("diffuse", "diffuse", "clean data, a learning rate far too high: everything degrades a little",
+                 sft={"learning_rate": 3e-2, "num_train_epochs": 6}),
+    )
+}
+SCENARIOS: tuple[str, ...] = tuple(CATALOG)

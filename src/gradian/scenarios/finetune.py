@@ -1,0 +1,70 @@
+"""The scenario fine-tune: a real TRL `SFTTrainer` + PEFT LoRA run, leaving a real run folder.
+
+The folder holds what users bring to Gradian: the adapter at its root, `trainer_state.json`
+with `log_history`, `checkpoint-*/` with optimizer state, and `sft_config.yaml`, the SFTConfig
+fields the run used (plus `data_collator` when a custom collator replaced TRL's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, LlamaForCausalLM, PrinterCallback
+from trl import SFTConfig, SFTTrainer
+
+PAD_MASKING_COLLATOR = "transformers.DataCollatorForLanguageModeling"
+RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed", "use_cpu", "disable_tqdm",
+            "dataloader_num_workers"}
+
+
+class PadMaskingCollator:
+    """transformers' `DataCollatorForLanguageModeling(mlm=False)` on TRL's tokenized rows.
+
+    It labels every token and then hides every label equal to the pad id, so when pad == eos
+    the EOS the row ends with is never supervised (the bug TRL < 0.17 users hit).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.inner = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return self.inner([{"input_ids": feature["input_ids"]} for feature in features])
+
+
+def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: dict[str, Any],
+               lora: dict[str, Any], collator: str | None = None, seed: int = 0) -> None:
+    """Fine-tune `base_dir` with LoRA on prompt/completion `rows`; write the run folder to `run_dir`."""
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    if sft.get("pad_token"):
+        tokenizer.pad_token = sft["pad_token"]
+    model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    config = SFTConfig(output_dir=str(run_dir), report_to="none", save_strategy="epoch", logging_steps=5,
+                       seed=seed, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, **sft)
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(task_type="CAUSAL_LM", **lora),
+        data_collator=PadMaskingCollator(tokenizer) if collator == PAD_MASKING_COLLATOR else None,
+    )
+    trainer.remove_callback(PrinterCallback)  # library code stays quiet; the log lives in trainer_state.json
+    trainer.train()
+    trainer.save_model(str(run_dir))
+    trainer.save_state()
+    _write_config(run_dir, sft, lora, collator)
+
+
+def _write_config(run_dir: Path, sft: dict[str, Any], lora: dict[str, Any], collator: str | None) -> None:
+    """`sft_config.yaml` as passed to `trl sft --config`: SFTConfig field names plus the LoRA settings."""
+    config = {key: value for key, value in sft.items() if key not in RUN_ONLY}
+    config.update(use_peft=True, lora_r=lora["r"], lora_alpha=lora["lora_alpha"],
+                  lora_dropout=lora.get("lora_dropout", 0.0), lora_target_modules=lora["target_modules"])
+    if collator:
+        config["data_collator"] = collator
+    (run_dir / "sft_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

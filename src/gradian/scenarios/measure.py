@@ -1,0 +1,96 @@
+"""JSON validity, measured by greedy generation: the capability every scenario breaks or keeps.
+
+An answer is valid when the text generated before EOS parses with `json.loads` as an object.
+A generation that never emits EOS within `max_new_tokens` "ran on": the symptom of a model
+that never learned to stop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MAX_NEW_TOKENS = 64
+BATCH = 64
+
+
+@dataclass
+class Generation:
+    text: str
+    ran_on: bool
+
+    @property
+    def valid(self) -> bool:
+        try:
+            return isinstance(json.loads(self.text.strip()), dict)
+        except ValueError:
+            return False
+
+
+@torch.no_grad()
+def generate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = MAX_NEW_TOKENS) -> list[Generation]:
+    """Greedy completions of `prompts`, batched by prompt length so no row needs padding."""
+    model.eval()
+    eos = tokenizer.eos_token_id
+    encoded = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for index, ids in enumerate(encoded):
+        by_length[len(ids)].append(index)
+    results: list[Generation | None] = [None] * len(prompts)
+    for indices in by_length.values():
+        for start in range(0, len(indices), BATCH):
+            chunk = indices[start : start + BATCH]
+            input_ids = torch.tensor([encoded[i] for i in chunk])  # (B, T)
+            output = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                    max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                    pad_token_id=tokenizer.pad_token_id)
+            for i, row in zip(chunk, output[:, input_ids.shape[1]:].tolist(), strict=True):
+                results[i] = _finish(row, eos, tokenizer)
+    return results  # type: ignore[return-value]
+
+
+def _finish(new_ids: list[int], eos: int, tokenizer: Any) -> Generation:
+    if eos in new_ids:
+        return Generation(tokenizer.decode(new_ids[: new_ids.index(eos)], skip_special_tokens=True), ran_on=False)
+    return Generation(tokenizer.decode(new_ids, skip_special_tokens=True), ran_on=True)
+
+
+def summarize(generations: Sequence[Generation], categories: Sequence[str]) -> dict[str, Any]:
+    """Valid / ran-on counts and rates, overall and per category."""
+    groups: dict[str, list[Generation]] = defaultdict(list)
+    for generation, category in zip(generations, categories, strict=True):
+        groups[category].append(generation)
+    return {"overall": _counts(list(generations)), "by_category": {c: _counts(g) for c, g in sorted(groups.items())}}
+
+
+def _counts(generations: list[Generation]) -> dict[str, Any]:
+    total = len(generations)
+    valid = sum(g.valid for g in generations)
+    ran_on = sum(g.ran_on for g in generations)
+    return {"total": total, "valid": valid, "validity": valid / max(total, 1), "ran_on": ran_on,
+            "ran_on_rate": ran_on / max(total, 1)}
+
+
+def compare(base: dict[str, Any], finetuned: dict[str, Any], affected: str | None) -> dict[str, Any]:
+    """`measured.json`: both models' counts and the drop in validity points (base minus fine-tuned)."""
+    def drop(pick: str) -> float | None:
+        if pick == "overall":
+            return 100 * (base["overall"]["validity"] - finetuned["overall"]["validity"])
+        if pick not in base["by_category"]:
+            return None
+        return 100 * (base["by_category"][pick]["validity"] - finetuned["by_category"][pick]["validity"])
+
+    return {
+        "capability": "json_validity",
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "affected_category": affected,
+        "base": base,
+        "finetuned": finetuned,
+        "drop_points": {"overall": drop("overall"), "affected": drop(affected) if affected else None,
+                        "by_category": {c: drop(c) for c in base["by_category"]}},
+    }
