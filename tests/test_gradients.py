@@ -78,3 +78,23 @@ def test_batch_gradients_sum_to_the_batch_loss_gradient(tiny_tokenizer):
     logits = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
     total = torch.cat([g.flatten() for g in torch.autograd.grad(summed_nll(logits, batch["labels"]), params)])
     assert torch.allclose(per_example_gradients(model, batch).sum(0), total, rtol=1e-9, atol=1e-11)
+
+
+def test_frozen_adapter_gives_the_same_gradients(tiny_tokenizer):
+    """An adapter loaded with is_trainable=False (as regression loading does) is found and left frozen."""
+    model = lora_model(tiny_tokenizer, ["q_proj", "v_proj"])
+    batch = collate(rows(len(tiny_tokenizer)), 0)
+    trainable = per_example_gradients(model, batch)
+    for param in model.parameters():
+        param.requires_grad_(False)
+    assert torch.equal(per_example_gradients(model, batch), trainable)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_non_lora_trainable_parameters_are_refused(tiny_tokenizer):
+    from gradian.errors import InputError
+
+    model = lora_model(tiny_tokenizer, ["q_proj"])
+    model.get_input_embeddings().weight.requires_grad_(True)
+    with pytest.raises(InputError, match="not a plain LoRA matrix"):
+        per_example_gradients(model, collate(rows(len(tiny_tokenizer)), 0))

@@ -37,22 +37,29 @@ class LoraMatrix:
 
 
 def lora_matrices(model: nn.Module) -> list[LoraMatrix]:
-    """Every trainable parameter, checked to be the weight of a LoRA `lora_A`/`lora_B` Linear."""
+    """The active adapter's `lora_A`/`lora_B` weights, in `model.named_parameters()` order (PEFT's, the optimizer's).
+
+    Loaded with `is_trainable=False` or not, the same matrices are found; any other parameter of the adapter
+    (DoRA magnitudes, LoRA embeddings, lora_bias, modules_to_save) is refused rather than silently ignored.
+    """
+    adapter = getattr(model, "active_adapter", None) or "default"
     matrices = []
     for name, param in model.named_parameters():
-        if not param.requires_grad:
+        parts = name.split(".")
+        mine = adapter in parts and any(part.startswith("lora_") for part in parts)
+        if not mine and not param.requires_grad:
             continue
         module_name, _, leaf = name.rpartition(".")
         module = model.get_submodule(module_name) if module_name else None
-        is_lora = ".lora_A." in f".{module_name}." or ".lora_B." in f".{module_name}."
-        if leaf != "weight" or not is_lora or type(module) is not nn.Linear:
+        plain = leaf == "weight" and parts[-3:-1] in (["lora_A", adapter], ["lora_B", adapter])
+        if not plain or type(module) is not nn.Linear:
             raise InputError(
-                f"trainable parameter {name} is not a plain LoRA matrix; Gradian attributes plain LoRA adapters "
+                f"parameter {name} is not a plain LoRA matrix; Gradian attributes plain LoRA adapters "
                 "on Linear layers only (no DoRA, lora_bias, embeddings or modules_to_save)"
             )
         matrices.append(LoraMatrix(name, module, tuple(param.shape)))
     if not matrices:
-        raise InputError("the model has no trainable LoRA parameters; load the adapter with is_trainable=True")
+        raise InputError(f"the model has no LoRA matrices of adapter {adapter!r}; load a LoRA adapter with PEFT")
     return matrices
 
 
@@ -94,10 +101,11 @@ def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: G
 def frozen_lora_weights(matrices: list[LoraMatrix]) -> Iterator[None]:
     """Autograd skips the LoRA weight gradients (the hooks assemble them per example instead)."""
     params = [matrix.module.weight for matrix in matrices]
+    flags = [param.requires_grad for param in params]
     for param in params:
         param.requires_grad_(False)
     try:
         yield
     finally:
-        for param in params:
-            param.requires_grad_(True)
+        for param, flag in zip(params, flags, strict=True):
+            param.requires_grad_(flag)

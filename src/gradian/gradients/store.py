@@ -37,9 +37,7 @@ def shard_bounds(n_rows: int, rank: int, world: int) -> tuple[int, int]:
 def _atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+        write(handle)  # no fsync: a killed process loses nothing; the page cache outlives it
     os.replace(tmp, path)
 
 
