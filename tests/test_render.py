@@ -85,3 +85,24 @@ def test_render_prompt_and_answer(tiny_tokenizer):
     assert tiny_tokenizer.decode(prompt).endswith("assistant: ")
     ids, labels = render_answer(prompt, [5, 6])
     assert ids[-2:] == [5, 6] and labels[: len(prompt)] == [IGNORE] * len(prompt)
+
+
+def test_offsets_fast_path_equals_trl_way_over_many_batches(tiny_tokenizer):
+    from gradian.data import render
+
+    rows = [{"prompt": "my order " * (i % 7) + "is", "completion": " late" * (1 + i % 3)} for i in range(2500)]
+    rows[1500]["prompt"] = "hello"  # ends mid-word once joined: "hellolate" is one (unknown) word
+    rows[1500]["completion"] = "late"
+    fast = render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup())
+    ids = [r.input_ids for r in fast]
+    exact = render._exact_prompt_lengths([r["prompt"] for r in rows], ids, tiny_tokenizer)
+    assert [r.prompt_length for r in fast] == exact
+
+
+def test_offsets_that_disagree_fall_back_to_trl_way(tiny_tokenizer, monkeypatch):
+    from gradian.data import render
+
+    monkeypatch.setattr(render, "_prompt_end", lambda spans, chars: 0)  # a tokenizer whose offsets mislead
+    rows = _examples(PLAIN * 500)
+    rendered = render.render_dataset(rows, tiny_tokenizer, TrainingSetup())
+    assert all(r.prompt_length > 0 for r in rendered)

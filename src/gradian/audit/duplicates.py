@@ -18,7 +18,6 @@ NUM_PERM = 64
 NEAR = 0.8  # Jaccard over 4-token shingles, verified exactly after the LSH lookup
 SEED = 1
 LSH_THRESHOLD = 0.6  # candidates are looser than NEAR so that pairs just above NEAR are rarely missed
-CHUNK = 4096
 
 
 def normalised(text: str) -> str:
@@ -121,19 +120,21 @@ def shingle_hashes(token_rows: list[list[int]], width: int = 4) -> list[np.ndarr
 
 
 def minhash_signatures(grams: list[np.ndarray]) -> np.ndarray:
-    """MinHash signatures (N, NUM_PERM): per permutation k, min over shingles of (a_k h + b_k) >> 32
-    (multiply-shift hashing, seeded), for a chunk of rows at once."""
+    """MinHash signatures (N, NUM_PERM): per permutation k, the min over a row's shingles of (a_k h + b_k) >> 32
+    (seeded multiply-shift hashing), one vectorised pass over every shingle of every row per permutation."""
     rng = np.random.default_rng(SEED)
     a = rng.integers(1, 2**63, NUM_PERM, dtype=np.uint64) | np.uint64(1)  # (P,) odd multipliers
     b = rng.integers(0, 2**63, NUM_PERM, dtype=np.uint64)  # (P,)
-    out = np.empty((len(grams), NUM_PERM), dtype=np.uint64)
-    for start in range(0, len(grams), CHUNK):
-        rows = grams[start:start + CHUNK]
-        hashes = np.concatenate(rows)  # (S,) every shingle of the chunk
-        offsets = np.cumsum([0] + [len(r) for r in rows[:-1]])
-        permuted = (hashes[:, None] * a[None, :] + b) >> np.uint64(32)  # (S, P)
-        out[start:start + len(rows)] = np.minimum.reduceat(permuted, offsets, axis=0)
-    return out
+    hashes = np.concatenate(grams)  # (S,) every shingle of every row
+    offsets = np.cumsum([0] + [len(g) for g in grams[:-1]])  # (N,) where each row's shingles start
+    out = np.empty((NUM_PERM, len(grams)), dtype=np.uint64)
+    permuted = np.empty_like(hashes)
+    for k in range(NUM_PERM):
+        np.multiply(hashes, a[k], out=permuted)
+        permuted += b[k]
+        permuted >>= np.uint64(32)
+        out[k] = np.minimum.reduceat(permuted, offsets)  # (N,)
+    return out.T
 
 
 def lsh_candidates(signatures: np.ndarray) -> dict[int, set[int]]:

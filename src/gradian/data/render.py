@@ -79,36 +79,76 @@ def render_example(example: Example, tokenizer: Any, setup: TrainingSetup) -> Re
 def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Rendered]:
     """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
     rendered: list[Rendered | None] = [None] * len(examples)
+    offsets = _OffsetsCheck()
     for start in range(0, len(examples), BATCH):
         chunk = list(range(start, min(start + BATCH, len(examples))))
-        for index, row in zip(chunk, _tokenize_chunk([examples[i] for i in chunk], tokenizer, setup), strict=True):
+        rows = _tokenize_chunk([examples[i] for i in chunk], tokenizer, setup, offsets)
+        for index, row in zip(chunk, rows, strict=True):
             rendered[index] = _finish(examples[index], *row, tokenizer, setup)
     return rendered  # type: ignore[return-value]
 
 
+class _OffsetsCheck:
+    """Whether the prompt length can be read from the full row's character offsets instead of tokenizing every
+    prompt a second time. TRL takes the common prefix of tokenize(prompt) and tokenize(prompt + completion);
+    the offsets give the same number when the tokenizer splits at the prompt's end, which is checked on the
+    first batch against TRL's way; any difference and every row takes TRL's way."""
+
+    def __init__(self) -> None:
+        self.trusted: bool | None = None
+
+
 def _tokenize_chunk(
-    examples: list[Example], tokenizer: Any, setup: TrainingSetup
+    examples: list[Example], tokenizer: Any, setup: TrainingSetup, offsets: _OffsetsCheck | None = None
 ) -> list[tuple[list[int], int, list[int] | None]]:
     """(input_ids, prompt_length, assistant_mask or None) per example, batched where the shape allows."""
+    offsets = offsets or _OffsetsCheck()
     eos = eos_token_of(tokenizer, setup)
     results: list[tuple[list[int], int, list[int] | None] | None] = [None] * len(examples)
     plain = [i for i, example in enumerate(examples) if not example.is_conversational]
     if plain:
-        prompts, fulls = [], []
-        for i in plain:
-            prompt, full = _plain_texts(examples[i], eos, setup)
-            prompts.append(prompt)
-            fulls.append(full)
-        full_ids = tokenizer(fulls)["input_ids"]
-        prompt_ids = tokenizer([p for p in prompts if p is not None])["input_ids"] if any(prompts) else []
-        prompt_iter = iter(prompt_ids)
-        for i, prompt, ids in zip(plain, prompts, full_ids, strict=True):
-            prompt_len = _common_prefix(next(prompt_iter), ids) if prompt is not None else 0
-            results[i] = (list(ids), prompt_len, None)
+        prompts, fulls = zip(*(_plain_texts(examples[i], eos, setup) for i in plain), strict=True)
+        for i, ids, prompt_len in zip(plain, *_plain_prompt_lengths(list(prompts), list(fulls), tokenizer, offsets),
+                                      strict=True):
+            results[i] = (ids, prompt_len, None)
     for i, example in enumerate(examples):
         if example.is_conversational:
             results[i] = _conversational(example, tokenizer, setup)
     return results  # type: ignore[return-value]
+
+
+def _plain_prompt_lengths(
+    prompts: list[str | None], fulls: list[str], tokenizer: Any, offsets: _OffsetsCheck
+) -> tuple[list[list[int]], list[int]]:
+    """Token ids of each full row and the length of its prompt part, as TRL computes it."""
+    use_offsets = bool(getattr(tokenizer, "is_fast", False)) and offsets.trusted is not False
+    encoded = tokenizer(fulls, return_offsets_mapping=True) if use_offsets else tokenizer(fulls)
+    full_ids = [list(ids) for ids in encoded["input_ids"]]
+    if use_offsets:
+        by_offsets = [_prompt_end(spans, len(p)) if p is not None else 0
+                      for p, spans in zip(prompts, encoded["offset_mapping"], strict=True)]
+        if offsets.trusted:
+            return full_ids, by_offsets
+    exact = _exact_prompt_lengths(prompts, full_ids, tokenizer)
+    if use_offsets:
+        offsets.trusted = by_offsets == exact
+    return full_ids, exact
+
+
+def _exact_prompt_lengths(prompts: list[str | None], full_ids: list[list[int]], tokenizer: Any) -> list[int]:
+    """TRL's way: the common prefix of the tokenized prompt and the tokenized prompt + completion."""
+    present = [p for p in prompts if p is not None]
+    prompt_iter = iter(tokenizer(present)["input_ids"] if present else [])
+    return [_common_prefix(next(prompt_iter), ids) if p is not None else 0
+            for p, ids in zip(prompts, full_ids, strict=True)]
+
+
+def _prompt_end(spans: Sequence[tuple[int, int]], prompt_chars: int) -> int:
+    """Tokens before the first one that reaches past the prompt's last character."""
+    for index, (_, end) in enumerate(spans):
+        if end > prompt_chars:
+            return index
+    return len(spans)
 
 
 def _plain_texts(example: Example, eos: str, setup: TrainingSetup) -> tuple[str | None, str]:
