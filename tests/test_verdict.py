@@ -102,6 +102,17 @@ def test_spread_harm_gives_diffuse_citing_hyperparameter_findings():
     assert verdict.evidence["top_cluster"]["lift"] < MIN_LIFT
 
 
+def test_critical_hyperparameter_finding_is_diffuse_not_setup():
+    epochs = Finding("many_epochs", "critical", "12 epochs over 100 rows.", "train 2-3 epochs")
+    rng = np.random.default_rng(5)
+    spread = rng.normal(-0.2, 0.5, size=(16, N))
+    note = Finding("double_bos", "info", "a run-wide note without a fix", "")
+    verdict = verdict_for(SIGNIFICANT, [note, epochs, LEARNING_RATE], spread)
+    assert verdict.kind == "diffuse"
+    assert verdict.next_action == f"look at hyperparameters: {epochs.fix}; {LEARNING_RATE.fix}"
+    assert verdict_for(SIGNIFICANT, [epochs], planted_effects()).kind == "data-cluster"
+
+
 def test_lift_below_threshold_is_diffuse_even_with_most_harm():
     clusters = summarize_clusters(IDS, LABELS, planted_effects(), {}, [], seed=0)
     top = dataclasses.replace(clusters[0], lift=MIN_LIFT - 0.01)

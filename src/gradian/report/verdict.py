@@ -39,6 +39,10 @@ CULPRIT_ROBUST_Z = 3.0
 MAD_TO_SIGMA = 1.4826
 # A critical per-example finding covering at least this share of rows is a setup fault, not a cluster.
 SETUP_ROW_SHARE = 0.5
+# Hyperparameter findings never make a `setup` verdict, even when critical: a learning rate or epoch count that is
+# too high acts through the data, so it is what `diffuse` points at, and a planted cluster still shows as one.
+HYPERPARAMETER_CHECKS = frozenset({"learning_rate", "many_epochs", "lora_alpha_rank", "eval_loss_rising",
+                                   "loss_spike"})
 # Findings about the model never learning to stop explain a failure only when the fine-tuned model stops less.
 STOP_CHECKS = frozenset({"pad_eos_masking", "missing_eos"})
 
@@ -107,7 +111,7 @@ def concentrated(cluster: ClusterSummary) -> bool:
 def explaining_setup_finding(regression: dict[str, Any], findings: list[Finding], n_rows: int) -> Finding | None:
     """The most severe critical finding that breaks the whole run and explains the failure, if any."""
     for finding in by_severity(findings):
-        if finding.severity != "critical":
+        if finding.severity != "critical" or finding.check in HYPERPARAMETER_CHECKS:
             continue
         run_wide = not finding.per_example or len(set(finding.example_ids)) >= SETUP_ROW_SHARE * max(n_rows, 1)
         if run_wide and _explains(finding, regression):
@@ -221,7 +225,8 @@ def _data_cluster(
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None) -> Verdict:
-    run_wide = [f for f in by_severity(findings) if not f.per_example]
+    run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
+                      key=lambda f: f.check not in HYPERPARAMETER_CHECKS)  # stable: hyperparameters first
     evidence: dict[str, Any] = {"findings": [f.check for f in run_wide]}
     text = f"{_measured(regression)} No cluster of training rows holds the harm"
     if top is not None:
