@@ -140,3 +140,8 @@ def test_device_and_dtype_are_automatic_and_overridable():
     assert pick_device_dtype("cpu", "float64") == (torch.device("cpu"), torch.float64)
     with pytest.raises(InputError, match="not a torch dtype"):
         pick_device_dtype("cpu", "floaty")
+    with pytest.raises(InputError, match="not a device"):
+        pick_device_dtype("gpu", None)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no usable CUDA GPU"):
+            pick_device_dtype("cuda", None)

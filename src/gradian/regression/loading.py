@@ -32,7 +32,14 @@ class AdapterBaseWarning(UserWarning):
 
 def pick_device_dtype(device: str | torch.device | None, dtype: str | torch.dtype | None) -> tuple[torch.device, Any]:
     """CUDA with bfloat16 when present, else CPU float32; either can be overridden."""
-    chosen = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise InputError("is not a device; use cpu, cuda or cuda:N.", str(device)) from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was asked for but this machine has no usable CUDA GPU; use --device cpu.", str(device))
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None) if dtype != "auto" else None
         if not isinstance(dtype, torch.dtype):
