@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,24 @@ def test_json_is_strict_even_with_nan_inputs(tmp_path, run):
     assert report["regression"]["p_value"] is None
     written = write_report(tmp_path / "nan", report, run["examples"])
     assert "NaN" not in written["report.json"].read_text(encoding="utf-8")
+
+
+def test_every_number_shown_in_html_is_in_report_json(run):
+    written = write_report(run["out"], run["report"], run["examples"])
+    html = written["report.html"].read_text(encoding="utf-8")
+    visible = re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)
+    visible = unescape(re.sub(r"<[^>]+>", " ", visible))  # text and <title> tooltips, not SVG geometry
+    allowed = set().union(*(renderings(v) for v in json_leaves(run["report"])))
+    shown = NUMBER.findall(visible)
+    assert len(shown) > 50
+    assert [token for token in shown if token not in allowed] == []
+
+
+def test_schema_doc_names_every_field(run):
+    doc = (Path(__file__).parents[1] / "docs" / "report-schema.md").read_text(encoding="utf-8")
+    report = run["report"]
+    names = set(report) | set(report["verdict"]) | set(report["verdict"]["evidence"]) | set(report["clusters"][0])
+    names |= set(report["examples"][0]) | set(report["top_rows"][0]) | set(report["effects"]) | set(report["findings"][0])
+    names |= {f"effect_histogram.{k}" for k in report["charts"]["effect_histogram"]}
+    names |= {f"cluster_map.{k}" for k in report["charts"]["cluster_map"]}
+    assert sorted(name for name in names if f"`{name}`" not in doc) == []
