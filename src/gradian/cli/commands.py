@@ -14,3 +14,6 @@ ALL.append(attribute_command)
 from gradian.cli.demo import demo_command  # noqa: E402
 
 ALL.append(demo_command)
+from gradian.cli.scenario import scenario_command  # noqa: E402
+
+ALL.append(scenario_command)

@@ -15,7 +15,7 @@ __all__ = ["CATALOG", "SCENARIOS", "build"]
 
 
 def build(name: str, out_dir: str | Path, seed: int = 0, **options: Any) -> Path:
-    """Build scenario `name` into `out_dir`; see `gradian.scenarios.build.build` for the options."""
-    from gradian.scenarios.build import build as build_scenario
+    """Build scenario `name` into `out_dir`; see `gradian.scenarios.builder.build` for the options."""
+    from gradian.scenarios.builder import build as build_scenario
 
     return build_scenario(name, out_dir, seed, **options)
