@@ -247,3 +247,19 @@ def test_a_registered_plugin_check_runs(tiny_tokenizer):
         assert fired(run_audit(context(tiny_tokenizer)), "test_plugin").example_ids == ["1"]
     finally:
         CHECKS.pop("test_plugin")
+
+
+def test_vectorised_shingles_equal_a_naive_loop():
+    from gradian.audit.duplicates import row_shingles, shingle_hashes
+
+    rows = [[], [5], [1, 2, 3], [1, 2, 3, 4], list(range(10)), [7, 7, 7, 7, 7]]
+    grams = shingle_hashes(rows, width=4)
+    for index, tokens in enumerate(rows):
+        padded = (tokens or [2**62]) + [2**62] * 3
+        naive = set()
+        for start in range(max(len(tokens), 1)):
+            value = 0
+            for token in padded[start:start + 4]:
+                value = (value * 1_000_003 + token) % 2**64
+            naive.add(value)
+        assert row_shingles(grams, index) == naive

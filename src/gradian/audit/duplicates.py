@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from itertools import chain
 
 import numpy as np
 from datasketch import MinHashLSH
@@ -72,14 +73,16 @@ def near_duplicates(ctx: AuditContext) -> list[Finding]:
 
 
 def _best_match(
-    candidates: Iterable[int], grams: list[np.ndarray], index: int, keys: list[str]
+    candidates: Iterable[int], grams: tuple[np.ndarray, np.ndarray], index: int, keys: list[str]
 ) -> tuple[int, float] | None:
+    if not candidates:
+        return None
     best: tuple[int, float] | None = None
-    mine = set(grams[index].tolist())
+    mine = row_shingles(grams, index)
     for other in candidates:
         if keys[other] == keys[index]:
             continue
-        theirs = set(grams[other].tolist())
+        theirs = row_shingles(grams, other)
         score = len(mine & theirs) / max(len(mine | theirs), 1)
         if score >= NEAR and (best is None or score > best[1]):
             best = (other, score)
@@ -105,35 +108,42 @@ def train_eval_overlap(ctx: AuditContext) -> list[Finding]:
     return [Finding("train_eval_overlap", "warning", title, fix, ids, {"eval_ids": eval_ids, "pairs": pairs})]
 
 
-def shingle_hashes(token_rows: list[list[int]], width: int = 4) -> list[np.ndarray]:
-    """Per row, 64-bit hashes of its `width`-token shingles (from the rendered token ids: no re-tokenizing)."""
-    out = []
-    for tokens in token_rows:
-        ids = np.asarray(tokens, dtype=np.uint64)  # (T,)
-        if len(ids) >= width:
-            grams = np.zeros(len(ids) - width + 1, dtype=np.uint64)
-            for offset in range(width):  # polynomial hash of each window; uint64 wraps, which is fine for hashing
-                grams = grams * np.uint64(1_000_003) + ids[offset:len(ids) - width + 1 + offset]
-            ids = grams
-        out.append(ids if len(ids) else np.zeros(1, dtype=np.uint64))
-    return out
+def shingle_hashes(token_rows: list[list[int]], width: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """64-bit hashes of every `width`-token window of every row (from the rendered ids: no re-tokenizing),
+    concatenated, and where each row's windows start. Each row is padded with `width - 1` sentinels, so a row
+    of n tokens has max(n, 1) windows."""
+    sentinel = [2**62]
+    counts = np.array([max(len(t), 1) for t in token_rows], dtype=np.int64)  # (N,) windows per row
+    padded = np.fromiter(chain.from_iterable((t or sentinel) + sentinel * (width - 1) for t in token_rows),
+                         dtype=np.uint64, count=int(counts.sum()) + (width - 1) * len(token_rows))  # (L,)
+    windows = np.zeros(len(padded) - width + 1, dtype=np.uint64)
+    for offset in range(width):  # polynomial hash of each window; uint64 wraps, which is fine for hashing
+        windows = windows * np.uint64(1_000_003) + padded[offset:len(padded) - width + 1 + offset]
+    row_starts = np.r_[0, np.cumsum(counts + width - 1)[:-1]]  # (N,) in padded
+    keep = np.concatenate([np.arange(start, start + count) for start, count in zip(row_starts, counts, strict=True)])
+    return windows[keep], np.r_[0, np.cumsum(counts)[:-1]]
 
 
-def minhash_signatures(grams: list[np.ndarray]) -> np.ndarray:
+def row_shingles(grams: tuple[np.ndarray, np.ndarray], index: int) -> set[int]:
+    hashes, starts = grams
+    end = starts[index + 1] if index + 1 < len(starts) else len(hashes)
+    return set(hashes[starts[index]:end].tolist())
+
+
+def minhash_signatures(grams: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """MinHash signatures (N, NUM_PERM): per permutation k, the min over a row's shingles of (a_k h + b_k) >> 32
     (seeded multiply-shift hashing), one vectorised pass over every shingle of every row per permutation."""
     rng = np.random.default_rng(SEED)
     a = rng.integers(1, 2**63, NUM_PERM, dtype=np.uint64) | np.uint64(1)  # (P,) odd multipliers
     b = rng.integers(0, 2**63, NUM_PERM, dtype=np.uint64)  # (P,)
-    hashes = np.concatenate(grams)  # (S,) every shingle of every row
-    offsets = np.cumsum([0] + [len(g) for g in grams[:-1]])  # (N,) where each row's shingles start
-    out = np.empty((NUM_PERM, len(grams)), dtype=np.uint64)
+    hashes, starts = grams  # (S,) every shingle of every row, (N,) where each row's shingles start
+    out = np.empty((NUM_PERM, len(starts)), dtype=np.uint64)
     permuted = np.empty_like(hashes)
     for k in range(NUM_PERM):
         np.multiply(hashes, a[k], out=permuted)
         permuted += b[k]
         permuted >>= np.uint64(32)
-        out[k] = np.minimum.reduceat(permuted, offsets)  # (N,)
+        out[k] = np.minimum.reduceat(permuted, starts)  # (N,)
     return out.T
 
 
