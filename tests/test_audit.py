@@ -128,7 +128,8 @@ def test_missing_eos_when_the_template_never_emits_it(tiny_tokenizer):
     ctx = context(tiny_tokenizer, rows, TrainingSetup(chat_template=template, assistant_only_loss=True))
     finding = fired(run_audit(ctx, only=["missing_eos"]), "missing_eos")
     assert finding.example_ids == ["1", "2", "3"] and finding.severity == "critical"
-    assert run_audit(context(tiny_tokenizer, rows, TrainingSetup(assistant_only_loss=True)), only=["missing_eos"]) == []
+    for setup in (TrainingSetup(assistant_only_loss=True), TrainingSetup()):  # "\n" follows EOS in the template
+        assert run_audit(context(tiny_tokenizer, rows, setup), only=["missing_eos"]) == []
 
 
 @pytest.mark.parametrize(("masks", "severity"), [(True, "critical"), (None, "warning")])

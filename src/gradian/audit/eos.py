@@ -9,19 +9,22 @@ from gradian.audit.wording import id_list, share
 from gradian.data.render import IGNORE, Rendered
 
 
-def _eos_masked_by_collator(row: Rendered, eos_id: int | None) -> bool:
-    """The row ends with EOS in its input, but EOS carries no label (a pad-masking collator hid it)."""
-    last = max((i for i, label in enumerate(row.labels) if label != IGNORE), default=None)
-    return last is not None and last + 1 < len(row.input_ids) and row.input_ids[last + 1] == eos_id \
-        and row.labels[last + 1] == IGNORE
+def _supervises(row: Rendered, end_ids: set[int]) -> bool:
+    """Some end token carries loss (not necessarily the last label: chat templates add "\\n" after EOS)."""
+    return any(label in end_ids for label in row.labels if label != IGNORE)
+
+
+def _eos_masked_by_collator(row: Rendered, ctx: AuditContext) -> bool:
+    """The row holds EOS, but a collator that masks pad ids (pad == eos) hid every EOS label."""
+    return bool(ctx.setup.collator_masks_pad) and ctx.pad_id == ctx.eos_id and ctx.eos_id in row.input_ids \
+        and not _supervises(row, {ctx.eos_id})
 
 
 @check("missing_eos")
 def missing_eos(ctx: AuditContext) -> list[Finding]:
-    """Rows whose last supervised token is not an end token (truncated rows are reported by truncation)."""
+    """Rows in which no end token carries loss (rows cut by max_length are reported by truncation)."""
     trained = [r for r in ctx.rendered if not r.dropped and not r.tail_cut]
-    missing = [r for r in trained
-               if r.last_supervised() not in ctx.end_ids and not _eos_masked_by_collator(r, ctx.eos_id)]
+    missing = [r for r in trained if not _supervises(r, ctx.end_ids) and not _eos_masked_by_collator(r, ctx)]
     if not missing:
         return []
     ids = [r.example_id for r in missing]
@@ -43,7 +46,7 @@ def pad_eos_masking(ctx: AuditContext) -> list[Finding]:
     if masks is False:
         return []
     token = ctx.tokenizer.convert_ids_to_tokens(ctx.eos_id)
-    ids = [r.example_id for r in ctx.rendered if _eos_masked_by_collator(r, ctx.eos_id)] if masks else []
+    ids = [r.example_id for r in ctx.rendered if _eos_masked_by_collator(r, ctx)] if masks else []
     fix = ("give the tokenizer a distinct pad token (tokenizer.pad_token = an unused token such as "
            "'<|finetune_right_pad_id|>' or '<pad>', and SFTConfig(pad_token=...)), or use TRL ≥ 0.17's own "
            "collator, which pads labels by position")

@@ -27,7 +27,7 @@ def _looks_instruct(ctx: AuditContext) -> bool:
 
 def _added_token_ids(ctx: AuditContext) -> dict[int, str]:
     """Added tokens other than the usual specials (bos/eos/pad/unk), which every base model was trained with."""
-    standard = {ctx.tokenizer.bos_token_id, ctx.tokenizer.eos_token_id, ctx.tokenizer.unk_token_id,
+    standard = {ctx.tokenizer.bos_token_id, ctx.tokenizer.eos_token_id, ctx.tokenizer.unk_token_id, ctx.tokenizer.pad_token_id,
                 getattr(ctx.base_config, "bos_token_id", None), getattr(ctx.base_config, "pad_token_id", None)}
     standard |= ctx.end_ids
     decoder: dict[int, Any] = getattr(ctx.tokenizer, "added_tokens_decoder", {}) or {}
