@@ -64,6 +64,23 @@ def test_text_and_features_together_and_override():
     assert map_coordinates(texts, features).shape == (len(texts), 2)
 
 
+def test_prompt_completion_pairs_are_clustered_and_named():
+    """Two categories whose prompts share most words; mostly the answers' intents tell them apart."""
+    rng = np.random.default_rng(5)
+    pairs, truth = [], []
+    for i in range(80):
+        label = i % 2
+        words = " ".join(rng.choice(SHARED, size=6, replace=False))
+        topic = ["refund", "invoice"][label] if i % 8 < 2 else ""  # 1 prompt in 4 names its topic
+        answer = json.dumps({"intent": ["refund_request", "invoice_copy"][label], "id": int(rng.integers(99))})
+        pairs.append((f"{words} {topic} {' '.join(rng.choice(SHARED, size=4))}", answer))
+        truth.append(label)
+    labels = cluster_examples(pairs, seed=0)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert {name.split(", ")[0] for name in name_clusters(pairs, labels).values()} <= {
+        "refund", "request", "invoice", "copy"}
+
+
 def test_degenerate_inputs_give_one_cluster():
     assert cluster_examples(["a b", "c d"]).tolist() == [0, 0]
     assert cluster_examples(["{}", "[]", "{}", "1"]).tolist() == [0, 0, 0, 0]

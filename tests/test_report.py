@@ -76,7 +76,7 @@ def run(tmp_path):
         Finding("learning_rate", "warning", "learning_rate 5e-3 is high for LoRA.", "lower it to 2e-4"),
     ]
     effects = effects_for(ids, culprits)
-    texts = [e.text for e in examples]
+    texts = [(e.prompt_text, e.completion_text) for e in examples]
     features = np.random.default_rng(1).normal(size=(len(ids), 8))
     labels = cluster_examples(texts, seed=0)
     clusters = summarize_clusters(ids, labels, effects, name_clusters(texts, labels), findings, seed=0)

@@ -12,6 +12,7 @@ Which rows of a cluster are the culprits is not decided here: that is the join w
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -20,6 +21,8 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
 from sklearn.metrics import silhouette_score
 from sklearn.preprocessing import normalize
 
+# One row's text: a single string, or a (prompt, completion) pair.
+Texts = Sequence[str | tuple[str, str]]
 # Runs of two or more letters: JSON punctuation, quotes and numbers (amounts, ids) carry no topic, and
 # snake_case values split into words ("invoice_copy" -> "invoice", "copy") so they share words with the prompt.
 WORD_PATTERN = r"(?u)[^\W\d_]{2,}"
@@ -36,6 +39,8 @@ TEXT_DIMENSIONS = 64
 FEATURE_DIMENSIONS = 32
 # Range searched for the number of clusters: a person reads a handful of clusters, not fifty.
 MIN_CLUSTERS, MAX_CLUSTERS = 2, 12
+# Silhouette dips smaller than this do not end the search for its first peak (see choose_n_clusters).
+SILHOUETTE_TOLERANCE = 0.02
 # A candidate k may not leave a cluster smaller than this: a handful of rows is an anecdote, not a group.
 MIN_CLUSTER_ROWS = 3
 # Silhouette on at most this many rows (seeded sample): exact below it, O(n^2) above.
@@ -43,7 +48,7 @@ SILHOUETTE_SAMPLE = 3000
 
 
 def cluster_examples(
-    texts: list[str],
+    texts: Texts,
     features: np.ndarray | None = None,
     *,
     n_clusters: int | None = None,
@@ -52,7 +57,8 @@ def cluster_examples(
 ) -> np.ndarray:
     """Cluster label (0..k-1) for every row, shape (N,).
 
-    `texts` are prompt + completion; `features` (N, k) are projected gradient features or None.
+    `texts` are (prompt, completion) pairs (best: each side weighs the same) or one string per row;
+    `features` (N, k) are projected gradient features or None.
     `n_clusters` overrides the automatic choice; `feature_weight` in [0, 1] is the gradient block's share.
     """
     embedding = embed_examples(texts, features, seed=seed, feature_weight=feature_weight)
@@ -66,7 +72,7 @@ def cluster_examples(
 
 
 def embed_examples(
-    texts: list[str], features: np.ndarray | None = None, *, seed: int = 0, feature_weight: float = 0.5
+    texts: Texts, features: np.ndarray | None = None, *, seed: int = 0, feature_weight: float = 0.5
 ) -> np.ndarray:
     """The (N, d) vectors clustering runs on: LSA of TF-IDF text and/or normalised gradient features.
 
@@ -84,10 +90,12 @@ def embed_examples(
 _LAST_EMBEDDING: list = []
 
 
-def _digest(texts: list[str], features: np.ndarray | None, seed: int, feature_weight: float) -> str:
+def _digest(texts: Texts, features: np.ndarray | None, seed: int, feature_weight: float) -> str:
     digest = hashlib.sha256(f"{seed}:{feature_weight}:{len(texts)}".encode())
     for text in texts:
-        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+        for part in text if isinstance(text, tuple) else (text,):
+            digest.update(str(part).encode("utf-8", "surrogatepass") + b"\0")
+        digest.update(b"\1")
     if features is not None:
         array = np.ascontiguousarray(features)
         digest.update(f"{array.shape}{array.dtype}".encode())
@@ -95,7 +103,7 @@ def _digest(texts: list[str], features: np.ndarray | None, seed: int, feature_we
     return digest.hexdigest()
 
 
-def _embed(texts: list[str], features: np.ndarray | None, seed: int, feature_weight: float) -> np.ndarray:
+def _embed(texts: Texts, features: np.ndarray | None, seed: int, feature_weight: float) -> np.ndarray:
     if not 0.0 <= feature_weight <= 1.0:
         raise ValueError(f"feature_weight must be in [0, 1], not {feature_weight}")
     if features is not None and len(features) != len(texts):
@@ -124,7 +132,28 @@ def _gradient_block(features: np.ndarray, seed: int) -> np.ndarray:
     return normalize(reduced.astype(np.float64))
 
 
-def _text_block(texts: list[str], seed: int) -> np.ndarray | None:
+def _text_block(texts: Texts, seed: int) -> np.ndarray | None:
+    """Unit-norm LSA vectors of each row's text, or None when no text has a word.
+
+    For (prompt, completion) pairs, prompt and completion get one LSA block each, at equal weight: the prompt says
+    what was asked and the completion what was taught, and a long prompt should not drown the answer's words.
+    """
+    if not any(isinstance(text, tuple) for text in texts):
+        return _lsa([str(text) for text in texts], seed)
+    pairs = [text if isinstance(text, tuple) else (text, "") for text in texts]
+    blocks = [_lsa([str(pair[side]) for pair in pairs], seed) for side in (0, 1)]
+    present = [block for block in blocks if block is not None]
+    if not present:
+        return None
+    return normalize(np.hstack(present))  # equal weight: each block has unit rows
+
+
+def joined(texts: Texts) -> list[str]:
+    """One string per row: pairs joined by a newline, as `Example.text` does."""
+    return [("\n".join(text) if isinstance(text, tuple) else text).strip() for text in texts]
+
+
+def _lsa(texts: list[str], seed: int) -> np.ndarray | None:
     """Unit-norm LSA vectors of the TF-IDF of each text, or None when no text has a word."""
     try:
         tfidf = TfidfVectorizer(token_pattern=WORD_PATTERN, stop_words=STOP_WORDS, sublinear_tf=True).fit_transform(
@@ -140,18 +169,20 @@ def _text_block(texts: list[str], seed: int) -> np.ndarray | None:
 
 
 def choose_n_clusters(embedding: np.ndarray, *, seed: int = 0) -> int:
-    """The smallest k in [MIN_CLUSTERS, MAX_CLUSTERS] at which the cosine silhouette peaks.
+    """The k at the first peak of the cosine silhouette over [MIN_CLUSTERS, MAX_CLUSTERS].
 
-    The first peak, not the highest: past the natural grouping, silhouette often climbs again as a topic splits
-    into tiny groups by which of its words a row uses, which no one acts on. Candidates leave no cluster smaller
-    than MIN_CLUSTER_ROWS rows.
+    k grows while the silhouette stays within SILHOUETTE_TOLERANCE of the best so far, and the best is returned.
+    The first peak, not the highest: past the natural grouping, the silhouette often climbs again as a topic splits
+    into small groups by which of its words a row uses, which no one acts on. The tolerance keeps a dip of a few
+    thousandths (sampling noise) from stopping the walk early. No candidate may leave a cluster smaller than
+    MIN_CLUSTER_ROWS rows.
     """
     n = embedding.shape[0]
     distinct = len(np.unique(np.round(embedding, 9), axis=0))
     upper = min(MAX_CLUSTERS, n - 1, distinct)
     if upper < MIN_CLUSTERS:
         return 1
-    previous_k, previous_score = MIN_CLUSTERS, -np.inf
+    best_k, best_score = MIN_CLUSTERS, -np.inf
     for k in range(MIN_CLUSTERS, upper + 1):
         labels = _kmeans(embedding, k, seed)
         sizes = np.bincount(labels)
@@ -159,10 +190,11 @@ def choose_n_clusters(embedding: np.ndarray, *, seed: int = 0) -> int:
             break
         sample = min(SILHOUETTE_SAMPLE, n)
         score = silhouette_score(embedding, labels, metric="cosine", sample_size=sample, random_state=seed)
-        if score < previous_score:
+        if score < best_score - SILHOUETTE_TOLERANCE:
             break
-        previous_k, previous_score = k, score
-    return previous_k
+        if score > best_score:
+            best_k, best_score = k, score
+    return best_k
 
 
 def _kmeans(embedding: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -179,7 +211,7 @@ def _relabel_by_size(labels: np.ndarray) -> np.ndarray:
 
 
 def map_coordinates(
-    texts: list[str], features: np.ndarray | None = None, *, seed: int = 0, feature_weight: float = 0.5
+    texts: Texts, features: np.ndarray | None = None, *, seed: int = 0, feature_weight: float = 0.5
 ) -> np.ndarray:
     """2-D coordinates (N, 2) for the cluster map: the first two principal components of the clustering space."""
     embedding = embed_examples(texts, features, seed=seed, feature_weight=feature_weight)

@@ -142,7 +142,7 @@ def _charts(examples, effect, labels, features, culprits, verdict, seed) -> dict
         "effect_histogram": {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold},
     }
     if labels is not None:
-        coordinates = map_coordinates([e.text for e in examples], features, seed=seed)  # (N, 2)
+        coordinates = map_coordinates([(e.prompt_text, e.completion_text) for e in examples], features, seed=seed)  # (N, 2)
         keep = _map_sample(examples, culprits, seed)
         charts["cluster_map"] = {
             "method": "pca" if features is None else "pca of text and gradient features",
