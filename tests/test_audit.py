@@ -132,6 +132,16 @@ def test_missing_eos_when_the_template_never_emits_it(tiny_tokenizer):
         assert run_audit(context(tiny_tokenizer, rows, setup), only=["missing_eos"]) == []
 
 
+def test_missing_eos_when_the_config_replaces_eos(tiny_tokenizer):
+    tok = copy.deepcopy(tiny_tokenizer)
+    tok.eos_token = "\n"  # what SFTTrainer does with SFTConfig(eos_token="\n")
+    ctx = context(tok, setup=TrainingSetup(eos_token="\n"), config=base_config(tiny_tokenizer))
+    finding = fired(run_audit(ctx), "missing_eos")
+    assert finding.severity == "critical" and len(finding.example_ids) == 30
+    assert "SFTConfig(eos_token='</s>')" in finding.fix
+    assert all(r.last_supervised() == tok.convert_tokens_to_ids("\n") for r in ctx.rendered)
+
+
 @pytest.mark.parametrize(("masks", "severity"), [(True, "critical"), (None, "warning")])
 def test_pad_eos_masking(tiny_tokenizer, masks, severity):
     setup = TrainingSetup(pad_token=tiny_tokenizer.eos_token, collator_masks_pad=masks)
@@ -174,8 +184,10 @@ def test_exact_and_near_duplicates(tiny_tokenizer):
 def test_train_eval_overlap(tiny_tokenizer):
     rows = clean_rows()
     eval_rows = [{"prompt": rows[7]["prompt"].upper()}, {"prompt": "nothing like train"}]
+    eval_rows.append(dict(rows[11]))  # a row copied whole
     finding = fired(run_audit(context(tiny_tokenizer, rows, eval_rows=eval_rows)), "train_eval_overlap")
-    assert finding.example_ids == ["8"] and finding.values["eval_ids"] == ["1"]
+    assert finding.example_ids == ["8", "12"] and finding.values["eval_ids"] == ["1", "3"]
+    assert finding.values["same_answer_ids"] == ["12"]
 
 
 def test_many_epochs(tiny_tokenizer):
@@ -221,10 +233,17 @@ def test_double_bos(tiny_tokenizer):
     assert fired(run_audit(context(tiny_tokenizer, rows)), "double_bos").example_ids == ["2"]
 
 
-@pytest.mark.parametrize(("lr", "severity"), [(5e-3, "critical"), (2e-3, "warning"), (1e-7, "warning")])
+@pytest.mark.parametrize(("lr", "severity"), [(2e-2, "critical"), (2e-3, "warning"), (1e-7, "warning")])
 def test_learning_rate(tiny_tokenizer, lr, severity):
-    finding = fired(run_audit(context(tiny_tokenizer, setup=TrainingSetup(learning_rate=lr))), "learning_rate")
-    assert finding.severity == severity
+    wide = base_config(tiny_tokenizer, hidden_size=2048)
+    ctx = context(tiny_tokenizer, setup=TrainingSetup(learning_rate=lr), config=wide)
+    assert fired(run_audit(ctx), "learning_rate").severity == severity
+
+
+def test_learning_rate_range_scales_with_width(tiny_tokenizer):
+    narrow = base_config(tiny_tokenizer, hidden_size=64)  # 16x narrower than 1024: 16x the rate is fine
+    assert not run_audit(context(tiny_tokenizer, setup=TrainingSetup(learning_rate=3e-3), config=narrow),
+                         only=["learning_rate"])
 
 
 def test_lora_alpha_rank(tiny_tokenizer):

@@ -42,13 +42,16 @@ class AuditContext:
 
     @cached_property
     def end_ids(self) -> set[int]:
-        """Tokens that end an answer: EOS, plus the model's generation EOS ids (end-of-turn tokens)."""
-        ids = {self.eos_id} if self.eos_id is not None else set()
+        """Tokens the model stops on: the base config's EOS id(s); the tokenizer's EOS only when the run did not
+        replace it (an `eos_token` in the config that the model never stops on is what `missing_eos` reports)."""
+        ids: set[int] = set()
         generation_eos = getattr(self.base_config, "eos_token_id", None)
         if isinstance(generation_eos, int):
             ids.add(generation_eos)
         elif isinstance(generation_eos, list):
             ids.update(i for i in generation_eos if isinstance(i, int))
+        if (self.setup.eos_token is None or not ids) and self.eos_id is not None:
+            ids.add(self.eos_id)
         return ids
 
     @property

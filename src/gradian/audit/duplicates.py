@@ -91,21 +91,31 @@ def _best_match(
 
 @check("train_eval_overlap")
 def train_eval_overlap(ctx: AuditContext) -> list[Finding]:
-    """Train rows whose prompt is also an eval prompt: the eval measures memory, not skill."""
+    """Train rows whose prompt is also an eval prompt (case and whitespace ignored): the eval then measures
+    memory, not skill. `same_answer_ids` are the rows whose completion equals the eval reference too."""
     if not ctx.eval_examples:
         return []
     eval_by_prompt: dict[str, list[str]] = defaultdict(list)
+    eval_keys = set()
     for example in ctx.eval_examples:
         eval_by_prompt[normalised(example.prompt_text or example.text)].append(example.id)
-    pairs = {e.id: eval_by_prompt[p] for e in ctx.examples if (p := normalised(e.prompt_text or e.text)) in eval_by_prompt}
+        eval_keys.add(_key(example))
+    pairs = {e.id: eval_by_prompt[p] for e in ctx.examples
+             if (p := normalised(e.prompt_text or e.text)) in eval_by_prompt}
     if not pairs:
         return []
     ids = list(pairs)
-    eval_ids = sorted({i for found in pairs.values() for i in found})
-    title = (f"{share(len(ids), len(ctx.examples))} of train also appear in the eval set "
-             f"({len(eval_ids)} of {len(ctx.eval_examples)} eval rows)")
+    same = [e.id for e in ctx.examples if e.id in pairs and _key(e) in eval_keys]
+    eval_ids = sorted({i for found in pairs.values() for i in found}, key=_natural)
+    title = (f"{share(len(ids), len(ctx.examples))} of train ask an eval prompt ({len(same)} with the eval answer "
+             f"too), covering {len(eval_ids)} of {len(ctx.eval_examples)} eval rows")
     fix = f"drop train rows {id_list(ids)} (or remove eval rows {id_list(eval_ids)}) so the eval is held out"
-    return [Finding("train_eval_overlap", "warning", title, fix, ids, {"eval_ids": eval_ids, "pairs": pairs})]
+    values = {"eval_ids": eval_ids, "same_answer_ids": same, "pairs": pairs}
+    return [Finding("train_eval_overlap", "warning", title, fix, ids, values)]
+
+
+def _natural(example_id: str) -> tuple[int, str]:
+    return (int(example_id), "") if example_id.isdigit() else (1 << 62, example_id)
 
 
 def shingle_hashes(token_rows: list[list[int]], width: int = 4) -> tuple[np.ndarray, np.ndarray]:

@@ -28,13 +28,20 @@ def missing_eos(ctx: AuditContext) -> list[Finding]:
     if not missing:
         return []
     ids = [r.example_id for r in missing]
-    eos = ctx.tokenizer.convert_ids_to_tokens(ctx.eos_id) if ctx.eos_id is not None else None
+    stops = sorted(ctx.tokenizer.convert_ids_to_tokens(i) for i in ctx.end_ids)
     severity = "critical" if len(missing) >= 0.5 * max(len(trained), 1) else "warning"
-    title = f"{share(len(missing), len(trained))} never supervise EOS ({eos!r}): the model does not learn to stop"
-    fix = (f"end every answer with {eos!r}: for messages data use a chat template that emits {{{{ eos_token }}}} "
-           f"after each assistant turn inside {{% generation %}}; for strings let TRL append it, or set "
-           f"SFTConfig(eos_token=...) to the token the model generates; rows {id_list(ids)}")
-    return [Finding("missing_eos", severity, title, fix, ids, {"eos_token": eos, "eos_id": ctx.eos_id})]
+    values = {"model_eos": stops, "configured_eos_token": ctx.setup.eos_token, "eos_id": ctx.eos_id}
+    if ctx.setup.eos_token is not None and ctx.eos_id not in ctx.end_ids:
+        title = (f"eos_token={ctx.setup.eos_token!r} in the training config replaced the model's EOS {stops[0]!r}: "
+                 f"{share(len(missing), len(trained))} never supervise {stops[0]!r}, so the model does not learn to stop")
+        fix = (f"remove eos_token from the training config, or set SFTConfig(eos_token={stops[0]!r}), "
+               f"the token the model stops on")
+        return [Finding("missing_eos", severity, title, fix, ids, values)]
+    title = f"{share(len(missing), len(trained))} never supervise EOS ({stops[0]!r}): the model does not learn to stop"
+    fix = (f"end every answer with {stops[0]!r}: for messages data use a chat template that emits "
+           f"{{{{ eos_token }}}} after each assistant turn inside {{% generation %}}; for strings let TRL append it, "
+           f"or set SFTConfig(eos_token=...) to the token the model generates; rows {id_list(ids)}")
+    return [Finding("missing_eos", severity, title, fix, ids, values)]
 
 
 @check("pad_eos_masking")

@@ -8,9 +8,10 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 
-LR_HIGH = 1e-3  # LoRA: loss collapse / NaN reported from 3e-3 (tloen/alpaca-lora#391); 1e-4..3e-4 is usual
-LR_CRITICAL = 3e-3
+LR_HIGH = 1e-3  # LoRA on models ≥ 1024 wide: collapse / NaN reported at 3e-3 (tloen/alpaca-lora#391); 1e-4..3e-4 usual
+LR_CRITICAL = 1e-2
 LR_LOW = 1e-6
+REFERENCE_WIDTH = 1024  # safe rates scale roughly as 1/width (muP): narrower models tolerate proportionally more
 SCALE_RANGE = (0.1, 8.0)  # alpha / r (alpha / sqrt(r) with rsLoRA)
 RANK_HIGH = 512
 
@@ -22,21 +23,28 @@ def _learning_rate(ctx: AuditContext) -> float | None:
     return max(logged) if logged else None
 
 
+def _width_factor(ctx: AuditContext) -> float:
+    width = getattr(ctx.base_config, "hidden_size", None)
+    return max(1.0, REFERENCE_WIDTH / width) if isinstance(width, int) and width > 0 else 1.0
+
+
 @check("learning_rate")
 def learning_rate(ctx: AuditContext) -> list[Finding]:
-    """Peak learning rate too high for LoRA (collapse, NaN) or too low to learn anything."""
-    lr = _learning_rate(ctx)
-    if lr is None or LR_LOW <= lr <= LR_HIGH:
+    """Peak learning rate too high for LoRA (collapse, NaN) or too low to learn anything. The ranges are for
+    models ≥ 1024 wide and scale up for narrower ones."""
+    lr, factor = _learning_rate(ctx), _width_factor(ctx)
+    high = LR_HIGH * factor
+    if lr is None or LR_LOW <= lr <= high:
         return []
-    if lr > LR_HIGH:
-        severity = "critical" if lr >= LR_CRITICAL else "warning"
-        title = f"learning rate {lr:g} is high for LoRA (loss collapse and NaN are reported from 3e-3)"
-        fix = "use learning_rate=2e-4 (LoRA's usual 1e-4 to 3e-4) with warmup_ratio=0.03"
+    if lr > high:
+        severity = "critical" if lr >= LR_CRITICAL * factor else "warning"
+        title = f"learning rate {lr:g} is high for LoRA on this model (above {high:.2g}: loss collapse, NaN)"
+        fix = f"use learning_rate={2e-4 * factor:.2g} (LoRA's usual 1e-4 to 3e-4 at width 1024+) with warmup_ratio=0.03"
     else:
         severity = "warning"
         title = f"learning rate {lr:g} is too low for LoRA to move the model"
         fix = "use learning_rate=1e-4 to 3e-4 for LoRA"
-    return [Finding("learning_rate", severity, title, fix, [], {"learning_rate": lr})]
+    return [Finding("learning_rate", severity, title, fix, [], {"learning_rate": lr, "high": high})]
 
 
 @check("lora_alpha_rank")
