@@ -29,13 +29,19 @@ def _key(example: Example) -> str:
     return normalised(example.prompt_text) + "\x00" + normalised(example.completion_text)
 
 
+def _train_keys(ctx: AuditContext) -> list[str]:
+    """`_key` of every train row, computed once per audit (both duplicate checks use it)."""
+    if "duplicate_keys" not in ctx.options:
+        ctx.options["duplicate_keys"] = [_key(e) for e in ctx.examples]
+    return ctx.options["duplicate_keys"]
+
+
 @check("duplicate")
 def exact_duplicates(ctx: AuditContext) -> list[Finding]:
     """Rows whose prompt and completion equal an earlier row's (case and whitespace ignored)."""
     first: dict[str, str] = {}
     copies: dict[str, str] = {}
-    for example in ctx.examples:
-        key = _key(example)
+    for example, key in zip(ctx.examples, _train_keys(ctx), strict=True):
         if key in first:
             copies[example.id] = first[key]
         else:
@@ -52,7 +58,7 @@ def exact_duplicates(ctx: AuditContext) -> list[Finding]:
 def near_duplicates(ctx: AuditContext) -> list[Finding]:
     """Rows ≥ 80% similar (Jaccard of 4-token shingles of the rendered rows) to an earlier row: MinHash LSH
     finds candidates, the exact Jaccard of the two rows confirms them."""
-    keys = [_key(e) for e in ctx.examples]
+    keys = _train_keys(ctx)
     grams = shingle_hashes([r.input_ids for r in ctx.rendered])
     near: dict[str, tuple[str, float]] = {}
     exact_seen: set[str] = set()

@@ -6,12 +6,12 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 from gradian.audit.wording import id_list, share
-from gradian.data.render import IGNORE, Rendered
+from gradian.data.render import Rendered
 
 
 def _supervises(row: Rendered, end_ids: set[int]) -> bool:
     """Some end token carries loss (not necessarily the last label: chat templates add "\\n" after EOS)."""
-    return any(label in end_ids for label in row.labels if label != IGNORE)
+    return not end_ids.isdisjoint(row.labels)  # IGNORE is never a token id
 
 
 def _eos_masked_by_collator(row: Rendered, ctx: AuditContext) -> bool:

@@ -16,7 +16,8 @@ def _prompt_trained(example: Example, row: Rendered) -> bool:
     """Prompt tokens carry loss: inside the prompt span for prompt/completion rows, or every token of a chat
     that has non-assistant turns."""
     if example.shape in ("prompt_completion", "conversational_prompt_completion"):
-        return any(label != IGNORE for label in row.labels[: row.prompt_length])
+        span = row.labels[: row.prompt_length]
+        return span.count(IGNORE) != len(span)
     if example.shape == "messages":
         has_prompt = any(m.get("role") != "assistant" for m in example.fields["messages"])
         return has_prompt and row.supervised == len(row.labels)

@@ -43,7 +43,7 @@ class Rendered:
 
     @property
     def supervised(self) -> int:
-        return sum(label != IGNORE for label in self.labels)
+        return len(self.labels) - self.labels.count(IGNORE)
 
     @property
     def label_fraction(self) -> float:
@@ -199,12 +199,10 @@ def _finish(
     tokenizer: Any,
     setup: TrainingSetup,
 ) -> Rendered:
-    keep = [True] * len(ids)
-    if completion_only(example, setup):
-        keep = [i >= prompt_len for i in range(len(ids))]
+    start = prompt_len if completion_only(example, setup) else 0
+    labels = [IGNORE] * start + ids[start:]  # the completion mask: loss from where the prompt ends
     if assistant_mask is not None:
-        keep = [k and bool(m) for k, m in zip(keep, assistant_mask, strict=False)]
-    labels = [token if kept else IGNORE for token, kept in zip(ids, keep, strict=True)]
+        labels = [label if mask else IGNORE for label, mask in zip(labels, assistant_mask, strict=True)]
     if setup.collator_masks_pad:
         pad_id = pad_token_id_of(tokenizer, setup)
         labels = [IGNORE if token == pad_id else label for token, label in zip(ids, labels, strict=True)]
@@ -215,7 +213,7 @@ def _finish(
         ids, labels = ids[cut], labels[cut]
         tail_cut = setup.truncation_mode == "keep_start"  # the completion's end, EOS included, is gone
         dropped = setup.drop_overlong
-    dropped = dropped or all(label == IGNORE for label in labels)
+    dropped = dropped or labels.count(IGNORE) == len(labels)
     return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped)
 
 
