@@ -125,3 +125,18 @@ def test_usage_error_is_exit_2(cli_runner):
 def test_help(cli_runner):
     result = invoke(cli_runner, "--help")
     assert result.exit_code == 0 and "--fail-on" in result.output
+
+
+def test_messages_without_a_chat_template_is_bad_input(cli_runner, tmp_path, tiny_tokenizer):
+    import copy
+
+    folder = tmp_path / "no_template"
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(folder)
+    make_tiny_model(tiny_tokenizer).config.save_pretrained(folder)
+    rows = [{"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "help"}]}]
+    dataset = write(tmp_path, rows)
+    result = invoke(cli_runner, "--dataset", dataset, "--base-model", str(folder))
+    assert result.exit_code == 2 and result.output.startswith(f"Error: {dataset}:1: the chat template cannot render")
+    assert len(result.output.strip().splitlines()) == 1

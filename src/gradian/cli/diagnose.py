@@ -39,6 +39,8 @@ def diagnose_command(dataset: str, eval_dataset: str | None, run_dir: str | None
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
         _print_table(result)
+        if out:
+            click.echo(f"Wrote {Path(out) / 'findings.json'} and findings.md beside it.")
     limit = SEVERITIES.index(fail_on)
     if any(SEVERITIES.index(f.severity) <= limit for f in result.findings):
         click.get_current_context().exit(1)

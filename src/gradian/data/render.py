@@ -19,6 +19,7 @@ from typing import Any
 
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
+from gradian.errors import InputError
 
 IGNORE = -100
 BATCH = 1024
@@ -113,8 +114,21 @@ def _tokenize_chunk(
             results[i] = (ids, prompt_len, None)
     for i, example in enumerate(examples):
         if example.is_conversational:
-            results[i] = _conversational(example, tokenizer, setup)
+            results[i] = _conversational_or_error(example, tokenizer, setup)
     return results  # type: ignore[return-value]
+
+
+def _conversational_or_error(
+    example: Example, tokenizer: Any, setup: TrainingSetup
+) -> tuple[list[int], int, list[int] | None]:
+    """`_conversational`, with a chat template that cannot render this row reported as bad input."""
+    try:
+        return _conversational(example, tokenizer, setup)
+    except Exception as error:  # jinja errors, no template at all, a template that rejects a role
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InputError(f"the chat template cannot render this row ({reason}); give the tokenizer a chat "
+                         f"template or set chat_template_path in the training config.",
+                         example.source or None, example.line) from None
 
 
 def _plain_prompt_lengths(
