@@ -74,6 +74,8 @@ def run(tmp_path):
                 "raise max_length to \u2265 412 tokens, the p99 of rendered rows",
                 example_ids=sorted(culprits) + ["account-7"], values={"p99": 412}),
         Finding("learning_rate", "warning", "learning_rate 5e-3 is high for LoRA.", "lower it to 2e-4"),
+        Finding("duplicate", "warning", "2 rows are exact copies.", "drop them", example_ids=["shipping-1", "invoice-19"]),
+        Finding("near_duplicate", "info", "1 row is a near copy.", "rewrite it", example_ids=["account-2"]),
     ]
     effects = effects_for(ids, culprits)
     texts = [(e.prompt_text, e.completion_text) for e in examples]

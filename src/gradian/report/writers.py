@@ -103,7 +103,7 @@ def _environment(autoescape: bool) -> Environment:
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
     environment.filters.update(pct=pct, signed=lambda v: pct(v, signed=True), number=number, md=markdown_cell,
-                               level=lambda v: f"{100 * v:g}%")
+                               level=lambda v: f"{100 * v:g}%", by_gap=flags_by_gap)
     return environment
 
 
@@ -125,6 +125,12 @@ def render_html(report: dict[str, Any]) -> str:
         figures["shares"] = charts.share_bars(report["clusters"])
     template = _environment(True).get_template("report.html.j2")
     return template.render(report=report, figures=figures, color=charts.color)
+
+
+def flags_by_gap(flag_rates: dict[str, dict[str, float]]) -> list[tuple[str, dict[str, float]]]:
+    """A cluster's flag rates, the largest inside-vs-outside gap first; checks absent on both sides left out."""
+    present = [(check, rates) for check, rates in flag_rates.items() if rates["inside"] or rates["outside"]]
+    return sorted(present, key=lambda item: (-(item[1]["inside"] - item[1]["outside"]), item[0]))
 
 
 def markdown_cell(value: Any, limit: int = 160) -> str:
