@@ -193,3 +193,26 @@ def test_diagnose_reads_real_run_without_flags(trl_run, cli_runner):
     payload = json.loads(result.output)
     assert payload["findings"] == [] and payload["rows"] == 8
     assert payload["setup"]["max_length"] == 64 and payload["unreadable"] == []
+
+
+def test_a_checkpoint_folder_is_a_run_and_finds_the_config_above_it(tmp_path):
+    run = _fake_run(tmp_path)
+    (run / "sft_config.yaml").write_text("max_length: 99\n")
+    info = read_run(run / "checkpoint-4")
+    assert info.adapter_config["step"] == 4 and info.checkpoints == [(run / "checkpoint-4").resolve()]
+    assert info.setup.max_length == 99
+
+
+def test_axolotl_truncate_strategy_and_chat_datasets(tmp_path):
+    config = tmp_path / "axolotl.yaml"
+    config.write_text(yaml.safe_dump({"sequence_len": 2048, "excess_length_strategy": "truncate",
+                                      "sample_packing": True, "special_tokens": {"pad_token": "<pad>"},
+                                      "datasets": [{"path": "d", "type": "chat_template"}]}))
+    setup = read_run(None, config).setup
+    assert (setup.max_length, setup.drop_overlong, setup.packing) == (2048, False, True)
+    assert setup.assistant_only_loss is True and setup.pad_token == "<pad>" and setup.collator_masks_pad is False
+
+
+def test_unknown_override_is_bad_input():
+    with pytest.raises(InputError, match="unknown setting"):
+        read_run(None, None, {"max_len": 3})
