@@ -80,14 +80,17 @@ class KroneckerProjector:
         key = (index, device, dtype)
         if key not in self._factors:
             plan = self.plans[index]
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-            left = torch.randn(plan.rows, plan.k_rows, generator=generator, dtype=torch.float64)
-            right = torch.randn(plan.cols, plan.k_cols, generator=generator, dtype=torch.float64)
-            self._factors[key] = (
-                None if plan.k_rows == plan.rows else (left / math.sqrt(plan.k_rows)).to(device, dtype),
-                None if plan.k_cols == plan.cols else (right / math.sqrt(plan.k_cols)).to(device, dtype),
+            sides = ((plan.rows, plan.k_rows), (plan.cols, plan.k_cols))
+            self._factors[key] = tuple(
+                None if k == n else (self._gaussian(index, side, n, k) / math.sqrt(k)).to(device, dtype)
+                for side, (n, k) in enumerate(sides)
             )
         return self._factors[key]
+
+    def _gaussian(self, index: int, side: int, n: int, k: int) -> torch.Tensor:
+        """(n, k) standard normal, from its own generator: seed, matrix index and side fix it."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + 2 * index + side)
+        return torch.randn(n, k, generator=generator, dtype=torch.float64)
 
     def project(self, index: int, grads: torch.Tensor) -> torch.Tensor:
         """(B, rows, cols) → (B, k_rows·k_cols), row-major like `weight.flatten()`."""
