@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -53,6 +56,39 @@ def make_tiny_model(tokenizer, seed: int = 0, dtype: torch.dtype = torch.float32
 @pytest.fixture
 def tiny_model(tiny_tokenizer):
     return make_tiny_model(tiny_tokenizer)
+
+
+def _scenario_code_hash() -> str:
+    import gradian.scenarios
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(gradian.scenarios.__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@pytest.fixture(scope="session")
+def scenario(request):
+    """`scenario(name, seed)`: a built scenario folder, kept in pytest's cache while the scenario code is unchanged.
+
+    Every test module shares it, so each scenario is fine-tuned once per machine (minutes on 2 cores).
+    """
+    from gradian.scenarios import build
+
+    cache = Path(request.config.cache.mkdir("gradian-scenarios"))
+    key = _scenario_code_hash()
+
+    def get(name: str, seed: int = 0) -> Path:
+        folder = cache / "built" / f"{name}-seed{seed}-{key}"
+        if not (folder / "measured.json").exists():
+            staging = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            build(name, staging, seed, cache_dir=cache)
+            shutil.rmtree(folder, ignore_errors=True)
+            staging.rename(folder)
+        return folder
+
+    return get
 
 
 @pytest.fixture

@@ -115,7 +115,6 @@ def test_fault_lock_of_a_killed_run_is_taken_over(tmp_path):
         assert path.read_text().split()[0] == str(os.getpid())
 
 
-@pytest.mark.xfail(strict=True, reason="attribute does not take gradian.lock.output_lock(out) yet (lead: wire it in)")
 def test_fault_attribute_refuses_a_busy_out(workspace, gradian, tmp_path):  # noqa: F811
     """A live run holds the lock (this test process): a second attribute into that --out stops in one sentence."""
     out = tmp_path / "out"

@@ -25,6 +25,7 @@ from gradian.data.render import render_example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.lock import output_lock
 from gradian.regression.capabilities import Capability, get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
@@ -49,8 +50,12 @@ class AttributeResult:
 
 def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar | None = None) -> AttributeResult:
     """Run every stage; `say` reports the stage, `bar(iterable, label)` wraps long loops in a progress bar."""
-    say = say or (lambda _: None)
-    out = _writable(settings.out_dir)
+    with output_lock(_writable(settings.out_dir)):
+        return _attribute(settings, say or (lambda _: None), bar)
+
+
+def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> AttributeResult:
+    out = settings.out_dir
     capability = get_capability(settings.capability)
 
     say("audit: rendering the rows as trained and running the checks")
@@ -127,7 +132,7 @@ def _clusters(
     examples: list[Example], features: np.ndarray | None, effects: np.ndarray, audit: DiagnoseResult,
     settings: AttributeSettings,
 ) -> tuple[np.ndarray, list[ClusterSummary]]:
-    texts = [example.text for example in examples]
+    texts = [(example.prompt_text, example.completion_text) for example in examples]
     labels = cluster_examples(texts, features, n_clusters=settings.n_clusters, seed=settings.seed)
     names = name_clusters(texts, labels)
     ids = [example.id for example in examples]

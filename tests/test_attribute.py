@@ -1,0 +1,111 @@
+"""`gradian attribute` end to end on the scenario world: the planted cause must come out, or the test fails."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradian.attribute import attribute
+from gradian.scenarios.evaluate import culprit_metrics
+from gradian.settings import AttributeSettings
+
+pytestmark = pytest.mark.slow  # builds and attributes scenarios (minutes on 2 cores, once per machine)
+
+
+def run(folder: Path, out: Path, **options) -> tuple[dict, dict]:
+    settings = AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability="json_formatting", out=str(out), **options,
+    )
+    result = attribute(settings)
+    return result.report, json.loads((folder / "truth.json").read_text())
+
+
+def effect_of(report: dict) -> tuple[np.ndarray, list[str]]:
+    ids = [row["id"] for row in report["examples"]]
+    return np.array([row["effect"] for row in report["examples"]]), ids
+
+
+@pytest.fixture(scope="module")
+def truncated(scenario, tmp_path_factory):
+    folder = scenario("truncated-cluster", 0)
+    out = tmp_path_factory.mktemp("truncated") / "report"
+    report, truth = run(folder, out)
+    return folder, out, report, truth
+
+
+def test_truncated_cluster_is_a_data_cluster(truncated):
+    _, out, report, truth = truncated
+    assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
+    culprits = set(truth["culprit_ids"])
+    top = report["clusters"][0]
+    planted_in_top = len(culprits & set(top["example_ids"])) / len(culprits)
+    named = {json.loads(line)["_gradian"]["id"] for line in (out / "culprits.jsonl").read_text().splitlines()}
+    assert named == set(report["verdict"]["culprit_ids"])
+    assert planted_in_top >= 0.8, f"top cluster holds {planted_in_top:.0%} of the planted culprits"
+    assert len(named & culprits) / len(named) >= 0.8, "most rows Gradian names must be planted culprits"
+    assert len(named & culprits) / len(culprits) >= 0.8, "Gradian must name most planted culprits"
+
+
+def test_truncated_cluster_name_and_join(truncated):
+    folder, _, report, truth = truncated
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    inside = Counter(w for r in rows if r["category"] == truth["affected_category"] for w in re.findall(r"[a-z]+",
+                                                                                                      r["prompt"]))
+    outside = Counter(w for r in rows if r["category"] != truth["affected_category"] for w in re.findall(r"[a-z]+",
+                                                                                                        r["prompt"]))
+    distinctive = {w for w, n in inside.items() if n >= 5 and n > 3 * outside.get(w, 0)}
+    top = report["clusters"][0]
+    terms = {t.strip() for t in re.split(r"[,\s]+", top["name"]) if t.strip()}
+    assert terms & distinctive, f"cluster name {top['name']!r} shares no distinctive word of the category"
+    rates = top["flag_rates"]["cut_in_data"]
+    assert rates["inside"] >= 0.5 and rates["outside"] <= 0.1, rates
+
+
+def test_truncated_cluster_culprits_rank_first(truncated):
+    _, _, report, truth = truncated
+    effect, ids = effect_of(report)
+    metrics = culprit_metrics(effect, ids, truth)
+    assert metrics["auprc"] >= 0.9, metrics
+    assert metrics["auprc"] > metrics["oracle_auprc"], metrics
+
+
+def test_contrastive_beats_naive_on_truncated_cluster(truncated):
+    folder, out, report, truth = truncated
+    naive, _ = run(folder, out, query="naive")  # same out: generations and gradients are reused
+    default = culprit_metrics(*effect_of(report), truth)["auprc"]
+    assert default > culprit_metrics(*effect_of(naive), truth)["auprc"]
+
+
+def test_null_run_is_refused(scenario, tmp_path):
+    report, _ = run(scenario("null", 0), tmp_path / "report")
+    assert report["verdict"]["kind"] == "no-regression"
+    assert not report["clusters"]
+    assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_format_cluster_is_a_data_cluster(scenario, tmp_path):
+    folder = scenario("format-cluster", 0)
+    report, truth = run(folder, tmp_path / "report")
+    assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
+    metrics = culprit_metrics(*effect_of(report), truth)
+    assert metrics["auprc"] >= 0.9, metrics
+    naive, _ = run(folder, tmp_path / "report", query="naive")
+    assert metrics["auprc"] > culprit_metrics(*effect_of(naive), truth)["auprc"]
+
+
+def test_pad_eos_is_a_setup_fault(scenario, tmp_path):
+    report, _ = run(scenario("pad-eos", 0), tmp_path / "report")
+    assert report["verdict"]["kind"] == "setup", report["verdict"]["summary"]
+    assert report["verdict"]["evidence"]["finding"]["check"] == "pad_eos_masking"
+
+
+def test_diffuse_run_is_diffuse(scenario, tmp_path):
+    report, _ = run(scenario("diffuse", 0), tmp_path / "report")
+    assert report["verdict"]["kind"] == "diffuse", report["verdict"]["summary"]
