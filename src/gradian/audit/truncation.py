@@ -54,12 +54,13 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
 def cut_in_data(ctx: AuditContext) -> list[Finding]:
     """Completions already cut in the dataset: broken JSON, a dangling end, or far shorter than their cluster."""
     eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
+    completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
     reasons: dict[str, str] = {}
-    for example in ctx.examples:
-        reason = _json_cut(_completion_string(example).strip().removesuffix(eos))
+    for example, text in zip(ctx.examples, completions, strict=True):
+        reason = _json_cut(text) if text[:1] in ("{", "[", "`") else None
         if reason:
             reasons[example.id] = reason
-    for example_id, reason in _short_for_cluster(ctx.examples).items():
+    for example_id, reason in _short_for_cluster(ctx.examples, completions).items():
         reasons.setdefault(example_id, reason)
     if not reasons:
         return []
@@ -118,7 +119,7 @@ def _json_depth(text: str) -> tuple[int, bool]:
     return depth, in_string
 
 
-def _short_for_cluster(examples: list[Example]) -> dict[str, str]:
+def _short_for_cluster(examples: list[Example], completions: list[str]) -> dict[str, str]:
     """Rows ending abruptly (a letter, digit, comma or colon) at ≤ half the median length of rows whose
     prompts share their most distinctive word."""
     words = [set(WORD.findall(e.prompt_text.lower())) for e in examples]
@@ -135,10 +136,10 @@ def _short_for_cluster(examples: list[Example]) -> dict[str, str]:
     for word, members in groups.items():
         if len(members) < MIN_GROUP:
             continue
-        lengths = np.array([len(_completion_string(examples[i])) for i in members], dtype=np.float64)
+        lengths = np.array([len(completions[i]) for i in members], dtype=np.float64)
         median = float(np.median(lengths))
         for i, length in zip(members, lengths, strict=True):
-            text = _completion_string(examples[i]).rstrip()
+            text = completions[i]
             if length <= SHORT_RATIO * median and text and re.search(r"[\w,:;(\-]$", text):
                 found[examples[i].id] = (f"{int(length)} characters, ≤ {SHORT_RATIO:.0%} of the median "
                                          f"{math.floor(median)} of rows about {word!r}, ending mid-sentence")
