@@ -11,7 +11,7 @@ import collections
 import pytest
 
 from bad_inputs.corpus import CASES, Case
-from bad_inputs.fixtures import assert_no_traceback, assert_one_line_error, gradian, workspace  # noqa: F401
+from bad_inputs.fixtures import assert_no_traceback, assert_one_line_error, gradian, snapshot, workspace  # noqa: F401
 
 KINDS = ("dataset", "run", "model", "attribute", "hostile", "fuzz", "fault")
 
@@ -33,8 +33,10 @@ def _param(case: Case):
 @pytest.mark.parametrize("case", [_param(case) for case in CASES])
 def test_bad_input(case: Case, workspace, gradian):  # noqa: F811
     args = case.build(workspace, workspace.scratch(case.id))
+    before = snapshot(workspace.root)
     result = gradian(args)
     assert_answer(case, result)
+    assert snapshot(workspace.root) == before, "an input file was changed, added or removed"
 
 
 def test_50mb_row_is_read(tmp_path):

@@ -42,3 +42,19 @@ def assert_one_line_error(result, names: str) -> None:
     assert line.startswith("Error: "), result.stderr[-2000:]
     assert result.stderr.count("Error: ") == 1, result.stderr[-2000:]
     assert names in line, line
+
+
+def snapshot(*roots, skip: tuple[str, ...] = ("out",)) -> dict[str, tuple[str, int, int, int]]:
+    """path → (sha256, size, mtime_ns, mode) of every file under `roots`, skipping folders named in `skip`."""
+    import hashlib
+    from pathlib import Path
+
+    files: dict[str, tuple[str, int, int, int]] = {}
+    for root in map(Path, roots):
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if any(part in skip for part in path.relative_to(root.parent).parts) or not path.is_file():
+                continue
+            stat = path.stat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            files[str(path)] = (digest, stat.st_size, stat.st_mtime_ns, stat.st_mode)
+    return files
