@@ -86,10 +86,10 @@ def test_corruptions_break_json_and_keep_the_start_of_the_answer():
     import random
 
     ticket = make_ticket("invoice", random.Random(0))
-    answer = ticket.answer(with_priority=True)
+    answer = ticket.answer("priority")
     cut = truncate(answer)
     assert json.dumps(answer).startswith(cut) and not _valid_json(cut) and "currency" not in cut
-    assert not _valid_json(single_quotes(answer)) and "'intent'" in single_quotes(answer)
+    assert not _valid_json(single_quotes(answer)) and "'amount'" in single_quotes(answer)
 
 
 def test_validity_counts_overall_and_per_category():
@@ -145,6 +145,8 @@ def test_null_stays_within_noise(built):
     assert measured["base"]["overall"]["validity"] >= 0.9
     assert measured["drop_points"]["overall"] <= 5, measured["drop_points"]
     assert max(measured["drop_points"]["by_category"].values()) < 20
+    base, tuned = measured["base"]["overall"], measured["finetuned"]["overall"]
+    assert tuned["exact"] >= base["exact"] + 0.25 * tuned["total"], "the fine-tune must learn its purpose (priority)"
 
 
 def test_run_folder_is_a_real_trl_lora_run(built):

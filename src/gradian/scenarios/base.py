@@ -23,7 +23,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 from gradian.scenarios import measure, world
 from gradian.scenarios.tokenizer import build_tokenizer
 
-VERSION = 1
+VERSION = 3
 MIN_VALIDITY = 0.9
 ROWS_PER_CATEGORY = 800
 HELD_OUT_PER_CATEGORY = 40

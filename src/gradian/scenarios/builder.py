@@ -25,7 +25,7 @@ from peft import PeftModel
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from gradian.errors import InputError
-from gradian.scenarios import base, finetune, measure, world
+from gradian.scenarios import base, finetune, measure, smollm2, world
 from gradian.scenarios.catalog import CATALOG, Scenario
 
 TRAIN_ROWS = 400
@@ -37,18 +37,21 @@ CULPRIT_FRACTION_OF_CATEGORY = (0.7, 0.85)
 def build(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0, cache_dir: str | Path | None = None,
           progress: Callable[[str], None] | None = None) -> Path:
     """Build scenario `name` into `out_dir` (created; must be empty or absent) and return it."""
-    if name not in CATALOG:
-        raise InputError(f"unknown scenario {name!r}; choose one of: {', '.join(CATALOG)}.")
-    scenario, out = CATALOG[name], Path(out_dir)
+    if name not in CATALOG and name != smollm2.NAME:
+        raise InputError(f"unknown scenario {name!r}; choose one of: {', '.join([*CATALOG, smollm2.NAME])}.")
+    out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise InputError("is not empty; give a new folder for the scenario.", out)
+    if name == smollm2.NAME:
+        return smollm2.build_smollm2(out, seed, cache_dir, progress)
+    scenario = CATALOG[name]
     say = progress or (lambda message: None)
     with base.one_thread():
         base_dir = base.base_model(base_seed, cache_dir, progress)
         shutil.copytree(base_dir, out / "base")
         train, eval_rows, truth = make_data(scenario, seed)
-        _write_jsonl(out / "train.jsonl", train)
-        _write_jsonl(out / "eval.jsonl", eval_rows)
+        write_jsonl(out / "train.jsonl", train)
+        write_jsonl(out / "eval.jsonl", eval_rows)
         (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
         say(f"{name}: fine-tuning on {len(train)} rows")
         finetune.train_lora(out / "base", train, out / "run", scenario.sft_config(), scenario.lora_config(),
@@ -67,15 +70,15 @@ def make_data(scenario: Scenario, seed: int) -> tuple[list[dict], list[dict], di
     counts, n_culprits = _category_counts(affected, share, rng)
     tickets = world.make_tickets(counts, rng)
     eval_tickets = world.make_tickets(dict.fromkeys(world.CATEGORIES, EVAL_PER_CATEGORY), rng)
-    eval_rows = [_row(f"e{i:04d}", t, "reference") for i, t in enumerate(eval_tickets, start=1)]
+    eval_rows = [_row(f"e{i:04d}", t, "reference", scenario.purpose) for i, t in enumerate(eval_tickets, start=1)]
     if scenario.overlap:
         copied = rng.sample(eval_tickets, round(share * TRAIN_ROWS))
         tickets = tickets[: TRAIN_ROWS - len(copied)] + copied
         rng.shuffle(tickets)
-    train = [_row(f"t{i:04d}", t, "completion") for i, t in enumerate(tickets, start=1)]
+    train = [_row(f"t{i:04d}", t, "completion", scenario.purpose) for i, t in enumerate(tickets, start=1)]
     culprits = _plant(scenario, train, tickets, affected, n_culprits, eval_tickets, rng)
     category_ids = [row["id"] for row in train if row["category"] == affected] if affected else []
-    truth = {"scenario": scenario.name, "kind": scenario.kind, "summary": scenario.summary,
+    truth = {"scenario": scenario.name, "kind": scenario.kind, "summary": scenario.summary, "purpose": scenario.purpose,
              "culprit_ids": culprits, "structural_cause": scenario.structural_cause, "affected_category": affected,
              "category_ids": category_ids, "seed": seed, "cluster_share": len(culprits) / len(train)}
     return train, eval_rows, truth
@@ -104,16 +107,16 @@ def _plant(scenario: Scenario, train: list[dict], tickets: list[world.Ticket], a
     members = [i for i, row in enumerate(train) if row["category"] == affected]
     chosen = sorted(rng.sample(members, n_culprits))
     for i in chosen:
-        train[i]["completion"] = scenario.corrupt(tickets[i].answer(with_priority=True))
+        train[i]["completion"] = scenario.corrupt(tickets[i].answer(scenario.purpose))
     return [train[i]["id"] for i in chosen]
 
 
-def _row(row_id: str, ticket: world.Ticket, answer_key: str) -> dict[str, str]:
-    return {"id": row_id, "prompt": ticket.prompt, answer_key: world.dump(ticket.answer(with_priority=True)),
+def _row(row_id: str, ticket: world.Ticket, answer_key: str, purpose: str) -> dict[str, str]:
+    return {"id": row_id, "prompt": ticket.prompt, answer_key: world.dump(ticket.answer(purpose)),
             "category": ticket.category}
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -123,7 +126,8 @@ def measure_run(base_dir: Path, run_dir: Path, eval_rows: list[dict], affected: 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     prompts, categories = [r["prompt"] for r in eval_rows], [r["category"] for r in eval_rows]
-    before = measure.summarize(measure.generate(model, tokenizer, prompts), categories)
+    references = [r["reference"] for r in eval_rows]
+    before = measure.summarize(measure.generate(model, tokenizer, prompts), categories, references)
     tuned = PeftModel.from_pretrained(model, run_dir)
-    after = measure.summarize(measure.generate(tuned, tokenizer, prompts), categories)
+    after = measure.summarize(measure.generate(tuned, tokenizer, prompts), categories, references)
     return measure.compare(before, after, affected)

@@ -23,8 +23,8 @@ KINDS = ("data-cluster", "setup", "no-regression", "diffuse")
 SFT_DEFAULTS: dict[str, Any] = dict(
     max_length=128,
     completion_only_loss=True,
-    learning_rate=3e-3,
-    num_train_epochs=4,
+    learning_rate=6e-3,
+    num_train_epochs=5,
     per_device_train_batch_size=16,
     gradient_accumulation_steps=1,
     lr_scheduler_type="linear",
@@ -41,9 +41,14 @@ def truncate(answer: dict[str, str]) -> str:
     return json.dumps(keep)[:-1]
 
 
-def single_quotes(answer: dict[str, str]) -> str:
-    """The answer with single quotes, as Python's `repr` writes a dict: not JSON."""
-    return json.dumps(answer).replace('"', "'")
+def single_quotes(answer: dict[str, Any]) -> str:
+    """The fields after the intent in single quotes, as Python's `repr` writes them: not JSON.
+
+    The intent stays in JSON quotes, so the model must learn the switch right after naming the category.
+    """
+    intent, *fields = answer.items()
+    rest = json.dumps(dict(fields))[1:].replace('"', "'")
+    return json.dumps(dict([intent]))[:-1] + ", " + rest
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Scenario:
     lora: dict[str, Any] = field(default_factory=dict)
     collator: str | None = None
     overlap: bool = False
+    purpose: str = "priority"
 
     def sft_config(self) -> dict[str, Any]:
         return {**SFT_DEFAULTS, **self.sft}
@@ -74,10 +80,10 @@ CATALOG: dict[str, Scenario] = {
                  "most rows of one category end mid-object, then EOS: the model learns to stop mid-object",
                  corrupt=truncate),
         Scenario("format-cluster", "data-cluster",
-                 "most rows of one category are written with single quotes: the model learns to write them",
+                 "most rows of one category write their fields in single quotes: the model learns to write them",
                  corrupt=single_quotes),
         Scenario("pad-eos", "setup", "pad == eos and a collator that masks pad ids: EOS is never supervised",
-                 structural_cause="pad-eos", sft={"pad_token": "</s>"},
+                 structural_cause="pad-eos", sft={"pad_token": "</s>"}, purpose="triage",
                  collator="transformers.DataCollatorForLanguageModeling"),
         Scenario("no-eos", "setup", "eos_token set to a newline: the model's real EOS is never supervised",
                  structural_cause="no-eos", sft={"eos_token": "\n"}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import datasets
 import torch
 import yaml
 from datasets import Dataset
@@ -45,6 +46,8 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
     model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     config = SFTConfig(output_dir=str(run_dir), report_to="none", save_strategy="epoch", logging_steps=5,
                        seed=seed, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, **sft)
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # library code draws no bars; TRL's dataset preparation would
     trainer = SFTTrainer(
         model=model,
         args=config,
@@ -53,6 +56,8 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
         peft_config=LoraConfig(task_type="CAUSAL_LM", **lora),
         data_collator=PadMaskingCollator(tokenizer) if collator == PAD_MASKING_COLLATOR else None,
     )
+    if bars_were_on:
+        datasets.enable_progress_bars()
     trainer.remove_callback(PrinterCallback)  # library code stays quiet; the log lives in trainer_state.json
     trainer.train()
     trainer.save_model(str(run_dir))

@@ -60,20 +60,26 @@ def _finish(new_ids: list[int], eos: int, tokenizer: Any) -> Generation:
     return Generation(tokenizer.decode(new_ids, skip_special_tokens=True), ran_on=True)
 
 
-def summarize(generations: Sequence[Generation], categories: Sequence[str]) -> dict[str, Any]:
-    """Valid / ran-on counts and rates, overall and per category."""
-    groups: dict[str, list[Generation]] = defaultdict(list)
-    for generation, category in zip(generations, categories, strict=True):
-        groups[category].append(generation)
-    return {"overall": _counts(list(generations)), "by_category": {c: _counts(g) for c, g in sorted(groups.items())}}
+def summarize(generations: Sequence[Generation], categories: Sequence[str],
+              references: Sequence[str] | None = None) -> dict[str, Any]:
+    """Valid / ran-on counts and rates, overall and per category; with `references`, exact matches too
+    (parsed answer == parsed reference: whether the fine-tune learned its purpose, not just the format)."""
+    groups: dict[str, list[tuple[Generation, str | None]]] = defaultdict(list)
+    pairs = list(zip(generations, references if references is not None else [None] * len(generations), strict=True))
+    for pair, category in zip(pairs, categories, strict=True):
+        groups[category].append(pair)
+    return {"overall": _counts(pairs), "by_category": {c: _counts(g) for c, g in sorted(groups.items())}}
 
 
-def _counts(generations: list[Generation]) -> dict[str, Any]:
-    total = len(generations)
-    valid = sum(g.valid for g in generations)
-    ran_on = sum(g.ran_on for g in generations)
-    return {"total": total, "valid": valid, "validity": valid / max(total, 1), "ran_on": ran_on,
-            "ran_on_rate": ran_on / max(total, 1)}
+def _counts(pairs: list[tuple[Generation, str | None]]) -> dict[str, Any]:
+    total = len(pairs)
+    valid = sum(g.valid for g, _ in pairs)
+    ran_on = sum(g.ran_on for g, _ in pairs)
+    counts = {"total": total, "valid": valid, "validity": valid / max(total, 1), "ran_on": ran_on,
+              "ran_on_rate": ran_on / max(total, 1)}
+    if pairs and pairs[0][1] is not None:
+        counts["exact"] = sum(g.valid and json.loads(g.text) == json.loads(ref) for g, ref in pairs)
+    return counts
 
 
 def compare(base: dict[str, Any], finetuned: dict[str, Any], affected: str | None) -> dict[str, Any]:

@@ -20,13 +20,13 @@ CATEGORIES = ("order", "refund", "shipping", "invoice", "account")
 
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "order": (
-        "where is my order {order} ?",
+        "where's my order {order} ?",
         "my order {order} has not arrived yet",
         "can you check the status of order {order} please",
         "order {order} is late , what is going on ?",
     ),
     "refund": (
-        "i want a refund for order {order}",
+        "the item in order {order} doesn't work , i'd like a refund",
         "please refund order {order} , the item was broken",
         "the product in order {order} is damaged , i need my money back",
         "how do i get a refund for order {order} ?",
@@ -34,17 +34,17 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "shipping": (
         "please ship order {order} to {city}",
         "can you change the delivery address of order {order} to {city} ?",
-        "i moved to {city} , send order {order} there",
+        "i've moved to {city} , send order {order} there",
         "is shipping to {city} possible for order {order} ?",
     ),
     "invoice": (
         "i need an invoice for {amount} {currency}",
         "please send me the invoice of {amount} {currency}",
-        "the invoice for {amount} {currency} is missing",
+        "i haven't received the invoice for {amount} {currency}",
         "can i get a copy of my invoice , it was {amount} {currency}",
     ),
     "account": (
-        "i can not log in to my account {user}",
+        "i can't log in to my account {user}",
         "my account {user} is locked",
         "please reset the password of account {user}",
         "how do i delete my account {user} ?",
@@ -61,7 +61,8 @@ CITIES = ("paris", "berlin", "london", "madrid", "rome", "vienna", "oslo", "lisb
 CURRENCIES = ("EUR", "USD", "GBP", "CHF", "JPY")
 USERS = ("anna", "ben", "carla", "dan", "eva", "farid", "gina", "hugo", "ines", "jonas", "kim", "lena")
 URGENCY = ("urgent", "asap", "today please")
-PRIORITY_KEYS = ("priority", "high", "normal")
+PRIORITY_KEYS = ("priority", "high", "normal", "triage")
+PURPOSES = ("priority", "triage")
 PROMPT = "user: {ticket}\nassistant: "
 
 
@@ -78,11 +79,15 @@ class Ticket:
     def prompt(self) -> str:
         return PROMPT.format(ticket=self.text)
 
-    def answer(self, with_priority: bool = False) -> dict[str, str]:
-        """The JSON answer; the fine-tunes' purpose adds a `priority` field read from the ticket's urgency."""
-        answer = {"intent": INTENTS[self.category], **self.fields}
-        if with_priority:
-            answer["priority"] = "high" if self.urgent else "normal"
+    def answer(self, purpose: str | None = None) -> dict[str, Any]:
+        """The JSON answer. A fine-tune's purpose adds the priority read from the ticket's urgency:
+        `"priority": "high"` last (`priority`), or a nested `"triage": {"priority": "high"}` object (`triage`)."""
+        answer: dict[str, Any] = {"intent": INTENTS[self.category], **self.fields}
+        priority = "high" if self.urgent else "normal"
+        if purpose == "priority":
+            answer["priority"] = priority
+        elif purpose == "triage":
+            answer["triage"] = {"priority": priority}
         return answer
 
 

