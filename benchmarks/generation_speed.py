@@ -81,10 +81,14 @@ def measure(label, model, tokenizer, prompts, args) -> list[str]:
         tokens = sum(len(a.ids) for a in batched)
         lines.append(
             f"| {label} | {args.device} {str(args.dtype).removeprefix('torch.')} | {len(prompts)} | {tokens} | "
-            f"{single_tps:,.0f} | {batch_size} | {batched_tps:,.0f} | **{batched_tps / single_tps:.1f}×** | "
+            f"{_rate(single_tps)} | {batch_size} | {_rate(batched_tps)} | **{batched_tps / single_tps:.1f}×** | "
             f"{same:.0%} |"
         )
     return lines
+
+
+def _rate(tokens_per_second: float) -> str:
+    return f"{tokens_per_second:,.0f}" if tokens_per_second >= 100 else f"{tokens_per_second:.1f}"
 
 
 def main() -> None:
