@@ -81,6 +81,8 @@ def scenario(request):
     def get(name: str, seed: int = 0) -> Path:
         folder = cache / "built" / f"{name}-seed{seed}-{key}"
         if not (folder / "measured.json").exists():
+            for stale in folder.parent.glob(f"{name}-seed{seed}-*"):  # builds of older scenario code
+                shutil.rmtree(stale, ignore_errors=True)
             staging = folder.with_name(folder.name + ".partial")
             shutil.rmtree(staging, ignore_errors=True)
             build(name, staging, seed, cache_dir=cache)

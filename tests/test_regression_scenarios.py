@@ -6,14 +6,11 @@ rerun (or another test module using the same key) skips the minutes of fine-tuni
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-import gradian.scenarios
 from gradian.data.base_model import resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.setup import TrainingSetup
@@ -23,34 +20,6 @@ from gradian.regression.measure import measure_regression
 from gradian.regression.repair import parse_object
 
 pytestmark = pytest.mark.slow  # the first run fine-tunes two scenarios (minutes on 2 cores)
-
-
-def _scenario_code_hash() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(Path(gradian.scenarios.__file__).parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-@pytest.fixture(scope="session")
-def scenario(request):
-    """`scenario(name, seed)`: the folder of a built scenario, reused across sessions while its code is unchanged."""
-    cache = Path(request.config.cache.mkdir("gradian-scenarios"))
-    key = _scenario_code_hash()
-
-    def get(name: str, seed: int = 0) -> Path:
-        folder = cache / "built" / f"{name}-seed{seed}-{key}"
-        if not (folder / "measured.json").exists():
-            for stale in folder.parent.glob(f"{name}-seed{seed}-*"):  # builds of older scenario code
-                shutil.rmtree(stale, ignore_errors=True)
-            staging = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            gradian.scenarios.build(name, staging, seed, cache_dir=cache)
-            shutil.rmtree(folder, ignore_errors=True)
-            staging.rename(folder)
-        return folder
-
-    return get
 
 
 def _measure(folder: Path, out: Path):
