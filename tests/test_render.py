@@ -90,9 +90,9 @@ def test_render_prompt_and_answer(tiny_tokenizer):
 def test_offsets_fast_path_equals_trl_way_over_many_batches(tiny_tokenizer):
     from gradian.data import render
 
-    rows = [{"prompt": "my order " * (i % 7) + "is", "completion": " late" * (1 + i % 3)} for i in range(2500)]
-    rows[1500]["prompt"] = "hello"  # ends mid-word once joined: "hellolate" is one (unknown) word
-    rows[1500]["completion"] = "late"
+    rows = [{"prompt": "my order " * (i % 7) + "is", "completion": " late" * (1 + i % 3)} for i in range(9000)]
+    rows[5000]["prompt"] = "hello"  # ends mid-word once joined: "hellolate" is one (unknown) word
+    rows[5000]["completion"] = "late"
     fast = render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup())
     ids = [r.input_ids for r in fast]
     exact = render._exact_prompt_lengths([r["prompt"] for r in rows], ids, tiny_tokenizer)

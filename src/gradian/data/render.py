@@ -22,7 +22,8 @@ from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 
 IGNORE = -100
-BATCH = 1024
+BATCH = 4096
+VERIFY_ROWS = 512  # rows on which the fast path is checked against TRL's way before it is trusted
 
 
 @dataclass
@@ -90,10 +91,11 @@ def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingS
 
 
 class _OffsetsCheck:
-    """Whether the prompt length can be read from the full row's character offsets instead of tokenizing every
-    prompt a second time. TRL takes the common prefix of tokenize(prompt) and tokenize(prompt + completion);
-    the offsets give the same number when the tokenizer splits at the prompt's end, which is checked on the
-    first batch against TRL's way; any difference and every row takes TRL's way."""
+    """Whether rows can take the fast path: the Rust tokenizer called directly, and the prompt length read from
+    the full row's character offsets instead of tokenizing every prompt a second time. TRL takes the common
+    prefix of tokenize(prompt) and tokenize(prompt + completion); the offsets give the same number when the
+    tokenizer splits at the prompt's end. Both are checked against TRL's way (ids and
+    prompt lengths) on the first VERIFY_ROWS rows; any difference and every row takes TRL's way."""
 
     def __init__(self) -> None:
         self.trusted: bool | None = None
@@ -135,18 +137,22 @@ def _plain_prompt_lengths(
     prompts: list[str | None], fulls: list[str], tokenizer: Any, offsets: _OffsetsCheck
 ) -> tuple[list[list[int]], list[int]]:
     """Token ids of each full row and the length of its prompt part, as TRL computes it."""
-    use_offsets = bool(getattr(tokenizer, "is_fast", False)) and offsets.trusted is not False
-    encoded = tokenizer(fulls, return_offsets_mapping=True) if use_offsets else tokenizer(fulls)
-    full_ids = [list(ids) for ids in encoded["input_ids"]]
-    if use_offsets:
-        by_offsets = [_prompt_end(spans, len(p)) if p is not None else 0
-                      for p, spans in zip(prompts, encoded["offset_mapping"], strict=True)]
-        if offsets.trusted:
-            return full_ids, by_offsets
-    exact = _exact_prompt_lengths(prompts, full_ids, tokenizer)
-    if use_offsets:
-        offsets.trusted = by_offsets == exact
-    return full_ids, exact
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None or offsets.trusted is False:
+        full_ids = [list(ids) for ids in tokenizer(fulls)["input_ids"]]
+        return full_ids, _exact_prompt_lengths(prompts, full_ids, tokenizer)
+    encodings = backend.encode_batch(fulls)  # the Rust tokenizer itself: no per-row Python dicts
+    full_ids = [encoding.ids for encoding in encodings]
+    by_offsets = [_prompt_end(e.offsets, len(p)) if p is not None else 0
+                  for p, e in zip(prompts, encodings, strict=True)]
+    if offsets.trusted is None:  # first rows: check the fast path against TRL's way
+        sample = slice(0, VERIFY_ROWS)
+        trl_ids = [list(ids) for ids in tokenizer(fulls[sample])["input_ids"]]
+        exact = _exact_prompt_lengths(prompts[sample], trl_ids, tokenizer)
+        offsets.trusted = trl_ids == full_ids[sample] and by_offsets[sample] == exact
+        if not offsets.trusted:
+            return _plain_prompt_lengths(prompts, fulls, tokenizer, offsets)
+    return full_ids, by_offsets
 
 
 def _exact_prompt_lengths(prompts: list[str | None], full_ids: list[list[int]], tokenizer: Any) -> list[int]:
