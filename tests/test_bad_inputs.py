@@ -57,10 +57,11 @@ def test_corpus_counts(request):
     assert len({case.id for case in CASES}) == len(CASES)
     assert all(case.kind in KINDS for case in CASES)
     counts = collections.Counter()
-    for item in request.session.items:
+    for item in request.session.items:  # parametrized ids start with their kind; test_fuzz_* / test_fault_* too
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.id.split("-", 1)[0] in KINDS:
-            counts[callspec.id.split("-", 1)[0]] += 1
+        name = callspec.id if callspec is not None else item.name.removeprefix("test_").replace("_", "-")
+        if name.split("-", 1)[0] in KINDS:
+            counts[name.split("-", 1)[0]] += 1
     print("bad-input cases per kind: " + ", ".join(f"{kind} {counts[kind]}" for kind in KINDS))
     print(f"corpus: {len(CASES)} cases, {sum(case.exit_code == 2 for case in CASES)} errors (exit 2), "
           f"{sum(bool(case.bug) for case in CASES)} known bugs")

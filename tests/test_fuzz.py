@@ -2,7 +2,8 @@
 
 Readers: `read_dataset` (JSONL / JSON array), `read_run` (trainer_state.json, adapter_config.json, a config
 YAML/JSON), `read_training_args` (a pickle, mutated). Inputs that trigger a bug already recorded in the
-corpus (tests/bad_inputs/corpus.py: run-log-history-not-list, run-config-infinite-*, run-config-impossible-date)
+corpus (tests/bad_inputs/corpus.py: run-log-history-not-list, run-config-infinite-*, run-config-impossible-date,
+run-config-axolotl-datasets-not-list, run-adapter-base-name-not-text, run-step-is-text)
 are kept out of the strategies with `assume`, so each test guards everything else; drop the `assume` once fixed.
 """
 
@@ -167,6 +168,8 @@ finite = st.none() | st.booleans() | st.integers(-(10**9), 10**9) | st.floats(al
 @given(config=st.dictionaries(st.sampled_from(CONFIG_KEYS), json_values(CONFIG_KEYS, finite), max_size=8)
        | json_values(CONFIG_KEYS, finite), as_json=st.booleans())
 def test_fuzz_config(config, as_json, folder):
+    datasets = config.get("datasets") if isinstance(config, dict) else None
+    assume(not datasets or isinstance(datasets, list))  # corpus case run-config-axolotl-datasets-not-list
     path = folder / ("config.json" if as_json else "config.yaml")
     path.write_text(json.dumps(config) if as_json else yaml.safe_dump(config), encoding="utf-8")
     info = _read_run(None, path)
@@ -220,3 +223,38 @@ def test_training_args_unmutated_reads(real_training_args, folder):
     assert fields["learning_rate"] == 3e-4 and math.isclose(fields["num_train_epochs"], 2)
     torch.save({"learning_rate": 1e-3}, path)  # the zip form (torch.save) reads too
     assert read_training_args(path)["learning_rate"] == 1e-3
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from bad_inputs.workspace import build_workspace
+
+    return build_workspace(tmp_path_factory.mktemp("fuzz-world"))
+
+
+log_values = st.none() | st.booleans() | st.integers(-5, 10**4) | st.floats(allow_infinity=False) | st.text(max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(adapter=st.dictionaries(st.sampled_from(RUN_KEYS + ("lora_alpha", "use_rslora")), json_values(RUN_KEYS, finite),
+                               max_size=5),
+       log=st.lists(st.dictionaries(st.sampled_from(RUN_KEYS), log_values, max_size=5), max_size=12))
+def test_fuzz_diagnose_run_folder(adapter, log, world):
+    """The audit checks over a fuzzed adapter_config.json and log_history: findings or InputError, nothing else."""
+    from gradian.audit import diagnose
+
+    # known bugs, kept out (corpus cases run-adapter-base-name-not-text, run-step-is-text)
+    assume(isinstance(adapter.get("base_model_name_or_path"), (str, type(None))))
+    assume(all(isinstance(row.get("step", 0), (int, float)) for row in log))
+    run = world.root / "fuzz-run"
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(world.run, run)
+    (run / "adapter_config.json").write_text(json.dumps(adapter))
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 4, "log_history": log}))
+    try:
+        result = diagnose(world.dataset, base_model=str(world.model), run=run)
+    except InputError as error:
+        assert "\n" not in str(error)
+        return
+    assert all(f.severity in ("critical", "warning", "info") for f in result.findings)

@@ -217,6 +217,10 @@ RUN_CASES = [
     Case("run-adapter-config-array", 2, _run(_write("adapter_config.json", "[1, 2]")), "adapter_config.json"),
     Case("run-adapter-config-not-utf8", 2, _run(_write("adapter_config.json", b'{"r": "\xff\xfe"}')),
          "adapter_config.json"),
+    Case("run-adapter-base-name-not-text", 2,
+         _run(_write("adapter_config.json", '{"base_model_name_or_path": 5, "r": 2}')), "adapter_config.json",
+         bug="audit/adapter.adapter_base_mismatch passes a non-string base_model_name_or_path to same_model "
+             "(TypeError in pathlib)"),
     Case("run-trainer-state-truncated", 2, _run(_write("trainer_state.json", '{"log_history": [{"loss": 1.')),
          "trainer_state.json"),
     Case("run-trainer-state-binary", 2, _run(_write("trainer_state.json", bytes(range(200, 256)))),
@@ -260,6 +264,10 @@ RUN_CASES = [
          "sft_config.yaml", bug="run_folder._numbers: int(float('inf')) raises OverflowError"),
     Case("run-config-impossible-date", 2, _run(_write("sft_config.yaml", "run_name: 2024-02-30\n")), "sft_config.yaml",
          bug="yaml.safe_load raises ValueError (day is out of range for month), which read_config_file does not catch"),
+    Case("run-config-axolotl-datasets-not-list", 2,
+         _run(_write("axolotl.yaml", "sequence_len: 512\ntrain_on_inputs: false\ndatasets: 1\n")), "axolotl.yaml",
+         bug="run_folder._axolotl_fields iterates config['datasets'] without checking it is a list "
+             "(TypeError: 'int' object is not iterable)"),
     Case("run-config-template-broken-jinja", 2,
          _run(_both(_write("tpl.jinja", "{% for message in %}{{ message }"),
                     _write("sft_config.yaml", "chat_template_path: tpl.jinja\n")), dataset=MESSAGES), "train.jsonl:1:"),
