@@ -18,6 +18,7 @@ from gradian.data.examples import Example
 NUM_PERM = 64
 NEAR = 0.8  # Jaccard over 4-token shingles, verified exactly after the LSH lookup
 SEED = 1
+ESTIMATE_SLACK = 0.2
 LSH_THRESHOLD = 0.6  # candidates are looser than NEAR so that pairs just above NEAR are rarely missed
 
 
@@ -62,12 +63,13 @@ def near_duplicates(ctx: AuditContext) -> list[Finding]:
     grams = shingle_hashes([r.input_ids for r in ctx.rendered])
     near: dict[str, tuple[str, float]] = {}
     exact_seen: set[str] = set()
-    candidates = lsh_candidates(minhash_signatures(grams))
+    signatures = minhash_signatures(grams)
+    candidates = lsh_candidates(signatures)
     for index, example in enumerate(ctx.examples):
         if keys[index] in exact_seen:
             continue  # an exact copy: reported by `duplicate`
         exact_seen.add(keys[index])
-        best = _best_match(candidates.get(index, ()), grams, index, keys)
+        best = _best_match(_likely(candidates.get(index), signatures, index), grams, index, keys)
         if best is not None:
             near[example.id] = (ctx.examples[best[0]].id, round(best[1], 3))
     if not near:
@@ -76,6 +78,16 @@ def near_duplicates(ctx: AuditContext) -> list[Finding]:
     title = f"{share(len(ids), len(ctx.examples))} are near duplicates (≥ {NEAR:.0%} similar) of earlier rows"
     fix = f"deduplicate: drop or rewrite rows {id_list(ids)} (values.similar_to names each row's twin)"
     return [Finding("near_duplicate", "info", title, fix, ids, {"similar_to": near, "threshold": NEAR})]
+
+
+def _likely(candidates: set[int] | None, signatures: np.ndarray, index: int) -> list[int]:
+    """Candidates whose MinHash estimate of the Jaccard is within reach of NEAR (64 permutations: sd ≈ 0.05),
+    so the exact comparison runs on few pairs."""
+    if not candidates:
+        return []
+    others = np.fromiter(candidates, dtype=np.int64)
+    estimate = (signatures[others] == signatures[index]).mean(axis=1)  # (C,)
+    return others[estimate >= NEAR - ESTIMATE_SLACK].tolist()
 
 
 def _best_match(
