@@ -4,11 +4,12 @@
 
 Extracts per-example features of ROWS training rows into each STORE in turn (resuming what is there),
 sleeping SLOW seconds per batch so the test can kill it mid-way. Model, adapter and rows come from seeds:
-every invocation computes the same features.
+every invocation computes the same features. GRADIAN_TEST_DEVICE=cuda runs it on the GPU (a device check).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ def lora_model(tokenizer):
 def main(rows: int, slow: float, stores: list[Path]) -> None:
     torch.set_num_threads(1)
     tokenizer = build_tokenizer(WORDS)
-    model = lora_model(tokenizer)
+    model = lora_model(tokenizer).to(os.environ.get("GRADIAN_TEST_DEVICE", "cpu"))
     dataset = write_jsonl(stores[0].parent / f"rows-{rows}.jsonl", train_rows(rows))
     rendered = render_dataset(read_dataset(dataset), tokenizer, TrainingSetup())
 
