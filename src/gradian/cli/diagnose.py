@@ -18,10 +18,7 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 @click.option("--dataset", required=True, help="Training rows (JSONL or a JSON array).")
 @click.option("--eval-dataset", default=None, help="Eval rows, to find train/eval overlap.")
 @click.option("--run", "run_dir", default=None, help="The trainer's output_dir (adapter, trainer_state, checkpoints).")
-@click.option("--config", default=None,
-              help="TRL SFTConfig or axolotl YAML/JSON (default: sft_config.yaml, training_config.yaml, config.yaml... "
-                   "in --run). Add `data_collator: transformers.DataCollatorForLanguageModeling` when a custom "
-                   "collator replaced TRL's.")
+@click.option("--config", default=None, help="TRL SFTConfig or axolotl YAML/JSON (default: found in --run).")
 @click.option("--base-model", required=True, help="Model folder, .gguf file or hub id in the local cache.")
 @click.option("--max-length", type=int, default=None, help="Override the run's max_length.")
 @click.option("--out", default=None, type=click.Path(file_okay=False), help="Also write findings.json and findings.md.")
