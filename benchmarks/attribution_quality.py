@@ -106,9 +106,10 @@ def run_scenario(folder: Path, settings: GradientSettings, capability_spec: str)
                     if variant == "repaired" and kind == "naive":
                         continue
                     queries = query_features(model, variant_pairs, kind=kind, settings=settings)
-                    for precond in ("identity", "gauss-newton"):
+                    for precond in ("identity", "gauss-newton", "gauss-newton:1.0"):
                         for unit in (False, True):
-                            pre = GaussNewton() if precond == "gauss-newton" else Identity()
+                            ratio = float(precond.partition(":")[2] or 0.1)
+                            pre = GaussNewton(ratio) if precond.startswith("gauss") else Identity()
                             effect = total_effect(score(store, queries, preconditioner=pre, unit_norm_train=unit))
                             name = f"{kind}{'+repaired' if variant == 'repaired' else ''}"
                             results.append(

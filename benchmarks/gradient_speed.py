@@ -151,16 +151,19 @@ def rss_child(name: str, n: int, targets: str) -> None:
     print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def measure(name: str, device: str, dtype: torch.dtype, targets: str, rss_rows: int | None) -> dict:
+def measure(name: str, device: str, dtype: torch.dtype, targets: str, rss_rows: int | None, repeats: int) -> dict:
     model = build(name, device, dtype, targets)
     rows = make_rows(name)
     settings = GradientSettings()
     warm = rows[:2]
     plain_step_seconds(model, warm, settings, device), extraction_seconds(model, warm, settings, device)
     tokens = sum(len(r.input_ids) for r in rows)
-    plain = plain_step_seconds(model, rows, settings, device)
-    extract = extraction_seconds(model, rows, settings, device)
-    naive = naive_loop_seconds(model, rows, device)
+    times: dict[str, list[float]] = {"plain": [], "extract": [], "naive": []}
+    for _ in range(repeats):  # interleaved, best of `repeats`: a shared machine's noise hits all three alike
+        times["plain"].append(plain_step_seconds(model, rows, settings, device))
+        times["extract"].append(extraction_seconds(model, rows, settings, device))
+        times["naive"].append(naive_loop_seconds(model, rows, device))
+    plain, extract, naive = (min(times[key]) for key in ("plain", "extract", "naive"))
     result = {
         "model": name,
         "device": device,
@@ -211,12 +214,13 @@ def main() -> None:
     parser.add_argument("--targets", default="all-linear", help="all-linear or a comma list, e.g. q_proj,v_proj")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rss-rows", type=int, default=200, help="N for the peak-RSS check on the tiny model")
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many interleaved timings")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     results = [
-        measure(name, args.device, dtype, args.targets, args.rss_rows if name == "tiny" else None)
+        measure(name, args.device, dtype, args.targets, args.rss_rows if name == "tiny" else None, args.repeats)
         for name in args.models
     ]
     print(table(results))
