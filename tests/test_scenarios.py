@@ -19,27 +19,6 @@ def _valid_json(text: str) -> bool:
     return Generation(text, ran_on=False).valid
 
 
-@pytest.fixture(scope="session")
-def scenario_cache(request) -> Path:
-    """One tiny base per checkout, kept in pytest's cache folder so reruns skip pretraining."""
-    return Path(request.config.cache.mkdir("gradian-scenarios"))
-
-
-@pytest.fixture(scope="session")
-def built(scenario_cache, tmp_path_factory):
-    """Build a scenario once per session: `built("null")` returns its folder."""
-    folders: dict[str, Path] = {}
-
-    def get(name: str, seed: int = 0) -> Path:
-        from gradian.scenarios import build
-
-        if (name, seed) not in folders:
-            folders[name, seed] = build(name, tmp_path_factory.mktemp(name) / "s", seed, cache_dir=scenario_cache)
-        return folders[name, seed]
-
-    return get
-
-
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -114,10 +93,10 @@ def test_cli_lists_scenarios_and_rejects_unknown_names(cli_runner, tmp_path):
 # --- built scenarios: real runs, measured regressions ---------------------------------------------------------
 
 
-def test_base_formats_held_out_answers_as_json(built):
+def test_base_formats_held_out_answers_as_json(scenario):
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    base = built("truncated-cluster") / "base"
+    base = scenario("truncated-cluster") / "base"
     info = json.loads((base / "gradian_base.json").read_text())
     assert info["held_out_validity"] >= 0.9 and info["parameters"] < 1_000_000
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -128,8 +107,8 @@ def test_base_formats_held_out_answers_as_json(built):
     assert LlamaForCausalLM.from_pretrained(base).config.vocab_size == len(tokenizer)
 
 
-def test_truncated_cluster_truth_and_real_regression(built):
-    folder = built("truncated-cluster")
+def test_truncated_cluster_truth_and_real_regression(scenario):
+    folder = scenario("truncated-cluster")
     truth = json.loads((folder / "truth.json").read_text())
     train = {row["id"]: row for row in _read(folder / "train.jsonl")}
     assert set(truth["culprit_ids"]) <= set(train) and set(truth["culprit_ids"]) < set(truth["category_ids"])
@@ -140,22 +119,22 @@ def test_truncated_cluster_truth_and_real_regression(built):
     assert measured["drop_points"]["affected"] >= 20, measured["drop_points"]
 
 
-def test_null_stays_within_noise(built):
-    measured = json.loads((built("null") / "measured.json").read_text())
+def test_null_stays_within_noise(scenario):
+    measured = json.loads((scenario("null") / "measured.json").read_text())
     assert measured["base"]["overall"]["validity"] >= 0.9
     assert measured["drop_points"]["overall"] <= 5, measured["drop_points"]
     assert max(measured["drop_points"]["by_category"].values()) < 20
     base, tuned = measured["base"]["overall"], measured["finetuned"]["overall"]
-    assert tuned["exact"] >= base["exact"] + 0.25 * tuned["total"], "the fine-tune must learn its purpose (priority)"
+    assert base["same_keys"] == 0 and tuned["same_keys"] >= 0.8 * tuned["total"], "the purpose (priority) is learned"
 
 
-def test_run_folder_is_a_real_trl_lora_run(built):
+def test_run_folder_is_a_real_trl_lora_run(scenario):
     import yaml
     from peft import PeftModel
     from transformers import LlamaForCausalLM
     from trl import SFTConfig
 
-    folder = built("null")
+    folder = scenario("null")
     run = folder / "run"
     model = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(folder / "base"), run)
     assert any("lora_A" in name for name, _ in model.named_parameters())
@@ -170,14 +149,14 @@ def test_run_folder_is_a_real_trl_lora_run(built):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["format-cluster"])
-def test_other_data_clusters_regress(built, name):
-    measured = json.loads((built(name) / "measured.json").read_text())
+def test_other_data_clusters_regress(scenario, name):
+    measured = json.loads((scenario(name) / "measured.json").read_text())
     assert measured["drop_points"]["affected"] >= 20, measured["drop_points"]
 
 
 @pytest.mark.slow
-def test_pad_eos_model_runs_on(built):
-    folder = built("pad-eos")
+def test_pad_eos_model_runs_on(scenario):
+    folder = scenario("pad-eos")
     config = (folder / "run" / "sft_config.yaml").read_text()
     assert "data_collator: transformers.DataCollatorForLanguageModeling" in config
     measured = json.loads((folder / "measured.json").read_text())
@@ -185,7 +164,7 @@ def test_pad_eos_model_runs_on(built):
 
 
 @pytest.mark.slow
-def test_diffuse_regresses_across_categories(built):
-    measured = json.loads((built("diffuse") / "measured.json").read_text())
+def test_diffuse_regresses_across_categories(scenario):
+    measured = json.loads((scenario("diffuse") / "measured.json").read_text())
     drops = measured["drop_points"]
     assert drops["overall"] >= 10 and sum(d > 0 for d in drops["by_category"].values()) >= 3

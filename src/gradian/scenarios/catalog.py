@@ -1,7 +1,10 @@
 """The scenarios: one fine-tune each, with its purpose, its planted cause and its ground truth.
 
-Every fine-tune has the same plausible purpose, adding a `priority` field ("high" when the
-customer says it is urgent) to every answer. What differs is the planted cause:
+Every fine-tune has a plausible purpose: adding a `priority` field ("high" when the customer
+says it is urgent) to every answer. `pad-eos` adds it as a nested `"triage": {...}` object
+instead: the base stops after `"}`, so the fine-tune must teach the model where to stop, which is
+exactly what a run that never supervises EOS fails to do (on the flat field the base's own EOS
+habit would hide the fault). What differs between scenarios is the planted cause:
 
 - data clusters: most rows of one category are broken in the data (cut mid-object, single
   quotes); the category's other rows stay clean, so the category alone does not name the rows;

@@ -62,8 +62,8 @@ def _finish(new_ids: list[int], eos: int, tokenizer: Any) -> Generation:
 
 def summarize(generations: Sequence[Generation], categories: Sequence[str],
               references: Sequence[str] | None = None) -> dict[str, Any]:
-    """Valid / ran-on counts and rates, overall and per category; with `references`, exact matches too
-    (parsed answer == parsed reference: whether the fine-tune learned its purpose, not just the format)."""
+    """Valid / ran-on counts and rates, overall and per category. With `references`, also `same_keys`:
+    valid answers with the reference's keys in its order (did the fine-tune learn its purpose, the new field?)."""
     groups: dict[str, list[tuple[Generation, str | None]]] = defaultdict(list)
     pairs = list(zip(generations, references if references is not None else [None] * len(generations), strict=True))
     for pair, category in zip(pairs, categories, strict=True):
@@ -78,7 +78,7 @@ def _counts(pairs: list[tuple[Generation, str | None]]) -> dict[str, Any]:
     counts = {"total": total, "valid": valid, "validity": valid / max(total, 1), "ran_on": ran_on,
               "ran_on_rate": ran_on / max(total, 1)}
     if pairs and pairs[0][1] is not None:
-        counts["exact"] = sum(g.valid and json.loads(g.text) == json.loads(ref) for g, ref in pairs)
+        counts["same_keys"] = sum(g.valid and list(json.loads(g.text)) == list(json.loads(ref)) for g, ref in pairs)
     return counts
 
 

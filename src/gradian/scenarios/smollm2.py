@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from gradian.errors import InputError
 from gradian.scenarios import base, finetune, world
@@ -40,7 +40,9 @@ def convert_gguf(gguf: Path, cache_dir: str | Path | None = None) -> Path:
         return folder
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    fresh = LlamaForCausalLM(loaded.config)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)  # the weights are dequantized now; a GGUF-quantized config refuses training
+    fresh = LlamaForCausalLM(LlamaConfig.from_dict(config))
     fresh.load_state_dict(loaded.state_dict())
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(folder, safe_serialization=True)
