@@ -243,6 +243,7 @@ RUN_CASES = [
     Case("run-only-checkpoint", 0, _run(_both(lambda run: run.joinpath("checkpoint-4").mkdir(),
                                               lambda run: (run / "trainer_state.json").rename(
                                                   run / "checkpoint-4" / "trainer_state.json")))),
+    Case("run-adapter-for-wider-base", 1, _run(lambda run: _other_base(hidden_size=48, num_attention_heads=4)(run))),
     Case("run-config-yaml-broken", 2, _run(_write("sft_config.yaml", "max_length: [1, 2\nlearning_rate: 1e-4\n")),
          "sft_config.yaml"),
     Case("run-config-yaml-list", 2, _run(_write("sft_config.yaml", "- 1\n- 2\n")), "sft_config.yaml"),
