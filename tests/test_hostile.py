@@ -92,10 +92,6 @@ def test_training_args_fields_read_around_payload(call, workspace, gradian, tmp_
     assert "max_length" not in payload["assumed"]
 
 
-OPTIMIZER_BUG = ("scores/preconditioners.adam puts torch's multi-line weights_only error text inside the "
-                 "InputError message, so the error is not one line")
-
-
 def _hostile_optimizer(workspace, gradian, tmp_path: Path, call: str):  # noqa: F811
     marker = tmp_path / "pwned"
     run = _run_copy(workspace, tmp_path)
@@ -115,7 +111,6 @@ def test_optimizer_payload_never_runs(call, workspace, gradian, tmp_path):  # no
     assert result.exit_code == 2 and "optimizer.pt: cannot read optimizer state" in result.stderr, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=OPTIMIZER_BUG)
 def test_optimizer_refusal_is_one_sentence(workspace, gradian, tmp_path):  # noqa: F811
     marker, result = _hostile_optimizer(workspace, gradian, tmp_path, "os-system")
     assert not marker.exists()

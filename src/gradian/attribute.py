@@ -65,6 +65,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("regression: generating with the base and the fine-tuned model")
     model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
+    scale = _scale(settings, audit, model)  # reads optimizer.pt now, so a bad one stops the run before generating
     ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
     try:
         regression = measure_regression(
@@ -87,7 +88,6 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
     gradient_settings = GradientSettings(proj_dim=_proj_dim(settings), seed=settings.seed,
                                          batch_size=settings.batch_size)
-    scale = _scale(settings, audit, model)
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
                                    progress=_wrap(bar, "gradients"), scale=scale)
 

@@ -39,6 +39,12 @@ class AttributeSettings:
             raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
         if not 0 <= self.min_effect <= 1:
             raise ValueError("min_effect is a rate between 0 and 1")
+        for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be 0 or more, not {self.seed}")
 
     @property
     def out_dir(self) -> Path:

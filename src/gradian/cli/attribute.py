@@ -44,7 +44,10 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
     """
     from gradian.attribute import attribute
 
-    settings = AttributeSettings(**options)
+    try:
+        settings = AttributeSettings(**options)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     result = attribute(settings, say=say, bar=bar)
     if as_json:
         click.echo(json.dumps(result.report, indent=2, default=str))

@@ -81,7 +81,17 @@ def load_models(
         raise InputError(f"PEFT could not load the adapter ({_first_line(error)}).", adapter_dir) from None
     peft_model.to(chosen_device).eval()
     peft_model.gradian_warnings = notes
-    return peft_model, _tokenizer(adapter_dir, base)
+    tokenizer = _tokenizer(adapter_dir, base)
+    check_vocabulary(tokenizer, peft_model, base)
+    return peft_model, tokenizer
+
+
+def check_vocabulary(tokenizer: Any, model: Any, base: BaseModelRef) -> None:
+    """Token ids past the embedding table would crash generation (and break CUDA for the whole process)."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        raise InputError(f"its tokenizer has {len(tokenizer)} tokens but the model's embedding has {rows} rows; "
+                         "use the tokenizer the model was trained with (or resize the embeddings).", base.spec)
 
 
 def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:

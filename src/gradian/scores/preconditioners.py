@@ -33,9 +33,10 @@ def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the user's input problem
+        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise InputError(
-            f"cannot read optimizer state ({error}); pass the optimizer.pt of a checkpoint", path
-        ) from error
+            f"cannot read optimizer state safely ({reason}); pass the optimizer.pt of a checkpoint.", path
+        ) from None
     matrices = lora_matrices(model)
     groups = state.get("param_groups", []) if isinstance(state, dict) else []
     order = [(index, group) for group in groups for index in group["params"]]

@@ -1,0 +1,217 @@
+"""Regenerate BENCHMARKS.md: culprit recovery, verdicts and refusals on the scenario world, then speed ratios.
+
+For every scenario × seed: build it (cached under --root), run `gradian attribute` with its defaults (the
+verdict, the report), then score the same failing eval rows with every method variant on the same
+generations and features:
+
+- query kinds: naive, contrastive (full sequence), contrastive-first (first divergent token), repaired
+  (minimal-edit y⁺, full), repaired-first; each with the identity preconditioner on unit-normalised
+  training gradients; the default query also with adam, gauss-newton, and raw (un-normalised) gradients;
+- baselines: TF-IDF text similarity to the failing eval rows, random order, and the category oracle.
+
+Then the speed benchmarks (each a script of its own) run as subprocesses and their tables are pasted in.
+Every figure comes from this run; nothing is typed in.
+
+    python benchmarks/run_all.py [--seeds 0 1 2] [--scenarios ...] [--skip-speed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from gradian import __version__
+from gradian.attribute import attribute, query_pairs
+from gradian.audit import diagnose
+from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.regression.capabilities import get_capability
+from gradian.regression.loading import load_models
+from gradian.regression.measure import measure_regression
+from gradian.scenarios import SCENARIOS, build
+from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.preconditioners import adam, make_preconditioner
+from gradian.scores.queries import query_features
+from gradian.scores.scoring import score, total_effect
+from gradian.settings import AttributeSettings
+
+HERE = Path(__file__).resolve().parent
+QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
+BASE_KIND = {"repaired": "contrastive", "repaired-first": "contrastive-first"}
+
+
+def built(root: Path, name: str, seed: int) -> tuple[Path, float | None]:
+    folder = root / f"{name}-seed{seed}"
+    if (folder / "truth.json").exists() and (folder / "measured.json").exists():
+        return folder, None
+    start = time.perf_counter()
+    build(name, folder, seed, cache_dir=root / "cache")
+    return folder, time.perf_counter() - start
+
+
+def settings_for(folder: Path, out: Path, **options) -> AttributeSettings:
+    return AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability="json_formatting", out=str(out), **options,
+    )
+
+
+def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
+    """(N,) effect per training row for every method variant, on the default run's generations and features."""
+    audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
+                     run=settings.run)
+    model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
+    capability = get_capability(settings.capability)
+    regression = measure_regression(model, tokenizer, audit.eval_examples, capability, audit.setup, settings.out,
+                                    batch_size=settings.batch_size)
+    gradient = GradientSettings(proj_dim=settings.proj_dim or GradientSettings().proj_dim, seed=settings.seed,
+                                batch_size=settings.batch_size)
+    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    adam_store = None
+    if audit.run is not None and audit.run.optimizer_path is not None:
+        adam_store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients-adam",
+                                            settings=gradient, scale=adam(audit.run.optimizer_path, model))
+    effects: dict[str, np.ndarray] = {}
+    for query in QUERIES:
+        pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query)
+        q = query_features(model, pairs, kind=BASE_KIND.get(query, query), settings=gradient)
+        effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
+        if query == settings.query:
+            gn = make_preconditioner("gauss-newton")
+            effects[f"{query} · gauss-newton"] = total_effect(score(store, q, preconditioner=gn, unit_norm_train=True))
+            effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
+            if adam_store is not None:
+                effects[f"{query} · adam"] = total_effect(score(adam_store, q, unit_norm_train=True))
+    effects["text similarity (TF-IDF)"] = -text_similarity(audit.examples, regression)
+    return effects
+
+
+def text_similarity(examples, regression) -> np.ndarray:
+    """Max TF-IDF cosine of each training row to the failing eval rows (prompt + failing output)."""
+    failing = [row.prompt + " " + row.finetuned.text for row in regression.failures()]
+    vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z]+").fit([e.text for e in examples] + failing)
+    train, queries = vectorizer.transform([e.text for e in examples]), vectorizer.transform(failing)
+    return (train @ queries.T).max(axis=1).toarray().ravel()
+
+
+def planted_cluster_first(report: dict, truth: dict) -> bool:
+    """The most harmful cluster is the one holding most of the planted culprits."""
+    if not report["clusters"]:
+        return False
+    culprits = set(truth["culprit_ids"])
+    holder = max(report["clusters"], key=lambda c: len(culprits & set(c["example_ids"])))
+    return holder["id"] == report["clusters"][0]["id"]
+
+
+def run_scenarios(args) -> tuple[list[dict], list[dict]]:
+    verdict_rows, method_rows = [], []
+    for name in args.scenarios:
+        for seed in args.seeds:
+            folder, build_seconds = built(args.root, name, seed)
+            truth = json.loads((folder / "truth.json").read_text())
+            out = args.root / "reports" / f"{name}-seed{seed}"
+            start = time.perf_counter()
+            report = attribute(settings_for(folder, out)).report
+            row = {"scenario": name, "seed": seed, "expected": truth["kind"], "verdict": report["verdict"]["kind"],
+                   "build_s": build_seconds, "attribute_s": time.perf_counter() - start,
+                   "delta": report["regression"].get("delta"), "significant": report["regression"]["significant"]}
+            print(json.dumps(row), flush=True)
+            verdict_rows.append(row)
+            if not truth["culprit_ids"]:
+                continue
+            ids = [r["id"] for r in report["examples"]]
+            effects = variants(settings_for(folder, out)) if report["examples"] and report["clusters"] else {}
+            default_effect = np.array([r["effect"] if r["effect"] is not None else 0.0 for r in report["examples"]])
+            rng = np.random.default_rng(seed)
+            effects = {"default (gradian attribute)": default_effect, **effects,
+                       "random": rng.standard_normal(len(ids))}
+            for method, effect in effects.items():
+                metrics = culprit_metrics(effect, ids, truth, seed)
+                method_rows.append({"scenario": name, "seed": seed, "method": method, **metrics,
+                                    "cluster_first": planted_cluster_first(report, truth)
+                                    if method.startswith("default") else None})
+            print(json.dumps(method_rows[-len(effects)]), flush=True)  # the default's metrics
+    return verdict_rows, method_rows
+
+
+def speed_tables(skip: bool) -> list[str]:
+    if skip:
+        return ["(speed benchmarks skipped in this run: `--skip-speed`)"]
+    commands = [
+        ("Per-example gradients", ["gradient_speed.py", "--models", "tiny", "smollm2-135m"]),
+        ("Generation: batched vs batch-1", ["generation_speed.py", "--models", "tiny", "smollm2-135m"]),
+        ("diagnose at 100k rows", ["diagnose_speed.py", "--rows", "100000"]),
+    ]
+    parts = []
+    for title, command in commands:
+        done = subprocess.run([sys.executable, str(HERE / command[0]), *command[1:]], capture_output=True,
+                              text=True, timeout=3600)
+        table = done.stdout.strip() if done.returncode == 0 else f"(failed: {done.stderr.strip()[-400:]})"
+        parts += [f"### {title}", "", f"`python benchmarks/{' '.join(command)}`", "", table, ""]
+    return parts
+
+
+def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) -> str:
+    lines = ["# Benchmarks", "", f"Regenerated by `python benchmarks/run_all.py` (gradian {__version__}) on "
+             f"{platform.platform()}, {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
+             f"torch threads, torch {torch.__version__}; seeds {args.seeds}. Every figure comes from that run.", ""]
+    lines += ["## Verdicts", "", "| scenario | seed | expected | verdict | correct | Δ capability | build s | "
+              "attribute s |", "|---|---|---|---|---|---|---|---|"]
+    for r in verdicts:
+        build_s = f"{r['build_s']:.0f}" if r["build_s"] is not None else "cached"
+        lines.append(f"| {r['scenario']} | {r['seed']} | {r['expected']} | {r['verdict']} | "
+                     f"{'yes' if r['verdict'] == r['expected'] else '**no**'} | {100 * (r['delta'] or 0):+.1f} pts | "
+                     f"{build_s} | {r['attribute_s']:.0f} |")
+    correct = sum(r["verdict"] == r["expected"] for r in verdicts)
+    nulls = [r for r in verdicts if r["expected"] == "no-regression"]
+    lines += ["", f"Verdict accuracy: {correct}/{len(verdicts)}. Refusal rate on null runs: "
+              f"{sum(r['verdict'] == 'no-regression' for r in nulls)}/{len(nulls)}.", ""]
+    lines += ["## Culprit recovery", "", "Mean over seeds; AUPRC with the planted culprits as positives, ranking by "
+              "effect (most harmful first); P@k at k = number of culprits; oracle = the affected category first, "
+              "in random order.", "", "| scenario | method | AUPRC | P@k | oracle AUPRC | random AUPRC |",
+              "|---|---|---|---|---|---|"]
+    for scenario in dict.fromkeys(m["scenario"] for m in methods):
+        rows = [m for m in methods if m["scenario"] == scenario]
+        for method in dict.fromkeys(m["method"] for m in rows):
+            picked = [m for m in rows if m["method"] == method]
+            mean = {k: np.mean([m[k] for m in picked]) for k in ("auprc", "precision_at_k", "oracle_auprc",
+                                                                  "random_auprc")}
+            lines.append(f"| {scenario} | {method} | {mean['auprc']:.3f} | {mean['precision_at_k']:.3f} | "
+                         f"{mean['oracle_auprc']:.3f} | {mean['random_auprc']:.3f} |")
+    firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
+    lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]
+    lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
+              "not the absolute rates).", "", *speed]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--root", type=Path, default=Path("bench-out"))
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--output", type=Path, default=HERE.parent / "BENCHMARKS.md")
+    parser.add_argument("--extra", type=Path, nargs="*", default=[], help="markdown files appended (e.g. GPU runs)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    verdicts, methods = run_scenarios(args)
+    (args.root / "results.json").write_text(json.dumps({"verdicts": verdicts, "methods": methods}, indent=2))
+    text = markdown(verdicts, methods, speed_tables(args.skip_speed), args)
+    for extra in args.extra:
+        text += "\n" + extra.read_text()
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
