@@ -45,12 +45,12 @@ def many_epochs(ctx: AuditContext) -> list[Finding]:
 def eval_loss_rising(ctx: AuditContext) -> list[Finding]:
     """Eval loss climbing after its minimum while train loss keeps falling: overfitting."""
     evals = [(row["step"], row["eval_loss"]) for row in ctx.log_history
-             if _finite(row.get("eval_loss")) and "step" in row]
+             if _finite(row.get("eval_loss")) and _finite(row.get("step"))]
     if len(evals) < 3:
         return []
     best_step, best_loss = min(evals, key=lambda item: item[1])
     last_step, last_loss = evals[-1]
-    train = [(row["step"], row["loss"]) for row in ctx.log_history if _finite(row.get("loss")) and "step" in row]
+    train = [(row["step"], row["loss"]) for row in ctx.log_history if _finite(row.get("loss")) and _finite(row.get("step"))]
     before = [loss for step, loss in train if step <= best_step]
     after = [loss for step, loss in train if step > best_step]
     if last_step == best_step or last_loss < RISE * best_loss or not before or not after or after[-1] >= before[-1]:
@@ -97,7 +97,7 @@ def _finite(value: Any) -> bool:
 
 
 def _best_eval(log: list[dict[str, Any]]) -> tuple[int, float] | None:
-    evals = [(row["step"], row["eval_loss"]) for row in log if _finite(row.get("eval_loss")) and "step" in row]
+    evals = [(row["step"], row["eval_loss"]) for row in log if _finite(row.get("eval_loss")) and _finite(row.get("step"))]
     return min(evals, key=lambda item: item[1]) if evals else None
 
 

@@ -15,6 +15,7 @@ Config keys Gradian reads besides the framework's own: `data_collator` (a class 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -94,11 +95,19 @@ def _read_folder(path: Path) -> RunInfo:
     run = RunInfo(path=path, adapter_dir=adapter_dir, checkpoints=checkpoints)
     if adapter_dir is not None:
         run.adapter_config = _read_json(adapter_dir / "adapter_config.json")
+        name = run.adapter_config.get("base_model_name_or_path")
+        if name is not None and not isinstance(name, str):
+            raise InputError("base_model_name_or_path should be a string (the base model's folder or hub id).",
+                             adapter_dir / "adapter_config.json")
         if not any((adapter_dir / name).exists() for name in ("adapter_model.safetensors", "adapter_model.bin")):
             run.unreadable.append(f"{adapter_dir}: no adapter_model.safetensors beside adapter_config.json")
     if state_dir is not None:
         run.trainer_state = _read_json(state_dir / "trainer_state.json")
-        run.log_history = [row for row in run.trainer_state.get("log_history", []) if isinstance(row, dict)]
+        log = run.trainer_state.get("log_history", [])
+        if not isinstance(log, list):
+            raise InputError("log_history should be a list of logged steps; the run folder looks damaged.",
+                             state_dir / "trainer_state.json")
+        run.log_history = [row for row in log if isinstance(row, dict)]
     newest = checkpoints[-1] if checkpoints else path
     if (newest / "optimizer.pt").exists():
         run.optimizer_path = newest / "optimizer.pt"
@@ -171,6 +180,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as error:
         line = error.problem_mark.line + 1 if getattr(error, "problem_mark", None) else None
         raise InputError(f"is not valid YAML ({getattr(error, 'problem', None) or 'parse error'}).", path, line) from None
+    except ValueError as error:  # YAML that parses but holds an impossible value, such as 2024-02-30
+        raise InputError(f"holds a value YAML cannot represent ({error}).", path) from None
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -223,7 +234,13 @@ def setup_fields(config: dict[str, Any], framework: str, path: Path | None = Non
     """The `TrainingSetup` fields a config (or training_args.bin) sets explicitly, by the framework's names."""
     if not config:
         return {}
-    out = _axolotl_fields(config) if framework == "axolotl" else _trl_fields(config, path)
+    try:
+        out = _axolotl_fields(config) if framework == "axolotl" else _trl_fields(config, path)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InputError(f"holds a setting Gradian cannot use ({error}); fix it.", path or "training_args.bin") from None
+    if out.get("truncation_mode") not in (None, "keep_start", "keep_end"):
+        raise InputError(f"truncation_mode {out['truncation_mode']!r} is not keep_start or keep_end.",
+                         path or "training_args.bin")
     collator = _collator_masks_pad(config)
     if collator is not None:
         out["collator_masks_pad"] = collator
@@ -262,6 +279,8 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     if "train_on_inputs" in config:
         out["completion_only_loss"] = not bool(config["train_on_inputs"])
     datasets = config.get("datasets") or []
+    if not isinstance(datasets, list):
+        raise ValueError("datasets must be a list of {path, type} entries")
     if any(isinstance(d, dict) and d.get("type") == "chat_template" for d in datasets):
         out["assistant_only_loss"] = not bool(config.get("train_on_inputs", False))
     if "sample_packing" in config:
@@ -301,20 +320,27 @@ def _numbers(config: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
                 number = float(value)
             except ValueError:
                 continue
+            if not math.isfinite(number):
+                raise ValueError(f"{key} must be a finite number, found {value!r}")
             out[name] = number if name in ("learning_rate", "num_train_epochs") else int(number)
     return out
 
 
 def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
+    """A whole number, or None; raises ValueError for text, infinities and fractions (the caller names the file)."""
+    if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        raise ValueError(f"expected a whole number, found {value!r}")
+    return int(value)
 
 
 def _chat_template_file(path: Path) -> dict[str, Any]:
     if path.is_file() and path.suffix in (".jinja", ".j2", ".txt"):
-        return {"chat_template": path.read_text(encoding="utf-8")}
+        try:
+            return {"chat_template": path.read_text(encoding="utf-8")}
+        except UnicodeDecodeError:
+            raise InputError("is not UTF-8 text; re-encode the chat template as UTF-8.", path) from None
     return {}
 
 
