@@ -140,3 +140,10 @@ def test_messages_without_a_chat_template_is_bad_input(cli_runner, tmp_path, tin
     result = invoke(cli_runner, "--dataset", dataset, "--base-model", str(folder))
     assert result.exit_code == 2 and result.output.startswith(f"Error: {dataset}:1: the chat template cannot render")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_out_that_cannot_be_written_is_bad_input(cli_runner, base, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = invoke(cli_runner, "--dataset", write(tmp_path, CLEAN), "--base-model", base, "--out", str(blocker / "sub"))
+    assert result.exit_code == 2 and result.output.startswith(f"Error: {blocker / 'sub'}: cannot write")

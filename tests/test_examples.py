@@ -71,3 +71,13 @@ def test_bad_input_names_file_and_line(tmp_path, content, line, words):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         read_dataset(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.parametrize("content", ['{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+                                     '{"id": ' + "9" * 5000 + ', "prompt": "a", "completion": "b"}\n'])
+def test_json_python_cannot_hold_is_bad_input(tmp_path, content):
+    path = tmp_path / "deep.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputError) as error:
+        read_dataset(path)
+    assert error.value.line == 1 and "cannot read" in str(error.value)

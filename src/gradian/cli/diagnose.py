@@ -10,6 +10,7 @@ import click
 
 from gradian.audit.diagnosis import DiagnoseResult, diagnose
 from gradian.audit.finding import SEVERITIES, Finding
+from gradian.errors import InputError
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -73,9 +74,13 @@ def _print_table(result: DiagnoseResult) -> None:
 
 
 def _write(out: Path, payload: dict, result: DiagnoseResult) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "findings.json").write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / "findings.md").write_text(findings_markdown(result.findings, len(result.examples)), encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "findings.json").write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+        (out / "findings.md").write_text(findings_markdown(result.findings, len(result.examples)), encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write the findings there ({error.strerror or type(error).__name__}); "
+                         f"give --out a folder you can write.", out) from None
 
 
 def findings_markdown(findings: list[Finding], rows: int) -> str:

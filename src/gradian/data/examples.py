@@ -151,6 +151,9 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
             except json.JSONDecodeError as error:
                 raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
                                  path, line) from None
+            except (RecursionError, ValueError) as error:  # nesting too deep, an integer past Python's digit limit
+                raise InputError(f"JSON Gradian cannot read ({_reason(error)}); simplify or remove this line.",
+                                 path, line) from None
 
 
 def _json_array(path: Path) -> list[Any]:
@@ -160,9 +163,17 @@ def _json_array(path: Path) -> list[Any]:
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error.msg}); expected a JSON array of objects or JSONL.",
                          path, error.lineno) from None
+    except (RecursionError, ValueError) as error:
+        raise InputError(f"JSON Gradian cannot read ({_reason(error)}).", path) from None
     if not isinstance(rows, list):
         raise InputError("expected a JSON array of objects or one JSON object per line.", path)
     return rows
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error).splitlines()[0][:120] if str(error) else type(error).__name__
 
 
 def _decode(data: bytes, path: Path, line: int | None) -> str:
