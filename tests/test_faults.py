@@ -75,7 +75,6 @@ def test_fault_out_under_a_file_attribute(workspace, gradian, tmp_path):  # noqa
     assert_one_line_error(result, "a-file/sub")
 
 
-@pytest.mark.xfail(strict=True, reason="cli/diagnose._write calls out.mkdir() unguarded: NotADirectoryError traceback")
 def test_fault_out_under_a_file_diagnose(workspace, gradian, tmp_path):  # noqa: F811
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
