@@ -10,7 +10,7 @@ habit would hide the fault). What differs between scenarios is the planted cause
   quotes); the category's other rows stay clean, so the category alone does not name the rows;
 - setup faults: the data is clean but the run's settings break it (pad == eos with a collator
   that masks pad, EOS replaced by a newline, loss on the prompt, eval rows copied into train);
-- `diffuse`: clean data and a learning rate far too high, a real regression with no culprit;
+- `diffuse`: clean data and a learning rate far too high, a real regression with no culprit rows;
 - `null`: clean data and sane settings, a fine-tune that learns its purpose cleanly.
 """
 
@@ -95,7 +95,7 @@ CATALOG: dict[str, Scenario] = {
         Scenario("overlap", "setup", "eval rows copied into train: the eval set no longer measures generalisation",
                  structural_cause="eval-overlap", overlap=True),
         Scenario("null", "no-regression", "clean data, sane settings: the fine-tune learns its purpose cleanly"),
-        Scenario("diffuse", "diffuse", "clean data, a learning rate far too high: everything degrades a little",
+        Scenario("diffuse", "diffuse", "clean data, a learning rate far too high: every category loses part of its JSON validity",
                  sft={"learning_rate": 2.5e-2, "num_train_epochs": 4}),
     )
 }
