@@ -30,7 +30,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from gradian import __version__
-from gradian.attribute import attribute, query_pairs
+from gradian.attribute import attribute, base_kind, query_pairs
 from gradian.audit import diagnose
 from gradian.gradients.extract import GradientSettings, extract_train_features
 from gradian.regression.capabilities import get_capability
@@ -44,8 +44,7 @@ from gradian.scores.scoring import score, total_effect
 from gradian.settings import AttributeSettings
 
 HERE = Path(__file__).resolve().parent
-QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
-BASE_KIND = {"repaired": "contrastive", "repaired-first": "contrastive-first"}
+QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 
 
 def built(root: Path, name: str, seed: int) -> tuple[Path, float | None]:
@@ -82,8 +81,8 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
                                             settings=gradient, scale=adam(audit.run.optimizer_path, model))
     effects: dict[str, np.ndarray] = {}
     for query in QUERIES:
-        pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query)
-        q = query_features(model, pairs, kind=BASE_KIND.get(query, query), settings=gradient)
+        pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
+        q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
         effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
         if query == settings.query:
             gn = make_preconditioner("gauss-newton")
@@ -132,8 +131,8 @@ def run_scenarios(args) -> tuple[list[dict], list[dict]]:
             effects = variants(settings_for(folder, out)) if report["examples"] and report["clusters"] else {}
             default_effect = np.array([r["effect"] if r["effect"] is not None else 0.0 for r in report["examples"]])
             rng = np.random.default_rng(seed)
-            effects = {"default (gradian attribute)": default_effect, **effects,
-                       "random": rng.standard_normal(len(ids))}
+            effects = {f"default ({report['settings']['query']} · {report['settings']['preconditioner']})":
+                       default_effect, **effects, "random": rng.standard_normal(len(ids))}
             for method, effect in effects.items():
                 metrics = culprit_metrics(effect, ids, truth, seed)
                 method_rows.append({"scenario": name, "seed": seed, "method": method, **metrics,

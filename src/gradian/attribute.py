@@ -32,6 +32,7 @@ from gradian.regression.measure import RegressionResult, RegressionRow, measure_
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
+from gradian.scores.departure import departure_answers
 from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score, total_effect
@@ -80,7 +81,8 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
         say("regression: inside the noise band, stopping here")
         return _finish(settings, audit, summary, None, None, None, None)
 
-    pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query)
+    pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query,
+                        model)
     if not pairs:
         raise InputError("no failing eval row has a correct answer to contrast with (no reference, and the base "
                          "model fails too); add reference answers to the eval set.", settings.eval_dataset)
@@ -92,7 +94,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
                                    progress=_wrap(bar, "gradients"), scale=scale)
 
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner")
-    queries = query_features(model, pairs, kind=_base_kind(settings.query), settings=gradient_settings)
+    queries = query_features(model, pairs, kind=base_kind(settings.query), settings=gradient_settings)
     preconditioner = make_preconditioner("identity" if settings.preconditioner == "adam" else settings.preconditioner)
     effects = score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train)
     np.save(out / "scores.npy", effects)
@@ -146,18 +148,32 @@ def query_pairs(
     tokenizer: Any,
     setup: TrainingSetup,
     kind: str,
+    model: Any = None,
 ) -> list[QueryPair]:
-    """One pair per failing eval row: y⁺ (reference, else a passing base answer; repaired when asked), y⁻."""
+    """One pair per failing eval row: y⁺ (the kind's correct answer) and y⁻ (what the fine-tuned model said).
+
+    `departure*` kinds take y⁺ from the base model at the first token where the fine-tune departs from it
+    (needs `model`); `repaired*` kinds repair the failing output; the others use the reference, else a
+    passing base answer. A row without a correct answer of that kind falls back to the reference.
+    """
     by_id = {example.id: example for example in eval_examples}
+    failing = regression.failures()
+    departures: list[list[int] | None] = [None] * len(failing)
+    if kind.startswith("departure"):
+        budget = max((len(row.finetuned.ids) for row in failing), default=1) + 8
+        departures = departure_answers(model, tokenizer, failing, capability, max_new_tokens=budget)
     pairs = []
-    for row in regression.failures():
+    for row, departure in zip(failing, departures, strict=True):
+        if departure is not None:
+            pairs.append(QueryPair(row.id, row.prompt_ids, departure, list(row.finetuned.ids)))
+            continue
         positive = _positive_text(row, capability, kind)
         if positive is None:
             continue
         prompt_ids, positive_ids = answer_tokens(by_id[row.id], positive, tokenizer, setup)
-        pairs.append(QueryPair(row.id, row.prompt_ids, positive_ids, list(row.finetuned.ids)))
-        if prompt_ids != row.prompt_ids:  # the chat template renders the prompt differently with an answer
-            pairs[-1] = QueryPair(row.id, prompt_ids, positive_ids, _retokenized(row, by_id, tokenizer, setup))
+        negative = list(row.finetuned.ids) if prompt_ids == row.prompt_ids else \
+            answer_tokens(by_id[row.id], row.finetuned.text, tokenizer, setup)[1]  # the template renders differently
+        pairs.append(QueryPair(row.id, prompt_ids, positive_ids, negative))
     return pairs
 
 
@@ -184,13 +200,10 @@ def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: Training
     return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
 
 
-def _retokenized(row: RegressionRow, by_id: dict[str, Example], tokenizer: Any, setup: TrainingSetup) -> list[int]:
-    return answer_tokens(by_id[row.id], row.finetuned.text, tokenizer, setup)[1]
-
-
-def _base_kind(query: str) -> str:
-    """`repaired` and `repaired-first` are the contrastive kinds with a repaired y⁺."""
-    return {"repaired": "contrastive", "repaired-first": "contrastive-first"}.get(query, query)
+def base_kind(query: str) -> str:
+    """`repaired*` and `departure*` are the contrastive kinds with another y⁺."""
+    return {"repaired": "contrastive", "repaired-first": "contrastive-first", "departure": "contrastive",
+            "departure-first": "contrastive-first"}.get(query, query)
 
 
 def _proj_dim(settings: AttributeSettings) -> int | None:
