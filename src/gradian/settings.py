@@ -22,7 +22,7 @@ class AttributeSettings:
     out: str = field(metadata={"help": "output folder; every stage is resumable in it"})
     run: str | None = field(default=None, metadata={"help": "training run folder (trainer_state.json, checkpoints)"})
     config: str | None = field(default=None, metadata={"help": "training config file (TRL SFTConfig or axolotl)"})
-    query: str = field(default="contrastive-first", metadata={"help": f"query kind: {', '.join(QUERY_KINDS)}"})
+    query: str = field(default="repaired-first", metadata={"help": f"query kind: {', '.join(QUERY_KINDS)}"})
     preconditioner: str = field(default="identity", metadata={"help": f"one of {', '.join(PRECONDITIONERS)}"})
     unit_norm_train: bool = field(default=True, metadata={"help": "unit-normalise training gradients"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})

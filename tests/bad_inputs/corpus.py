@@ -151,9 +151,7 @@ DATASET_CASES = [
     Case("dataset-crlf-accepted", 0, _dataset((GOOD + ROW2).replace("\n", "\r\n"))),
     Case("dataset-empty-completion-accepted", 0, _dataset(GOOD + _rows({"prompt": "a", "completion": ""}))),
     Case("dataset-unicode-accepted", 0, _dataset(GOOD + _rows({"prompt": "héllo 你好 🙂 \u202e", "completion": "ok"}))),
-    Case("dataset-lone-surrogate", 2, _dataset(GOOD + '{"prompt": "a\\ud800b", "completion": "c"}\n'), "train.jsonl:2:",
-         bug="the reader accepts a lone surrogate escape (\\ud800); the tokenizer then raises TypeError "
-             "(TextEncodeInput must be Union[...])"),
+    Case("dataset-lone-surrogate", 2, _dataset(GOOD + '{"prompt": "a\\ud800b", "completion": "c"}\n'), "train.jsonl:2:"),
     Case("dataset-message-content-null-accepted", 1,
          _dataset(_rows({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}]}))),
     Case("dataset-1mb-row", 1, _dataset(huge_row(1))),
@@ -229,10 +227,9 @@ RUN_CASES = [
     Case("run-nan-in-logs", 1, _run(_state([{"step": 1, "loss": 1.0}, {"step": 2, "loss": float("nan")}]))),
     Case("run-infinite-grad-norm", 1, _run(_state([{"step": 1, "loss": 1.0, "grad_norm": float("inf")}]))),
     Case("run-loss-is-text", 0, _run(_state([{"step": s, "loss": "high"} for s in range(8)]))),
-    Case("run-step-is-text", 1, _run(_state([{"step": s, "loss": 1.0} for s in range(8)]
-                                             + [{"step": str(s), "eval_loss": 1.0 + s} for s in range(8)])),
-         bug="audit/schedule.eval_loss_rising compares steps read from trainer_state.json without checking they "
-             "are numbers (TypeError: '<=' not supported between str and str/int)"),
+    # text steps are skipped; eval loss rising over a flat train loss is not overfitting: nothing to report
+    Case("run-step-is-text", 0, _run(_state([{"step": s, "loss": 1.0} for s in range(8)]
+                                             + [{"step": str(s), "eval_loss": 1.0 + s} for s in range(8)]))),
     Case("run-log-rows-not-objects", 0, _run(_state([1, "two", None, [3]]))),
     Case("run-adapter-weights-missing", 0, _run(_remove("adapter_model.safetensors"))),
     Case("run-training-args-garbage", 0, _run(_write("training_args.bin", b"\x80\x04garbage that is no pickle"))),

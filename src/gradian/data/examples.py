@@ -14,6 +14,7 @@ Every example gets a stable id: its `id` field, else its 1-based line number as 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from gradian.errors import InputError
 
 Messages = list[dict[str, Any]]
 
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -147,13 +149,25 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
             if not text:
                 continue
             try:
-                yield line, json.loads(text)
+                row = json.loads(text)
+                if SURROGATE_ESCAPE.search(text):
+                    _check_encodable(row, path, line)
+                yield line, row
             except json.JSONDecodeError as error:
                 raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
                                  path, line) from None
             except (RecursionError, ValueError) as error:  # nesting too deep, an integer past Python's digit limit
                 raise InputError(f"JSON Gradian cannot read ({_reason(error)}); simplify or remove this line.",
                                  path, line) from None
+
+
+def _check_encodable(row: Any, path: Path, line: int) -> None:
+    """A `\\ud800` escape without its pair decodes to text no tokenizer can encode."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("holds a lone surrogate escape (\\ud800-\\udfff) that is no character; fix the text.",
+                         path, line) from None
 
 
 def _json_array(path: Path) -> list[Any]:
