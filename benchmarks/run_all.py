@@ -185,7 +185,7 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     lines += ["## Verdicts", "", "Expected verdict: the scenario's kind; a setup fault that measures no regression "
               "(prompt-loss, overlap) must be refused by `attribute` and found by the audit.", "",
               "| scenario | seed | expected | verdict | correct | audit finds the setup fault | Δ capability | build s | "
-              "attribute s |", "|---|---|---|---|---|---|---|---|---|"]
+              "attribute s (cached stages reused) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in verdicts:
         build_s = f"{r['build_s']:.0f}" if r["build_s"] is not None else "cached"
         lines.append(f"| {r['scenario']} | {r['seed']} | {r['expected']} | {r['verdict']} | "
@@ -224,10 +224,15 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--output", type=Path, default=HERE.parent / "BENCHMARKS.md")
     parser.add_argument("--extra", type=Path, nargs="*", default=[], help="markdown files appended (e.g. GPU runs)")
+    parser.add_argument("--from-results", action="store_true", help="rewrite the page from --root/results.json")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    verdicts, methods = run_scenarios(args)
-    (args.root / "results.json").write_text(json.dumps({"verdicts": verdicts, "methods": methods}, indent=2))
+    if args.from_results:
+        saved = json.loads((args.root / "results.json").read_text())
+        verdicts, methods = saved["verdicts"], saved["methods"]
+    else:
+        verdicts, methods = run_scenarios(args)
+        (args.root / "results.json").write_text(json.dumps({"verdicts": verdicts, "methods": methods}, indent=2))
     text = markdown(verdicts, methods, speed_tables(args.skip_speed), args)
     for extra in args.extra:
         text += "\n" + extra.read_text()
