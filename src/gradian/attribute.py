@@ -79,7 +79,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     summary = regression.summary.to_dict()
     if not summary["significant"] and not settings.force:
         say("regression: inside the noise band, stopping here")
-        return _finish(settings, audit, summary, None, None, None, None)
+        return _finish(settings, audit, summary, None, None, None)
 
     pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query,
                         model)
@@ -103,7 +103,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    return _finish(settings, audit, summary, effects, features, pairs, regression)
+    return _finish(settings, audit, summary, effects, features, pairs)
 
 
 def _finish(
@@ -113,7 +113,6 @@ def _finish(
     effects: np.ndarray | None,
     features: np.ndarray | None,
     pairs: list[QueryPair] | None,
-    regression: RegressionResult | None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
     labels, clusters, effect = None, None, None
