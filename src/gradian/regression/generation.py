@@ -28,12 +28,15 @@ class Generation:
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The tokenizer's EOS plus any the model's generation config lists (chat models end turns this way)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    """The stop tokens `model.generate` uses at inference: the generation config's, else the tokenizer's EOS.
+
+    Not both: a run that replaced the tokenizer's EOS (SFTConfig `eos_token`) saves that tokenizer, but the
+    model is served with its own generation config, so a model that learned to end on another token runs on.
+    """
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for token in [configured] if isinstance(configured, int) else (configured or []):
-        if token not in ids:
-            ids.append(token)
+    ids = [configured] if isinstance(configured, int) else list(dict.fromkeys(configured or []))
+    if not ids and tokenizer.eos_token_id is not None:
+        ids = [tokenizer.eos_token_id]
     return ids
 
 

@@ -26,7 +26,7 @@ from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.regression.capabilities import Capability, get_capability
-from gradian.regression.generation import Generation, generate
+from gradian.regression.generation import Generation, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
 
 GENERATIONS = "generations.jsonl"
@@ -106,7 +106,7 @@ def measure_regression(
         max_new_tokens = default_max_new_tokens(tokenizer, references)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = _settings(model, eval_examples, prompts, max_new_tokens)
+    settings = _settings(model, tokenizer, eval_examples, prompts, max_new_tokens)
     cached = _read_cache(out_dir, settings, len(prompts))
     if cached is None:
         base, tuned = _generate_both(model, tokenizer, prompts, max_new_tokens, batch_size, progress)
@@ -171,7 +171,9 @@ def _summarise(rows: list[RegressionRow], capability: Capability, min_effect: fl
     )
 
 
-def _settings(model: Any, examples: Sequence[Example], prompts: list[list[int]], max_new_tokens: int) -> dict:
+def _settings(
+    model: Any, tokenizer: Any, examples: Sequence[Example], prompts: list[list[int]], max_new_tokens: int
+) -> dict:
     """Everything the generations depend on; the capability is not here, since scoring is redone on every run."""
     return {
         "max_new_tokens": max_new_tokens,
@@ -181,6 +183,7 @@ def _settings(model: Any, examples: Sequence[Example], prompts: list[list[int]],
         "base_model": str(getattr(getattr(model, "config", None), "name_or_path", "")),
         "adapter_sha256": _adapter_fingerprint(model),
         "dtype": str(next(model.parameters()).dtype),
+        "stop_token_ids": stop_token_ids(model, tokenizer),
     }
 
 
