@@ -107,6 +107,12 @@ def test_pad_eos_is_a_setup_fault(scenario, tmp_path):
     assert report["verdict"]["evidence"]["finding"]["check"] == "pad_eos_masking"
 
 
+def test_no_eos_is_a_setup_fault(scenario, tmp_path):
+    report, _ = run(scenario("no-eos", 0), tmp_path / "report")
+    assert report["verdict"]["kind"] == "setup", report["verdict"]["summary"]
+    assert report["verdict"]["evidence"]["finding"]["check"] == "missing_eos"
+
+
 def test_diffuse_run_is_diffuse(scenario, tmp_path):
     report, _ = run(scenario("diffuse", 0), tmp_path / "report")
     assert report["verdict"]["kind"] == "diffuse", report["verdict"]["summary"]
