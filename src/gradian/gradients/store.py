@@ -60,15 +60,28 @@ class ShardWriter:
         payload = json.dumps(meta, indent=2, sort_keys=True).encode()
         _atomic_write(self.root / "settings.json", lambda handle: handle.write(payload))
         _atomic_write(self.root / "ids.json", lambda handle: handle.write(json.dumps(ids).encode()))
-        if self.features_path.exists() and self.done_path.exists():
-            self.features = np.load(self.features_path, mmap_mode="r+")
-            self.done = np.load(self.done_path)
+        resumed = self._resume(stop - self.start, dim)
+        if resumed is not None:
+            self.features, self.done = resumed
         else:
             self.done = np.zeros(stop - self.start, dtype=bool)
             self.features = np.lib.format.open_memmap(
                 self.features_path, mode="w+", dtype=meta["gradient"]["store_dtype"], shape=(stop - self.start, dim)
             )
             self._save_done()
+
+    def _resume(self, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The shard's features and done flags from a stopped run; None when absent or damaged (then recomputed)."""
+        if not (self.features_path.exists() and self.done_path.exists()):
+            return None
+        try:
+            features = np.load(self.features_path, mmap_mode="r+")
+            done = np.load(self.done_path, allow_pickle=False)
+        except (ValueError, OSError, EOFError):
+            return None
+        if features.shape != (rows, dim) or done.shape != (rows,) or done.dtype != bool:
+            return None
+        return features, done
 
     def _save_done(self) -> None:
         _atomic_write(self.done_path, lambda handle: np.save(handle, self.done))
