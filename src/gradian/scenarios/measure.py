@@ -13,10 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+from gradian.regression.capabilities import get_capability
+from gradian.regression.generation import generate as greedy
 
 MAX_NEW_TOKENS = 64
 BATCH = 64
+
+
+JSON = get_capability("json_formatting")
 
 
 @dataclass
@@ -26,38 +30,15 @@ class Generation:
 
     @property
     def valid(self) -> bool:
-        try:
-            return isinstance(json.loads(self.text.strip()), dict)
-        except ValueError:
-            return False
+        return JSON.score(self.text, None) == 1.0
 
 
-@torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = MAX_NEW_TOKENS) -> list[Generation]:
-    """Greedy completions of `prompts`, batched by prompt length so no row needs padding."""
+    """Greedy completions of `prompts` through the generation `gradian attribute` measures with."""
     model.eval()
-    eos = tokenizer.eos_token_id
-    encoded = [tokenizer(prompt)["input_ids"] for prompt in prompts]
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for index, ids in enumerate(encoded):
-        by_length[len(ids)].append(index)
-    results: list[Generation | None] = [None] * len(prompts)
-    for indices in by_length.values():
-        for start in range(0, len(indices), BATCH):
-            chunk = indices[start : start + BATCH]
-            input_ids = torch.tensor([encoded[i] for i in chunk])  # (B, T)
-            output = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                    max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                    pad_token_id=tokenizer.pad_token_id)
-            for i, row in zip(chunk, output[:, input_ids.shape[1]:].tolist(), strict=True):
-                results[i] = _finish(row, eos, tokenizer)
-    return results  # type: ignore[return-value]
-
-
-def _finish(new_ids: list[int], eos: int, tokenizer: Any) -> Generation:
-    if eos in new_ids:
-        return Generation(tokenizer.decode(new_ids[: new_ids.index(eos)], skip_special_tokens=True), ran_on=False)
-    return Generation(tokenizer.decode(new_ids, skip_special_tokens=True), ran_on=True)
+    answers = greedy(model, tokenizer, [tokenizer(prompt)["input_ids"] for prompt in prompts],
+                     max_new_tokens=max_new_tokens, batch_size=BATCH)
+    return [Generation(answer.text, ran_on=not answer.stopped) for answer in answers]
 
 
 def summarize(generations: Sequence[Generation], categories: Sequence[str],
