@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,10 +226,9 @@ def _adapter_dir(settings: AttributeSettings, audit: DiagnoseResult) -> str:
 
 
 def _writable(out: Path) -> Path:
+    """The output folder, created; taking its lock is the write test (an unwritable folder fails there)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out):
-            pass
     except OSError as error:
         raise InputError(f"cannot write there ({error.strerror}); choose another --out folder.", out) from None
     return out

@@ -19,3 +19,9 @@ class InputError(Exception):
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return f"{where}{self.message}"
+
+
+def reason(error: BaseException, limit: int = 200) -> str:
+    """The first line of a library's error message, to quote inside one sentence (never a traceback)."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:limit] if lines else type(error).__name__

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
     try:
         return AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
     except Exception as error:
-        raise InputError(f"could not load its tokenizer ({_first_line(error)}); is the folder complete?",
+        raise InputError(f"could not load its tokenizer ({reason(error)}); is the folder complete?",
                          ref.spec) from None
 
 
@@ -78,9 +78,4 @@ def load_config(ref: BaseModelRef) -> Any:
     try:
         return AutoConfig.from_pretrained(ref.path, **ref.kwargs())
     except Exception as error:
-        raise InputError(f"could not read its config ({_first_line(error)}).", ref.spec) from None
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__
+        raise InputError(f"could not read its config ({reason(error)}).", ref.spec) from None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 
 Messages = list[dict[str, Any]]
 
@@ -187,7 +187,7 @@ def _json_array(path: Path) -> list[Any]:
 def _reason(error: Exception) -> str:
     if isinstance(error, RecursionError):
         return "nested too deeply"
-    return str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+    return reason(error, 120)
 
 
 def _decode(data: bytes, path: Path, line: int | None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 
 IGNORE = -100
 BATCH = 4096
@@ -127,8 +127,7 @@ def _conversational_or_error(
     try:
         return _conversational(example, tokenizer, setup)
     except Exception as error:  # jinja errors, no template at all, a template that rejects a role
-        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        raise InputError(f"the chat template cannot render this row ({reason}); give the tokenizer a chat "
+        raise InputError(f"the chat template cannot render this row ({reason(error)}); give the tokenizer a chat "
                          f"template or set chat_template_path in the training config.",
                          example.source or None, example.line) from None
 

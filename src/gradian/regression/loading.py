@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from gradian.data.base_model import BaseModelRef, load_tokenizer
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -70,7 +70,7 @@ def load_models(
     try:
         model = AutoModelForCausalLM.from_pretrained(base.path, dtype=chosen_dtype, **base.kwargs())
     except Exception as error:
-        raise InputError(f"could not load the base model ({_first_line(error)}).", base.spec) from None
+        raise InputError(f"could not load the base model ({reason(error)}).", base.spec) from None
     check_adapter_shapes(model, adapter_dir, base)
     notes = [note] if (note := adapter_base_mismatch(config, base)) else []
     for note in notes:
@@ -78,7 +78,7 @@ def load_models(
     try:
         peft_model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
     except Exception as error:
-        raise InputError(f"PEFT could not load the adapter ({_first_line(error)}).", adapter_dir) from None
+        raise InputError(f"PEFT could not load the adapter ({reason(error)}).", adapter_dir) from None
     peft_model.to(chosen_device).eval()
     peft_model.gradian_warnings = notes
     tokenizer = _tokenizer(adapter_dir, base)
@@ -181,12 +181,12 @@ def _adapter_shapes(adapter_dir: Path) -> dict[str, tuple[int, ...]]:
             with safe_open(str(safetensors_file), framework="pt") as handle:
                 return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
         except Exception as error:
-            raise InputError(f"could not read the adapter weights ({_first_line(error)}).", safetensors_file) from None
+            raise InputError(f"could not read the adapter weights ({reason(error)}).", safetensors_file) from None
     if bin_file.is_file():
         try:
             state = torch.load(bin_file, map_location="meta", weights_only=True)
         except Exception as error:
-            raise InputError(f"could not read the adapter weights ({_first_line(error)}).", bin_file) from None
+            raise InputError(f"could not read the adapter weights ({reason(error)}).", bin_file) from None
         return {key: tuple(value.shape) for key, value in state.items()}
     raise InputError("has no adapter_model.safetensors (or adapter_model.bin).", adapter_dir)
 
@@ -200,8 +200,3 @@ def _tokenizer(adapter_dir: Path, base: BaseModelRef) -> Any:
         except Exception:
             pass  # an incomplete tokenizer in the run folder: the base model's is the next best
     return load_tokenizer(base)
-
-
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 from gradian.gradients.extract import ParameterScale
 from gradian.gradients.hooks import lora_matrices
 
@@ -33,9 +33,8 @@ def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the user's input problem
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise InputError(
-            f"cannot read optimizer state safely ({reason}); pass the optimizer.pt of a checkpoint.", path
+            f"cannot read optimizer state safely ({reason(error, 160)}); pass the optimizer.pt of a checkpoint.", path
         ) from None
     matrices = lora_matrices(model)
     groups = state.get("param_groups", []) if isinstance(state, dict) else []
