@@ -1,0 +1,212 @@
+"""TracIn-CP: effects summed over the run's intermediate checkpoints, each weighted by its learning rate.
+
+TracIn (Pruthi et al., 2020) follows one training row through the run: each step that trained on row i moved
+the query's margin by −η_t q_tᵀ g_{t,i}. TracIn-CP approximates the sum over steps by a sum over the saved
+checkpoints c, each standing for the steps since the previous one:
+
+    e_{q,i} = Σ_c η_c · e_c(q, i) / Σ_c η_c          e_c = −q̂_cᵀ ĝ_{c,i}  (the default effect, at θ_c)
+
+η_c = Σ_{t ∈ (step_{c−1}, step_c]} lr(t) = mean lr over those steps × their number: with every row visited
+equally often per step, that is proportional to the learning rate row i saw while θ moved from c−1 to c.
+lr(t) is linearly interpolated between the `learning_rate` entries of the final trainer_state.json's
+`log_history` (held flat before the first and after the last), exact for linear and constant schedules.
+Dividing by Σ η_c keeps effects on the scale of a single checkpoint's, so the verdict reads them the same way.
+
+Queries and training gradients are recomputed at each checkpoint (and unit-normalised there, as by
+default), so a checkpoint's raw gradient norm does not weigh it: only η_c does. The failing outputs the
+queries contrast stay the final model's (what the user sees). Checkpoint weights are read from
+`adapter_model.safetensors` only (nothing is unpickled) and loaded into the already-loaded PEFT model in
+place; the model's own adapter weights are put back afterwards, also when something fails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from gradian.data.render import Rendered
+from gradian.data.run_folder import CHECKPOINT
+from gradian.errors import InputError, reason
+from gradian.gradients.extract import extract_train_features
+from gradian.gradients.settings import GradientSettings
+from gradian.scores.queries import QueryPair, query_features
+from gradian.scores.scoring import score
+
+ADAPTER_FILE = "adapter_model.safetensors"
+STATE_FILE = "trainer_state.json"
+Progress = Callable[[Iterable], Iterable]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One saved `checkpoint-N/` and the training it stands for: steps (previous checkpoint, N]."""
+
+    path: Path  # the checkpoint folder, absolute
+    step: int  # its global step N
+    steps: int  # N − previous checkpoint's step
+    mean_lr: float  # mean learning rate over those steps
+    weight: float  # η_c = mean_lr × steps
+
+    @property
+    def adapter_file(self) -> Path:
+        return self.path / ADAPTER_FILE
+
+
+def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
+    """The run's `checkpoint-*/` folders with an adapter, sorted by step, each with its TracIn weight η_c."""
+    root = Path(run_dir).resolve()
+    if not root.is_dir():
+        raise InputError("no such run folder; point --run at the trainer's output_dir.", root)
+    found = sorted((int(match.group(1)), child) for child in root.iterdir()
+                   if child.is_dir() and (match := CHECKPOINT.match(child.name)))
+    if not found:
+        raise InputError("holds no checkpoint-*/ folders; TracIn-CP needs the checkpoints the trainer saved "
+                         "(save_strategy), or run without --checkpoints.", root)
+    for _, folder in found:
+        _check_adapter_file(folder)
+    state = _final_state(root, [folder for _, folder in found])
+    steps, lrs = _logged_lrs(state)
+    checkpoints, previous = [], 0
+    for step, folder in found:
+        if step <= previous:
+            raise InputError("is at step 0; a checkpoint stands for the steps before it, so it needs a positive step.",
+                             folder)
+        per_step = np.interp(np.arange(previous + 1, step + 1), steps, lrs)  # lr(t) for t in (previous, step]
+        checkpoints.append(Checkpoint(folder, step, step - previous, float(per_step.mean()), float(per_step.sum())))
+        previous = step
+    return checkpoints
+
+
+def _check_adapter_file(folder: Path) -> None:
+    """The checkpoint holds a readable safetensors adapter (its header only is read here)."""
+    path = folder / ADAPTER_FILE
+    if not path.is_file():
+        other = " (only adapter_model.bin, which Gradian does not unpickle)" if (folder / "adapter_model.bin").exists() \
+            else ""
+        raise InputError(f"has no {ADAPTER_FILE}{other}; save the checkpoints with safetensors or remove the folder.",
+                         folder)
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            handle.keys()
+    except Exception as error:
+        raise InputError(f"could not read the checkpoint's adapter weights ({reason(error)}).", path) from None
+
+
+def _final_state(root: Path, folders: list[Path]) -> Path:
+    """The trainer_state.json written last: the run root's, else the newest checkpoint's."""
+    for folder in [root, *reversed(folders)]:
+        if (folder / STATE_FILE).is_file():
+            return folder / STATE_FILE
+    raise InputError(f"holds no {STATE_FILE}, so the learning rate of each checkpoint is unknown.", root)
+
+
+def _logged_lrs(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, learning rates) logged in `log_history`, sorted by step."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"could not be read as JSON ({reason(error)}); the run folder looks damaged.", path) from None
+    log = state.get("log_history") if isinstance(state, dict) else None
+    points = sorted({(row["step"], float(row["learning_rate"])) for row in log or [] if isinstance(row, dict)
+                     and _number(row.get("step")) and _number(row.get("learning_rate"))})
+    if not points:
+        raise InputError("logs no learning_rate in log_history, so the checkpoints cannot be weighted; "
+                         "train with logging_steps set.", path)
+    steps, lrs = (np.array(column, dtype=np.float64) for column in zip(*points, strict=True))
+    return steps, lrs
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+
+def load_checkpoint(model: nn.Module, checkpoint: Checkpoint | str | Path) -> None:
+    """Load a checkpoint's LoRA weights into the PEFT `model` in place; every adapter weight must match."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder = checkpoint.path if isinstance(checkpoint, Checkpoint) else Path(checkpoint)
+    _check_adapter_file(folder)
+    path = folder / ADAPTER_FILE
+    adapter = _adapter_name(model)
+    try:
+        result = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
+    except Exception as error:  # a size mismatch: the checkpoint is from another adapter configuration
+        raise InputError(f"does not fit the loaded adapter ({reason(error)}); is the checkpoint from this run?",
+                         path) from None
+    missing = [key for key in result.missing_keys if _is_adapter_key(key, adapter)]
+    if result.unexpected_keys or missing:
+        extra = (result.unexpected_keys or missing)[0]
+        what = "has a weight the loaded adapter does not" if result.unexpected_keys else "lacks the adapter weight"
+        raise InputError(f"{what} ({extra}); is the checkpoint from this run?", path)
+
+
+def _adapter_name(model: nn.Module) -> str:
+    if not hasattr(model, "peft_config"):
+        raise InputError("the model has no PEFT adapter; load the base model with its LoRA adapter first.")
+    return getattr(model, "active_adapter", None) or "default"
+
+
+def _is_adapter_key(key: str, adapter: str) -> bool:
+    parts = key.split(".")
+    return adapter in parts and any(part.startswith("lora_") for part in parts)
+
+
+@contextmanager
+def restored_weights(model: nn.Module) -> Iterator[None]:
+    """Put the adapter weights the model holds now back on exit, also after an error."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    adapter = _adapter_name(model)
+    saved = {key: value.detach().clone() for key, value in get_peft_model_state_dict(model, adapter_name=adapter)
+             .items()}
+    try:
+        yield
+    finally:
+        set_peft_model_state_dict(model, saved, adapter_name=adapter)
+
+
+def tracin_cp_effects(
+    model: nn.Module,
+    rendered: list[Rendered],
+    pairs: list[QueryPair],
+    checkpoints: list[Checkpoint],
+    store_root: str | Path,
+    *,
+    settings: GradientSettings,
+    kind: str,
+    unit_norm_train: bool = True,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """(Q, N) TracIn-CP effects: Σ_c η_c · (effects at checkpoint c) / Σ_c η_c, identity preconditioner.
+
+    Training features of checkpoint c are stored (resumably) in `store_root/checkpoint-<step>`. Every
+    checkpoint is loaded once before any gradient is computed, so a bad one stops the run at once.
+    """
+    if not checkpoints:
+        raise InputError("no checkpoints to sum over; pass a run folder with checkpoint-*/ folders.", store_root)
+    total_weight = sum(checkpoint.weight for checkpoint in checkpoints)
+    if not total_weight > 0:
+        raise InputError("the checkpoints' learning rates sum to zero, so TracIn-CP has nothing to weigh.",
+                         checkpoints[0].path.parent)
+    total = None
+    with restored_weights(model):
+        for checkpoint in checkpoints:
+            load_checkpoint(model, checkpoint)
+        for checkpoint in checkpoints:
+            load_checkpoint(model, checkpoint)  # θ ← θ_c
+            store = extract_train_features(model, rendered, Path(store_root) / f"checkpoint-{checkpoint.step}",
+                                           settings=settings, progress=progress)  # (N, k) g_{c,i}
+            queries = query_features(model, pairs, kind=kind, settings=settings)  # (Q, k) q̂_c, unit norm
+            effects = score(store, queries, unit_norm_train=unit_norm_train)  # (Q, N) −q̂_cᵀ ĝ_{c,i}
+            total = checkpoint.weight * effects if total is None else total + checkpoint.weight * effects
+    return total / total_weight
