@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import nn
 
 from gradian.data.render import IGNORE
@@ -81,14 +80,13 @@ def query_features(
     projector = make_projector(model, settings)
     queries = np.zeros((len(pairs), projector.dim), dtype=np.float64)
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
-    for index, pair in enumerate(pairs):
-        rows = query_rows(pair, kind)
-        if not rows:
-            continue
-        batch = collate([(ids, labels) for ids, labels, _ in rows], pad_id, settings.padding_side)
-        grads = per_example_gradients(model, batch, projector).double()  # (rows, k): ∇ NLL of each answer
-        signs = torch.tensor([sign for *_, sign in rows], dtype=grads.dtype, device=grads.device)
-        queries[index] = -(signs[:, None] * grads).sum(0).cpu().numpy()  # ∇ log p = −∇ NLL
+    rows = [(index, *row) for index, pair in enumerate(pairs) for row in query_rows(pair, kind)]
+    for start in range(0, len(rows), settings.batch_size):  # rows of several pairs share a batched backward
+        chunk = rows[start : start + settings.batch_size]
+        batch = collate([(ids, labels) for _, ids, labels, _ in chunk], pad_id, settings.padding_side)
+        grads = per_example_gradients(model, batch, projector).double().cpu().numpy()  # (rows, k): ∇ NLL each
+        for (index, *_, sign), grad in zip(chunk, grads, strict=True):
+            queries[index] -= sign * grad  # ∇ log p = −∇ NLL
     if unit_norm:
         norms = np.linalg.norm(queries, axis=1, keepdims=True)
         queries = np.divide(queries, norms, out=np.zeros_like(queries), where=norms > 0)
