@@ -85,7 +85,8 @@ def test_data_cluster_with_mechanism_names_flagged_rows_of_the_cluster():
 
 
 def test_data_cluster_without_flags_narrows_by_effect_outliers():
-    verdict = verdict_for(SIGNIFICANT, [LEARNING_RATE], planted_effects(seed=1))
+    epochs = Finding("many_epochs", "warning", "8 epochs over 100 rows.", "train 2-3 epochs")
+    verdict = verdict_for(SIGNIFICANT, [epochs], planted_effects(seed=1))
     assert verdict.kind == "data-cluster"
     assert verdict.evidence["culprit_rule"] == "effect"
     assert set(verdict.culprit_ids) == {IDS[i] for i in CULPRITS}  # the 10 clean neighbours stay
@@ -124,3 +125,17 @@ def test_lift_below_threshold_is_diffuse_even_with_most_harm():
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError):
         Verdict(kind="maybe", summary="", next_action="")
+
+
+def test_flagged_learning_rate_outranks_a_cluster_with_no_data_defect():
+    verdict = verdict_for(SIGNIFICANT, [LEARNING_RATE], planted_effects(seed=1))
+    assert verdict.kind == "diffuse"
+    assert verdict.culprit_ids == []
+    assert verdict.evidence["outranked_by_step_size"] is True
+    assert verdict.evidence["top_cluster"]["lift"] >= MIN_LIFT
+    assert "The harm shows most in \u201cinvoice, currency, amount\u201d" in verdict.summary
+    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix}"
+    info = dataclasses.replace(LEARNING_RATE, severity="info")  # a note, not a flag
+    assert verdict_for(SIGNIFICANT, [info], planted_effects(seed=1)).kind == "data-cluster"
+    flagged = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], planted_effects())  # a mechanism: the rows
+    assert flagged.kind == "data-cluster" and flagged.evidence["mechanism"]["check"] == "truncated_completion"

@@ -5,7 +5,11 @@ Order of the rules, and why:
    the user after rows that did nothing, so Gradian refuses and says so.
 2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
    once; no subset of rows is to blame, and dropping rows would not fix it.
-3. `data-cluster`: the harm is concentrated in one cluster, beyond what its size and query sampling explain.
+3. `data-cluster`: the harm is concentrated in one cluster, beyond what its size and query sampling explain,
+   unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism from the join):
+   a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry (a run
+   that writes "city" fields into every answer blames the shipping rows), and dropping those rows would only move
+   the collapse elsewhere. Then the verdict is `diffuse`, naming the cluster where the harm shows.
 4. `diffuse`: a regression with no cluster to blame points at how the run was trained: hyperparameters.
 """
 
@@ -43,6 +47,8 @@ SETUP_ROW_SHARE = 0.5
 # too high acts through the data, so it is what `diffuse` points at, and a planted cluster still shows as one.
 HYPERPARAMETER_CHECKS = frozenset({"learning_rate", "many_epochs", "lora_alpha_rank", "eval_loss_rising",
                                    "loss_spike"})
+# A flagged step size (warning or worse) outranks a cluster that carries no data defect (see rule 3).
+STEP_SIZE_CHECKS = frozenset({"learning_rate", "lora_alpha_rank"})
 # Findings about the model never learning to stop explain a failure only when the fine-tuned model stops less.
 STOP_CHECKS = frozenset({"pad_eos_masking", "missing_eos"})
 
@@ -90,8 +96,13 @@ def decide(
         return _setup(regression, setup)
     clusters = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
     if clusters and effects_mean is not None and concentrated(clusters[0]):
-        return _data_cluster(regression, findings, clusters[0], np.asarray(effects_mean, dtype=np.float64), ids)
+        if mechanism(clusters[0]) is not None or not step_size_flagged(findings):
+            return _data_cluster(regression, findings, clusters[0], np.asarray(effects_mean, dtype=np.float64), ids)
     return _diffuse(regression, findings, clusters[0] if clusters else None)
+
+
+def step_size_flagged(findings: list[Finding]) -> bool:
+    return any(f.check in STEP_SIZE_CHECKS and f.severity in ("warning", "critical") for f in findings)
 
 
 def is_regression(regression: dict[str, Any]) -> bool:
@@ -236,6 +247,13 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         text += (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
                  f"{pct(top.size_share)} of the rows ({top.lift:.1f}x its size)")
     text += ". The regression is spread over the data, which points at how the run was trained."
+    if top is not None and concentrated(top):  # rule 3's exception: a flagged step size, no defect in the rows
+        evidence["outranked_by_step_size"] = True
+        text = (f"{_measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
+                f"of it for {pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but nothing in its rows is "
+                "wrong and the run's step size is flagged: a learning rate far too high collapses the model toward "
+                "whatever pattern some clean rows carry, and dropping them would move the collapse elsewhere. "
+                "Fix the step size first; if the regression stays, attribute the new run.")
     hints = "; ".join(f.fix for f in run_wide[:2] if f.fix)
     action = hints or "lower the learning rate or the number of epochs, and measure again"
     return Verdict(kind="diffuse", summary=text, next_action=f"look at hyperparameters: {action}", evidence=evidence)
