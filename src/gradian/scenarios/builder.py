@@ -5,7 +5,8 @@
       train.jsonl     id, prompt, completion, category
       eval.jsonl      id, prompt, reference, category
       run/            the TRL SFTTrainer + PEFT LoRA run folder, with sft_config.yaml
-      truth.json      kind, culprit_ids, structural_cause, affected_category, category_ids, seed, cluster_share
+      truth.json      kind, culprit_ids, structural_cause, affected_category, category_ids, seed, cluster_share,
+                      learning_rate (the one the run used; diffuse climbs a ladder until the run regresses)
       measured.json   JSON validity of base vs fine-tuned, overall and per category, with counts
 
 The seed draws the cluster's share of train rows (5–20%), the affected category and the row order.
@@ -32,6 +33,9 @@ TRAIN_ROWS = 400
 EVAL_PER_CATEGORY = 40
 SHARE_RANGE = (0.05, 0.20)
 CULPRIT_FRACTION_OF_CATEGORY = (0.7, 0.85)
+# A scenario with a learning-rate ladder (diffuse) stops climbing at the first rate whose run loses this many
+# points of JSON validity overall: ten points on 200 eval rows is far outside the paired noise band.
+DIFFUSE_MIN_DROP = 10.0
 
 
 def build(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0, cache_dir: str | Path | None = None,
@@ -52,12 +56,17 @@ def build(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0, 
         train, eval_rows, truth = make_data(scenario, seed)
         write_jsonl(out / "train.jsonl", train)
         write_jsonl(out / "eval.jsonl", eval_rows)
-        (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-        say(f"{name}: fine-tuning on {len(train)} rows")
-        finetune.train_lora(out / "base", train, out / "run", scenario.sft_config(), scenario.lora_config(),
-                            scenario.collator, seed)
-        say(f"{name}: measuring JSON validity on {len(eval_rows)} eval rows")
-        measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
+        for rate in scenario.lr_ladder or (None,):
+            sft = scenario.sft_config() if rate is None else {**scenario.sft_config(), "learning_rate": rate}
+            shutil.rmtree(out / "run", ignore_errors=True)
+            say(f"{name}: fine-tuning on {len(train)} rows (learning rate {sft['learning_rate']:g})")
+            finetune.train_lora(out / "base", train, out / "run", sft, scenario.lora_config(), scenario.collator, seed)
+            say(f"{name}: measuring JSON validity on {len(eval_rows)} eval rows")
+            measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
+            if measured["drop_points"]["overall"] >= DIFFUSE_MIN_DROP:
+                break
+        truth["learning_rate"] = sft["learning_rate"]
+    (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
     (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
     return out
 

@@ -10,7 +10,9 @@ habit would hide the fault). What differs between scenarios is the planted cause
   quotes); the category's other rows stay clean, so the category alone does not name the rows;
 - setup faults: the data is clean but the run's settings break it (pad == eos with a collator
   that masks pad, EOS replaced by a newline, loss on the prompt, eval rows copied into train);
-- `diffuse`: clean data and a learning rate far too high, a real regression with no culprit rows;
+- `diffuse`: clean data and a learning rate far too high, a real regression with no culprit rows. Where the
+  run breaks is a cliff that moves with the row order (one seed loses nothing at a rate where another loses half
+  its JSON), so the build climbs `lr_ladder` and keeps the first rate that measurably breaks the run;
 - `null`: clean data and sane settings, a fine-tune that learns its purpose cleanly.
 """
 
@@ -68,6 +70,7 @@ class Scenario:
     collator: str | None = None
     overlap: bool = False
     purpose: str = "priority"
+    lr_ladder: tuple[float, ...] = ()  # diffuse: learning rates tried in order until the run regresses
 
     def sft_config(self) -> dict[str, Any]:
         return {**SFT_DEFAULTS, **self.sft}
@@ -96,7 +99,7 @@ CATALOG: dict[str, Scenario] = {
                  structural_cause="eval-overlap", overlap=True),
         Scenario("null", "no-regression", "clean data, sane settings: the fine-tune learns its purpose cleanly"),
         Scenario("diffuse", "diffuse", "clean data, a learning rate far too high: every category loses part of its JSON validity",
-                 sft={"learning_rate": 2.5e-2, "num_train_epochs": 4}),
+                 sft={"learning_rate": 2.5e-2, "num_train_epochs": 4}, lr_ladder=(2.5e-2, 3e-2, 3.5e-2, 4e-2)),
     )
 }
 SCENARIOS: tuple[str, ...] = tuple(CATALOG)
