@@ -76,6 +76,20 @@ def test_changed_settings_recompute(model, rendered, tmp_path):
     assert len(list(tmp_path.glob("shard-*.npy"))) == 2  # features + done flags of the new settings only
 
 
+def test_retrained_adapter_or_edited_rows_recompute(model, rendered, tmp_path):
+    before = np.asarray(extract_train_features(model, rendered, tmp_path, settings=SETTINGS)).copy()
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).mul_(2.0)  # the adapter, retrained in place
+    retrained = np.asarray(extract_train_features(model, rendered, tmp_path, settings=SETTINGS))
+    assert not np.allclose(retrained, before)
+    fresh = np.asarray(extract_train_features(model, rendered, tmp_path / "fresh", settings=SETTINGS))
+    assert np.array_equal(retrained, fresh)
+    edited = [*rendered[:1], Rendered("row1", rendered[0].input_ids, rendered[0].labels, rendered[0].full_length,
+                                      rendered[0].prompt_length), *rendered[2:]]  # row1's text changed, same id
+    again = np.asarray(extract_train_features(model, edited, tmp_path, settings=SETTINGS))
+    assert np.array_equal(again[1], again[0]) and not np.array_equal(again[1], retrained[1])
+
+
 def test_chunked_reads_cover_every_row(model, rendered, tmp_path):
     store = extract_train_features(model, rendered, tmp_path, settings=SETTINGS)
     stacked = np.concatenate([chunk for _, chunk in store.chunks(4)])

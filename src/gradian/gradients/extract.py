@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.hooks import capture_gradients, frozen_lora_weights, lora_matrices
+from gradian.gradients.hooks import capture_gradients, frozen_lora_weights, lora_fingerprint, lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter, shard_bounds
@@ -159,6 +159,8 @@ def extract_train_features(
         "n_rows": len(ids),
         "matrices": [m.name for m in lora_matrices(model)],
         "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+        "rows_sha": hashlib.sha256(json.dumps([[r.input_ids, r.labels] for r in rendered]).encode()).hexdigest(),
+        "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
     }
     writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
     start, stop = shard_bounds(len(ids), rank, world)

@@ -13,6 +13,7 @@ memory holds one module's gradients at a time. The scaling s is inside g already
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,16 @@ def lora_matrices(model: nn.Module) -> list[LoraMatrix]:
     if not matrices:
         raise InputError(f"the model has no LoRA matrices of adapter {adapter!r}; load a LoRA adapter with PEFT")
     return matrices
+
+
+def lora_fingerprint(model: nn.Module) -> str:
+    """A hash of the adapter's weights: caches keyed by it are redone when the adapter in a folder is retrained."""
+    digest = hashlib.sha256()
+    for name, parameter in sorted(model.named_parameters(), key=lambda item: item[0]):
+        if "lora_" in name or "modules_to_save" in name:
+            digest.update(name.encode())
+            digest.update(parameter.detach().to("cpu", torch.float32).numpy().tobytes())
+    return digest.hexdigest()
 
 
 GradCallback = Callable[[int, torch.Tensor], None]

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from gradian.data.examples import Example
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
+from gradian.gradients.hooks import lora_fingerprint
 from gradian.regression.capabilities import Capability, get_capability
 from gradian.regression.generation import Generation, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
@@ -181,20 +181,10 @@ def _settings(
         "ids": [example.id for example in examples],
         "prompts_sha256": _sha256(json.dumps(prompts).encode()),
         "base_model": str(getattr(getattr(model, "config", None), "name_or_path", "")),
-        "adapter_sha256": _adapter_fingerprint(model),
+        "adapter_sha256": lora_fingerprint(model),
         "dtype": str(next(model.parameters()).dtype),
         "stop_token_ids": stop_token_ids(model, tokenizer),
     }
-
-
-def _adapter_fingerprint(model: Any) -> str:
-    """A hash of the LoRA weights, so a retrained adapter in the same folder regenerates."""
-    digest = hashlib.sha256()
-    for name, parameter in sorted(model.named_parameters(), key=lambda item: item[0]):
-        if "lora_" in name or "modules_to_save" in name:
-            digest.update(name.encode())
-            digest.update(parameter.detach().to("cpu", torch.float32).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _sha256(data: bytes) -> str:
