@@ -5,8 +5,10 @@ verdict, the report), then score the same failing eval rows with every method va
 generations and features:
 
 - query kinds: naive, contrastive (full sequence), contrastive-first (first divergent token), repaired
-  (minimal-edit y⁺, full), repaired-first; each with the identity preconditioner on unit-normalised
-  training gradients; the default query also with adam, gauss-newton, and raw (un-normalised) gradients;
+  (minimal-edit y⁺, full), repaired-first, departure, departure-first; each with the identity preconditioner
+  on unit-normalised training gradients; naive, contrastive and the default query also with adam and with raw
+  (un-normalised) gradients; the default query also with gauss-newton, kfac and ekfac at three dampings, and
+  TracIn-CP over the run's checkpoints;
 - baselines: TF-IDF text similarity to the failing eval rows, random order, and the category oracle.
 
 Then the speed benchmarks (each a script of its own) run as subprocesses and their tables are pasted in.
@@ -32,7 +34,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from gradian import __version__
 from gradian.attribute import attribute, base_kind, query_pairs
 from gradian.audit import diagnose
-from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
+from gradian.gradients.factors import fit_factors
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
@@ -41,11 +44,13 @@ from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
+from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 
 HERE = Path(__file__).resolve().parent
 CAUSE_CHECKS = {"pad-eos": "pad_eos_masking", "no-eos": "missing_eos", "prompt-loss": "prompt_loss",
                 "eval-overlap": "train_eval_overlap"}
+DAMPINGS = (0.1, 1.0, 10.0)
 QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 
 
@@ -86,13 +91,31 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
         effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
-        if query == settings.query:
-            gn = make_preconditioner("gauss-newton")
-            effects[f"{query} · gauss-newton"] = total_effect(score(store, q, preconditioner=gn, unit_norm_train=True))
+        if query in (settings.query, "naive", "contrastive"):  # the contrast against the naive query, every way
             effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
             if adam_store is not None:
                 effects[f"{query} · adam"] = total_effect(score(adam_store, q, unit_norm_train=True))
+                effects[f"{query} · adam, raw gradients"] = total_effect(score(adam_store, q, unit_norm_train=False))
+        if query == settings.query:
+            effects.update(curvature_variants(model, audit.rendered, gradient, store, q, query))
+            checkpoints = checkpoint_weights(settings.run)
+            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, Path(settings.out) / "tracin",
+                                       settings=gradient, kind=base_kind(query), unit_norm_train=True)
+            effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
     effects["text similarity (TF-IDF)"] = -text_similarity(audit.examples, regression)
+    return effects
+
+
+def curvature_variants(model, rendered, gradient, store, q, query) -> dict[str, np.ndarray]:
+    """Gauss-Newton, K-FAC and EK-FAC at each damping of DAMPINGS (relative to the mean eigenvalue)."""
+    projector = make_projector(model, gradient)
+    factors = fit_factors(model, rendered, projector, gradient)
+    effects = {}
+    for name in ("gauss-newton", "kfac", "ekfac"):
+        for damping in DAMPINGS:
+            pre = make_preconditioner(name, factors=factors, projector=projector, damping=damping)
+            effects[f"{query} · {name}, damping {damping:g}"] = total_effect(
+                score(store, q, preconditioner=pre, unit_norm_train=True))
     return effects
 
 
@@ -201,18 +224,22 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
               f"{sum(r['verdict'] == 'no-regression' for r in nulls)}/{len(nulls)}; on every run that measured no "
               f"regression: {sum(r['verdict'] == 'no-regression' for r in quiet)}/{len(quiet)}.", ""]
     lines += ["## Culprit recovery", "", "Mean over seeds; AUPRC with the planted culprits as positives, ranking by "
-              "effect (most harmful first); P@k at k = number of culprits; oracle = the affected category first, "
-              "in random order.", "", "| scenario | method | AUPRC | P@k | oracle AUPRC | random AUPRC |",
-              "|---|---|---|---|---|---|"]
+              "effect (most harmful first); P@k at k = number of culprits; separation = how far the culprits' median "
+              "effect sits below the clean rows', in robust standard deviations of the clean rows (it still tells "
+              "methods apart at AUPRC 1.0); helpful = share of culprits given a positive effect (ranked as helping); "
+              "oracle = the affected category first, in random order.", "",
+              "| scenario | method | AUPRC | P@k | separation | helpful | oracle AUPRC | random AUPRC |",
+              "|---|---|---|---|---|---|---|---|"]
     attributed = {(r["scenario"], r["seed"]) for r in verdicts if r["expected"] == "data-cluster"}
     methods = [m for m in methods if (m["scenario"], m["seed"]) in attributed]
     for scenario in dict.fromkeys(m["scenario"] for m in methods):
         rows = [m for m in methods if m["scenario"] == scenario]
         for method in dict.fromkeys(m["method"] for m in rows):
             picked = [m for m in rows if m["method"] == method]
-            mean = {k: np.mean([m[k] for m in picked]) for k in ("auprc", "precision_at_k", "oracle_auprc",
-                                                                  "random_auprc")}
+            mean = {k: np.mean([m.get(k, np.nan) for m in picked]) for k in (
+                "auprc", "precision_at_k", "separation", "culprits_helpful", "oracle_auprc", "random_auprc")}
             lines.append(f"| {scenario} | {method} | {mean['auprc']:.3f} | {mean['precision_at_k']:.3f} | "
+                         f"{mean['separation']:.1f} | {mean['culprits_helpful']:.0%} | "
                          f"{mean['oracle_auprc']:.3f} | {mean['random_auprc']:.3f} |")
     firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
     lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]

@@ -84,6 +84,19 @@ def test_default_query_is_not_beaten_by_naive_on_truncated_cluster(truncated):
     assert default >= culprit_metrics(*effect_of(naive), truth)["auprc"]
 
 
+@pytest.mark.parametrize("options", [dict(preconditioner="ekfac"), dict(preconditioner="kfac"),
+                                     dict(checkpoints=True)], ids=["ekfac", "kfac", "tracin-cp"])
+def test_curvature_and_checkpoints_still_find_the_truncated_cluster(truncated, options):
+    folder, out, _, truth = truncated
+    report, _ = run(folder, out, **options)  # same out: generations and final-checkpoint gradients are reused
+    metrics = culprit_metrics(*effect_of(report), truth)
+    assert metrics["auprc"] >= 0.9 and metrics["separation"] > 3, metrics
+    assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
+    if options.get("checkpoints"):
+        recorded = json.loads((out / "scores.json").read_text())["checkpoints"]
+        assert len(recorded) >= 2 and all(c["weight"] > 0 for c in recorded), recorded
+
+
 def test_null_run_is_refused(scenario, tmp_path):
     report, _ = run(scenario("null", 0), tmp_path / "report")
     assert report["verdict"]["kind"] == "no-regression"

@@ -23,7 +23,8 @@ from gradian.data.examples import Example
 from gradian.data.render import render_example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
-from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
+from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
 from gradian.regression.capabilities import Capability, get_capability
 from gradian.regression.loading import load_models
@@ -32,9 +33,10 @@ from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
 from gradian.scores.departure import departure_answers
-from gradian.scores.preconditioners import adam, make_preconditioner
+from gradian.scores.preconditioners import Preconditioner, adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score, total_effect
+from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 
 Say = Callable[[str], None]
@@ -93,12 +95,21 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
                                    progress=_wrap(bar, "gradients"), scale=scale)
 
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner")
-    queries = query_features(model, pairs, kind=base_kind(settings.query), settings=gradient_settings)
-    preconditioner = make_preconditioner("identity" if settings.preconditioner == "adam" else settings.preconditioner)
-    effects = score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train)
+    checkpoints = checkpoint_weights(_run_dir(settings, audit)) if settings.checkpoints else []
+    if checkpoints:
+        effects = tracin_cp_effects(
+            model, audit.rendered, pairs, checkpoints, out / "gradients-checkpoints", settings=gradient_settings,
+            kind=base_kind(settings.query), unit_norm_train=settings.unit_norm_train,
+            progress=_wrap(bar, "checkpoint gradients"),
+        )
+    else:
+        queries = query_features(model, pairs, kind=base_kind(settings.query), settings=gradient_settings)
+        preconditioner = _preconditioner(settings, model, audit, gradient_settings, bar)
+        effects = score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train)
     np.save(out / "scores.npy", effects)
     _write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
-                                      "query": settings.query, "preconditioner": settings.preconditioner})
+                                      "query": settings.query, "preconditioner": settings.preconditioner,
+                                      "checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints]})
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
@@ -215,6 +226,23 @@ def _scale(settings: AttributeSettings, audit: DiagnoseResult, model: Any):
         raise InputError("the adam preconditioner needs the run's optimizer.pt; pass --run with a checkpoint folder.",
                          settings.run or settings.adapter)
     return adam(audit.run.optimizer_path, model)
+
+
+def _preconditioner(settings: AttributeSettings, model: Any, audit: DiagnoseResult, gradient: GradientSettings,
+                    bar: Bar | None) -> Preconditioner:
+    """The scoring-side P; K-FAC and EK-FAC first fit their Kronecker factors in one pass over the training rows."""
+    factors = projector = None
+    if settings.preconditioner in ("kfac", "ekfac"):
+        projector = make_projector(model, gradient)
+        factors = fit_factors(model, audit.rendered, projector, gradient, progress=_wrap(bar, "curvature"))
+    return make_preconditioner(settings.preconditioner, factors=factors, projector=projector, damping=settings.damping)
+
+
+def _run_dir(settings: AttributeSettings, audit: DiagnoseResult) -> Path:
+    if audit.run is None or audit.run.path is None:
+        raise InputError("--checkpoints needs the run folder with its checkpoint-*/ folders; pass --run DIR.",
+                         settings.adapter)
+    return audit.run.path
 
 
 def _adapter_dir(settings: AttributeSettings, audit: DiagnoseResult) -> str:

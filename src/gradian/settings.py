@@ -9,7 +9,7 @@ from typing import Any
 QUERY_KINDS = (
     "departure-first", "departure", "repaired-first", "repaired", "contrastive-first", "contrastive", "naive"
 )
-PRECONDITIONERS = ("identity", "adam", "gauss-newton")
+PRECONDITIONERS = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 
 
 @dataclass
@@ -24,7 +24,12 @@ class AttributeSettings:
     config: str | None = field(default=None, metadata={"help": "training config file (TRL SFTConfig or axolotl)"})
     query: str = field(default="repaired-first", metadata={"help": f"query kind: {', '.join(QUERY_KINDS)}"})
     preconditioner: str = field(default="identity", metadata={"help": f"one of {', '.join(PRECONDITIONERS)}"})
+    damping: float | None = field(default=None, metadata={
+        "help": "damping of gauss-newton, kfac and ekfac, relative to the mean eigenvalue; None: the benchmark's"})
     unit_norm_train: bool = field(default=True, metadata={"help": "unit-normalise training gradients"})
+    checkpoints: bool = field(default=False, metadata={
+        "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate "
+                "(needs --run and the identity preconditioner; not better on the benchmark)"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
@@ -39,6 +44,10 @@ class AttributeSettings:
             raise ValueError(f"query must be one of {QUERY_KINDS}, not {self.query!r}")
         if self.preconditioner not in PRECONDITIONERS:
             raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
+        if self.checkpoints and self.preconditioner != "identity":
+            raise ValueError(f"checkpoints (TracIn-CP) uses the identity preconditioner, not {self.preconditioner!r}")
+        if self.damping is not None and not self.damping > 0:
+            raise ValueError(f"damping must be above 0, not {self.damping}")
         if not 0 <= self.min_effect <= 1:
             raise ValueError("min_effect is a rate between 0 and 1")
         for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters"):

@@ -8,6 +8,8 @@
 - `gauss-newton`: P = (ΦᵀΦ/N + λI)⁻¹ in projected space (TRAK), Φ the (N, k) training features,
   λ = `damping_ratio` × the mean non-zero eigenvalue of ΦᵀΦ/N. Solved in the primal (k×k) when N ≥ k
   and through the N×N kernel (Woodbury) when N < k, so small training sets stay cheap.
+- `kfac`, `ekfac`: block-diagonal over LoRA matrices, Kronecker-factored (`scores.kfac`); they need the
+  factors of one extra pass over the training rows (`gradients.factors.fit_factors`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ from torch import nn
 
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import ParameterScale
+from gradian.gradients.factors import KroneckerFactors
 from gradian.gradients.hooks import lora_matrices
+from gradian.gradients.projection import KroneckerProjector
+from gradian.scores.kfac import EKFAC, KFAC
 
-NAMES = ("identity", "adam", "gauss-newton")
+NAMES = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
+# Relative damping per preconditioner, chosen on the scenario benchmark (BENCHMARKS.md, damping sweep).
+DAMPING = {"gauss-newton": 0.1, "kfac": 0.1, "ekfac": 0.1}
 
 
 def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
@@ -106,10 +113,23 @@ class GaussNewton:
         return (q - (inner @ vecs.T) @ self.phi) / lam
 
 
-def make_preconditioner(name: str, **options) -> Identity | GaussNewton:
-    """The scoring-side preconditioner; `adam` is applied at extraction, so it scores as identity."""
+Preconditioner = Identity | GaussNewton | KFAC | EKFAC
+
+
+def make_preconditioner(name: str, *, factors: KroneckerFactors | None = None,
+                        projector: KroneckerProjector | None = None,
+                        damping: float | None = None) -> Preconditioner:
+    """The scoring-side preconditioner; `adam` is applied at extraction, so it scores as identity.
+
+    `damping` (relative to the spectrum) defaults to what the benchmark chose for each preconditioner.
+    """
     if name in ("identity", "adam"):
         return Identity()
+    ratio = {"damping_ratio": damping if damping is not None else DAMPING[name]} if name in DAMPING else {}
     if name == "gauss-newton":
-        return GaussNewton(**options)
+        return GaussNewton(**ratio)
+    if name in ("kfac", "ekfac"):
+        if factors is None or projector is None:
+            raise ValueError(f"{name} needs the Kronecker factors and the projector")
+        return (KFAC if name == "kfac" else EKFAC)(factors, projector, **ratio)
     raise InputError(f"unknown preconditioner {name!r}; choose one of {', '.join(NAMES)}")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from gradian.gradients.store import FeatureStore
-from gradian.scores.preconditioners import GaussNewton, Identity
+from gradian.scores.preconditioners import Preconditioner, make_preconditioner
 
 Train = FeatureStore | np.ndarray
 
@@ -28,15 +28,17 @@ def score(
     train: Train,
     queries: np.ndarray,
     *,
-    preconditioner: Identity | GaussNewton | None = None,
+    preconditioner: Preconditioner | None = None,
     unit_norm_train: bool = False,
     chunk_rows: int = 4096,
 ) -> np.ndarray:
     """(Q, N) per-query effects. A preconditioner not fitted yet is fitted on `train` first."""
-    preconditioner = preconditioner or Identity()
-    if isinstance(preconditioner, GaussNewton) and preconditioner.damping is None:
+    preconditioner = preconditioner or make_preconditioner("identity")
+    if getattr(preconditioner, "damping", 0) is None:  # fitted on the training features (gauss-newton, ekfac…)
         preconditioner.fit(chunk for _, chunk in _chunks(train, chunk_rows))
     pq = preconditioner.apply(queries)  # (Q, k)
+    norms = np.linalg.norm(pq, axis=1, keepdims=True)  # each query weighs the same after P too, so none dominates
+    pq = np.divide(pq, norms, out=np.zeros_like(pq), where=norms > 0) * np.linalg.norm(queries, axis=1, keepdims=True)
     n_rows = train.n_rows if isinstance(train, FeatureStore) else len(train)
     effects = np.zeros((len(pq), n_rows), dtype=np.float64)
     for start, chunk in _chunks(train, chunk_rows):
