@@ -10,6 +10,7 @@ Case ids start with their kind: dataset-, run-, model-, attribute-.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,6 +145,8 @@ DATASET_CASES = [
          "train.jsonl:1:"),
     Case("dataset-missing-file", 2, lambda ws, s: diagnose_args(ws, s / "nope.jsonl"), "nope.jsonl"),
     Case("dataset-is-a-folder", 2, lambda ws, s: diagnose_args(ws, s), "cases"),
+    Case("dataset-is-a-pipe", 2, _dataset(os.mkfifo), "train.jsonl"),  # opening it would block forever
+    Case("dataset-links-to-dev-zero", 2, _dataset(lambda path: path.symlink_to("/dev/zero")), "train.jsonl"),
     Case("dataset-eval-broken-line", 2, _dataset(GOOD + "{oops\n", eval_set=True), "train.jsonl:2:"),
     # Accepted: not errors, the rows are read and audited.
     Case("dataset-json-array-accepted", 0, _dataset(json.dumps(train_rows(4)))),
@@ -224,6 +227,10 @@ RUN_CASES = [
     Case("run-trainer-state-is-folder", 0, _run(_both(_remove("trainer_state.json"),
                                                      lambda run: (run / "trainer_state.json").mkdir()))),
     Case("run-log-history-not-list", 2, _run(_state(5)), "trainer_state.json"),
+    Case("run-trainer-state-links-to-dev-zero", 0, _run(_both(_remove("trainer_state.json"), lambda run: (
+        run / "trainer_state.json").symlink_to("/dev/zero")))),  # not a file: the run is read without it
+    Case("run-training-args-is-a-pipe", 0, _run(_both(_remove("training_args.bin"), lambda run: os.mkfifo(
+        run / "training_args.bin")))),
     Case("run-nan-in-logs", 1, _run(_state([{"step": 1, "loss": 1.0}, {"step": 2, "loss": float("nan")}]))),
     Case("run-infinite-grad-norm", 1, _run(_state([{"step": 1, "loss": 1.0, "grad_norm": float("inf")}]))),
     Case("run-loss-is-text", 0, _run(_state([{"step": s, "loss": "high"} for s in range(8)]))),
@@ -237,6 +244,8 @@ RUN_CASES = [
                                               lambda run: (run / "trainer_state.json").rename(
                                                   run / "checkpoint-4" / "trainer_state.json")))),
     Case("run-adapter-for-wider-base", 1, _run(lambda run: _other_base(hidden_size=48, num_attention_heads=4)(run))),
+    Case("run-config-is-a-pipe", 2, _run(lambda run: os.mkfifo(run / "pipe.yaml"), "--config", "{run}/pipe.yaml"),
+         "pipe.yaml"),
     Case("run-config-yaml-broken", 2, _run(_write("sft_config.yaml", "max_length: [1, 2\nlearning_rate: 1e-4\n")),
          "sft_config.yaml"),
     Case("run-config-yaml-list", 2, _run(_write("sft_config.yaml", "- 1\n- 2\n")), "sft_config.yaml"),

@@ -120,6 +120,8 @@ def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
         raise InputError("no such file; check the path.", path)
     if path.is_dir():
         raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
+    if not path.is_file():  # a pipe would block, a device would never end
+        raise InputError("is not a regular file (a pipe or a device); pass the JSONL file itself.", path)
     examples: list[Example] = []
     first_line_of: dict[str, int] = {}
     for line, row in _rows(path):

@@ -130,6 +130,8 @@ def _newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():  # a link to a pipe would block, to a device would never end
+        raise InputError("is not a regular file; the run folder looks damaged.", path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -169,6 +171,8 @@ def _find_config(run_path: Path | None) -> Path | None:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """A training config (YAML or JSON) as a dict; `InputError` with file and line when it does not parse."""
+    if not path.is_file():
+        raise InputError("is not a regular file (a folder, pipe or device); pass the config file itself.", path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

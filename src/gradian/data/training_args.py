@@ -104,6 +104,8 @@ def read_training_args(path: str | Path) -> dict[str, Any]:
 
 
 def _pickle_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise InputError("is not a regular file; the run folder looks damaged.", path)
     if path.stat().st_size > MAX_BYTES:
         raise InputError("is too large to be training arguments.", path)
     if zipfile.is_zipfile(path):
