@@ -311,7 +311,7 @@ def logra_dim(job: Job) -> int:
     return max(1, math.isqrt(budget)) ** 2
 
 
-def run_dattri_logra(job: Job) -> np.ndarray:
+def run_dattri_logra(job: Job, out_dir: str) -> np.ndarray:
     from dattri.algorithm.logra import LoGraAttributor
     from dattri.task import AttributionTask
 
@@ -320,7 +320,9 @@ def run_dattri_logra(job: Job) -> np.ndarray:
     task = AttributionTask(
         loss_func=lambda model, batch, device: model(**batch).loss, model=wrapped, checkpoints=wrapped.state_dict()
     )
-    attributor = LoGraAttributor(task, layer_names=layers, hessian="eFIM", proj_dim=logra_dim(job), offload="cpu")
+    attributor = LoGraAttributor(
+        task, layer_names=layers, hessian="eFIM", proj_dim=logra_dim(job), offload="cpu", cache_dir=out_dir
+    )
     train = loader(job.train, job.order, mask=True, as_tuple=False)
     attributor.cache(train)
     scores = attributor.attribute(train, loader(job.queries, list(range(len(job.queries))), True, False))
@@ -337,7 +339,7 @@ def run_tool(tool: str, job: Job, out_dir: str, lambda_reg: float) -> np.ndarray
         "dattri-trak": lambda: run_dattri_trak(job, lambda_reg),
         "dattri-tracin": lambda: run_dattri_tracin(job, exact=False),
         "dattri-tracin-exact": lambda: run_dattri_tracin(job, exact=True),
-        "dattri-logra": lambda: run_dattri_logra(job),
+        "dattri-logra": lambda: run_dattri_logra(job, out_dir),
     }
     return runners[tool]()
 
