@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench setup clean
+PEERS = kronfluence==1.0.1 dattri==0.3.0 traker==0.3.2 einops==0.8.2 einconv==0.1.0 opt-einsum==3.4.0
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,6 +26,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	# peers for benchmarks/peer_speed.py, without their declared deps (kronfluence's torchvision would swap torch)
+	$(PY) -m pip install --quiet --no-deps $(PEERS)
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	$(PY) benchmarks/run_all.py
 
 clean:

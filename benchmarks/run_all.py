@@ -191,6 +191,7 @@ def speed_tables(skip: bool) -> list[str]:
         ("Per-example gradients", ["gradient_speed.py", "--models", "tiny", "smollm2-135m"]),
         ("Generation: batched vs batch-1", ["generation_speed.py", "--models", "tiny", "smollm2-135m"]),
         ("diagnose at 100k rows", ["diagnose_speed.py", "--rows", "100000"]),
+        ("Beside the peer libraries", ["peer_speed.py", "--model", "tiny", "--repeats", "2"]),
     ]
     parts = []
     for title, command in commands:
