@@ -68,6 +68,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say("regression: generating with the base and the fine-tuned model")
     model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
     scale = _scale(settings, audit, model)  # reads optimizer.pt now, so a bad one stops the run before generating
+    checkpoints = checkpoint_weights(_run_dir(settings, audit)) if settings.checkpoints else []  # same for these
     ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
     try:
         regression = measure_regression(
@@ -95,7 +96,6 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
                                    progress=_wrap(bar, "gradients"), scale=scale)
 
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner")
-    checkpoints = checkpoint_weights(_run_dir(settings, audit)) if settings.checkpoints else []
     if checkpoints:
         effects = tracin_cp_effects(
             model, audit.rendered, pairs, checkpoints, out / "gradients-checkpoints", settings=gradient_settings,
