@@ -245,6 +245,12 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
     lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]
     lines += ["### Choosing the default", "", DEFAULT_WHY, ""]
+    story = args.root / "smollm2.md"
+    if story.exists():  # written by benchmarks/smollm2_story.py (slow on CPU: run on its own)
+        lines += ["## The realistic model: SmolLM2-135M-Instruct", "",
+                  "`python benchmarks/build_smollm2.py --out DIR` then `python benchmarks/smollm2_story.py "
+                  "--folder DIR`: the truncated-cluster story on a real Llama with a BPE tokenizer and its own chat "
+                  "template, attributed with the same defaults.", "", story.read_text().strip(), ""]
     lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
               "not the absolute rates).", "", *speed, *gpu_section()]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""The SmolLM2-135M story, measured: its regression against the stage-one model, then attribution by query kind.
+
+Runs `gradian attribute` with its defaults on a built `truncated-cluster-smollm2` folder (see
+`benchmarks/build_smollm2.py`), then scores the same failing eval rows with each query kind on the same
+generations and features, and writes a markdown section that `run_all.py` pastes into BENCHMARKS.md.
+Slow on CPU (one extraction over the training rows, one query pass per kind): not run in CI.
+
+    python benchmarks/smollm2_story.py --folder /tmp/smollm2-truncated --output bench-out/smollm2.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gradian.attribute import attribute, base_kind, query_pairs
+from gradian.audit import diagnose
+from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.regression.capabilities import get_capability
+from gradian.regression.loading import load_models
+from gradian.regression.measure import measure_regression
+from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.queries import query_features
+from gradian.scores.scoring import score, total_effect
+from gradian.settings import AttributeSettings
+
+QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
+
+
+def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
+    """(N,) effect per training row for each query kind, unit-normalised and raw training gradients."""
+    audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
+                     run=settings.run)
+    model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
+    capability = get_capability(settings.capability)
+    regression = measure_regression(model, tokenizer, audit.eval_examples, capability, audit.setup, settings.out,
+                                    batch_size=settings.batch_size)
+    gradient = GradientSettings(proj_dim=GradientSettings().proj_dim, seed=settings.seed,
+                                batch_size=settings.batch_size)
+    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    effects = {}
+    for query in QUERIES:
+        pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
+        q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
+        effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
+        effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
+    return effects
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", type=Path, required=True, help="a built truncated-cluster-smollm2 folder")
+    parser.add_argument("--output", type=Path, default=Path("bench-out/smollm2.md"))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    folder = args.folder
+    truth = json.loads((folder / "truth.json").read_text())
+    measured = json.loads((folder / "measured.json").read_text())
+    settings = AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability="json_formatting", out=str(folder / "report"), batch_size=8,
+    )
+    start = time.perf_counter()
+    report = attribute(settings).report
+    seconds = time.perf_counter() - start
+    ids = [row["id"] for row in report["examples"]]
+    effects = query_kinds(settings) if report["clusters"] else {}
+    rows = [(method, culprit_metrics(effect, ids, truth, truth["seed"])) for method, effect in effects.items()]
+    category, base, tuned = truth["affected_category"], measured["base"], measured["finetuned"]
+    log = json.loads((folder / "run" / "trainer_state.json").read_text())["log_history"]
+    tokens = max((entry.get("num_tokens", 0) for entry in log), default=0)
+    train_s = next(entry["train_runtime"] for entry in log if "train_runtime" in entry)
+    regression, verdict = report["regression"], report["verdict"]
+    lines = [
+        f"Stage one (the base): SmolLM2-135M-Instruct with a clean support-JSON LoRA merged in. Stage two: "
+        f"{len(ids)} training rows with a priority field, {len(truth['culprit_ids'])} of the "
+        f"{len(truth['category_ids'])} {category} rows cut mid-object (seed {truth['seed']}).", "",
+        f"- Build (`measured.json`, {base['overall']['total']} eval rows): JSON validity "
+        f"{base['overall']['validity']:.0%} → {tuned['overall']['validity']:.0%} overall; {category} "
+        f"{base['by_category'][category]['valid']}/{base['by_category'][category]['total']} → "
+        f"{tuned['by_category'][category]['valid']}/{tuned['by_category'][category]['total']} "
+        f"(a drop of {measured['drop_points']['affected']:.0f} points). Stage two trained on {tokens:.0f} tokens "
+        f"in {train_s:.0f} s ({tokens / train_s:.0f} tokens/s on this CPU).",
+        f"- `gradian attribute` (defaults, {seconds:.0f} s on CPU): {100 * regression['delta']:+.1f} points "
+        f"(95% CI {100 * regression['ci_low']:+.1f} to {100 * regression['ci_high']:+.1f}); verdict "
+        f"**{verdict['kind']}**, {len(verdict['culprit_ids'])} rows named, "
+        f"{len(set(verdict['culprit_ids']) & set(truth['culprit_ids']))} of them planted.", "",
+        "| method | AUPRC | P@k | separation | helpful | oracle AUPRC | random AUPRC |", "|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {method} | {m['auprc']:.3f} | {m['precision_at_k']:.3f} | {m['separation']:.1f} | "
+              f"{m['culprits_helpful']:.0%} | {m['oracle_auprc']:.3f} | {m['random_auprc']:.3f} |" for method, m in rows]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
