@@ -31,7 +31,7 @@ from gradian.scores.kfac import EKFAC, KFAC
 
 NAMES = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 # Relative damping per preconditioner, chosen on the scenario benchmark (BENCHMARKS.md, damping sweep).
-DAMPING = {"gauss-newton": 0.1, "kfac": 0.1, "ekfac": 0.1}
+DAMPING = {"gauss-newton": 10.0, "kfac": 1.0, "ekfac": 1.0}
 
 
 def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
