@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gradian.cli.main import _register, cli
 from gradian.scenarios import CATALOG, SCENARIOS
@@ -168,3 +169,6 @@ def test_diffuse_regresses_across_categories(scenario):
     measured = json.loads((scenario("diffuse") / "measured.json").read_text())
     drops = measured["drop_points"]
     assert drops["overall"] >= 10 and sum(d > 0 for d in drops["by_category"].values()) >= 3
+    truth = json.loads((scenario("diffuse") / "truth.json").read_text())
+    config = yaml.safe_load((scenario("diffuse") / "run" / "sft_config.yaml").read_text())
+    assert truth["learning_rate"] in CATALOG["diffuse"].lr_ladder and config["learning_rate"] == truth["learning_rate"]
