@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import collate, per_example_gradients, summed_nll
+from gradian.gradients.extract import GradientSettings, collate, per_example_gradients, plan_batches, summed_nll
 
 torch.set_num_threads(2)
 
@@ -98,3 +98,16 @@ def test_non_lora_trainable_parameters_are_refused(tiny_tokenizer):
     model.get_input_embeddings().weight.requires_grad_(True)
     with pytest.raises(InputError, match="not a plain LoRA matrix"):
         per_example_gradients(model, collate(rows(len(tiny_tokenizer)), 0))
+
+
+def test_batches_respect_row_and_token_budgets():
+    generator = torch.Generator().manual_seed(11)
+    lengths = {row: int(n) for row, n in enumerate(torch.randint(1, 300, (200,), generator=generator))}
+    settings = GradientSettings(batch_size=7, max_tokens=900)
+    batches = plan_batches(lengths, settings)
+    assert sorted(row for batch in batches for row in batch) == sorted(lengths)
+    for batch in batches:
+        longest = max(lengths[row] for row in batch)
+        assert len(batch) <= 7 and (len(batch) == 1 or longest * len(batch) <= 900)
+        assert longest == lengths[batch[0]]  # longest first: padding is planned from the first row
+    assert batches == plan_batches(dict(reversed(lengths.items())), settings)  # deterministic
