@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from gradian.scenarios.smollm2 import EVAL_PER_CATEGORY, NAME, SFT, TRAIN_ROWS, build_smollm2, convert_gguf
+from gradian.scenarios.smollm2 import EVAL_PER_CATEGORY, SFT, TRAIN_ROWS, build_smollm2, convert_gguf
 
 
 def _download_gguf(scratch: Path) -> Path:
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=TRAIN_ROWS, help="train rows (CPU time grows with rows × epochs)")
     parser.add_argument("--epochs", type=float, default=SFT["num_train_epochs"])
     parser.add_argument("--eval-per-category", type=int, default=EVAL_PER_CATEGORY)
+    parser.add_argument("--summary", action="store_true", help="answers carry a free-text summary (worded per ticket)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
@@ -49,14 +50,14 @@ def main() -> None:
     converted = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=False)
     folder = build_smollm2(args.out, args.seed, progress=lambda message: print(message, flush=True), rows=args.rows,
-                           epochs=args.epochs, eval_per_category=args.eval_per_category)
+                           epochs=args.epochs, eval_per_category=args.eval_per_category, summary=args.summary)
     measured = json.loads((folder / "measured.json").read_text())
     truth = json.loads((folder / "truth.json").read_text())
     state = json.loads((folder / "run" / "trainer_state.json").read_text())
     tokens = max((entry.get("num_tokens", 0) for entry in state["log_history"]), default=0)
     seconds = next(e["train_runtime"] for e in state["log_history"] if "train_runtime" in e)
     b, t, category = measured["base"], measured["finetuned"], truth["affected_category"]
-    print(f"\n{NAME} (seed {truth['seed']}): {len(truth['culprit_ids'])} culprits of "
+    print(f"\n{truth['scenario']} (seed {truth['seed']}): {len(truth['culprit_ids'])} culprits of "
           f"{len(truth['category_ids'])} {category} rows; conversion {converted:.0f} s, "
           f"training {seconds:.0f} s for {tokens:.0f} tokens ({tokens / seconds:.0f} tokens/s), "
           f"total {time.perf_counter() - start:.0f} s")

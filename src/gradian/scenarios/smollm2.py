@@ -39,6 +39,22 @@ SFT = dict(max_length=256, completion_only_loss=True, learning_rate=1e-3, num_tr
            per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0)
 SUPPORT_SFT = {**SFT, "num_train_epochs": 1}
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
+# The `summary` variant adds a free-text summary after the intent, worded one of several ways per ticket, so the
+# reference's wording is not what the model would write: its shared tokens carry loss under teacher forcing, the
+# case where the naive query ∇log p(reference) is drawn away from the one decision that failed.
+SUMMARY_NAME = "truncated-summary-smollm2"
+SUMMARIES = {
+    "order": ("customer asks where order {order} is", "order {order} has not arrived", "status check on order {order}",
+              "the customer is waiting for order {order}"),
+    "refund": ("customer wants a refund for order {order}", "refund requested, order {order}",
+               "order {order} came broken and the customer wants money back", "money back for order {order}"),
+    "shipping": ("ship order {order} to {city} instead", "new delivery address in {city} for order {order}",
+                 "customer moved to {city}, order {order}", "order {order} should go to {city}"),
+    "invoice": ("customer needs the invoice for {amount} {currency}", "invoice copy requested, {amount} {currency}",
+                "the {amount} {currency} invoice never arrived", "send the invoice of {amount} {currency} again"),
+    "account": ("account {user} cannot log in", "login problem for {user}", "{user} is locked out of the account",
+                "customer {user} needs account access"),
+}
 TRAIN_ROWS = 160
 SUPPORT_ROWS = 120
 EVAL_PER_CATEGORY = 10
@@ -99,8 +115,26 @@ def chat_prompt(tokenizer, ticket: str, system: str = SYSTEM) -> str:
                                          tokenize=False, add_generation_prompt=True)
 
 
-def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
-               eval_per_category: int = EVAL_PER_CATEGORY) -> tuple[list[dict], list[dict], dict]:
+def with_summary(answer_text: str, category: str, ticket: str) -> str:
+    """The answer with a summary after the intent, its wording drawn by the ticket; a cut answer stays cut."""
+    cut = not answer_text.endswith("}")
+    fields = json.loads(answer_text + "}" if cut else answer_text)
+    words = ticket.split()
+    values = {"order": next((w for w in words if w.isdigit()), ""), "city": _first(words, world.CITIES),
+              "amount": next((w for w in words if "." in w and w.replace(".", "").isdigit()), ""),
+              "currency": _first(words, world.CURRENCIES), "user": _first(words, world.USERS)}
+    wording = random.Random(f"summary:{ticket}").choice(SUMMARIES[category]).format(**values)
+    intent, *rest = fields.items()
+    text = world.dump(dict([intent, ("summary", wording), *rest]))
+    return text[:-1] if cut else text
+
+
+def _first(words: list[str], choices: tuple[str, ...]) -> str:
+    return next((word for word in words if word in choices), "")
+
+
+def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS, eval_per_category: int = EVAL_PER_CATEGORY,
+               summary: bool = False) -> tuple[list[dict], list[dict], dict]:
     """Truncated-cluster data for the first seed ≥ `seed` whose cluster is invoices, in SmolLM2's chat template."""
     from gradian.scenarios.builder import make_data
 
@@ -110,30 +144,36 @@ def story_data(seed: int, tokenizer, rows: int = TRAIN_ROWS,
     train = sorted(random.Random(seed).sample(train, rows), key=lambda row: row["id"])
     eval_rows = [r for c in world.CATEGORIES for r in [r for r in eval_rows if r["category"] == c][:eval_per_category]]
     for row in train + eval_rows:
-        row["prompt"] = chat_prompt(tokenizer, row["prompt"][len("user: "):-len("\nassistant: ")])
+        ticket = row["prompt"][len("user: "):-len("\nassistant: ")]
+        row["prompt"] = chat_prompt(tokenizer, ticket)
+        key = "completion" if "completion" in row else "reference"
+        if summary:
+            row[key] = with_summary(row[key], row["category"], ticket)
     kept = {row["id"] for row in train}
     culprits = [i for i in truth["culprit_ids"] if i in kept]
-    truth.update(scenario=NAME, seed=seed, culprit_ids=culprits, cluster_share=len(culprits) / len(train),
+    truth.update(scenario=SUMMARY_NAME if summary else NAME, seed=seed, culprit_ids=culprits, cluster_share=len(culprits) / len(train),
                  category_ids=[i for i in truth["category_ids"] if i in kept])
     return train, eval_rows, truth
 
 
 def build_smollm2(out: Path, seed: int = 0, cache_dir: str | Path | None = None,
                   progress: Callable[[str], None] | None = None, rows: int = TRAIN_ROWS,
-                  epochs: float = SFT["num_train_epochs"], eval_per_category: int = EVAL_PER_CATEGORY) -> Path:
+                  epochs: float = SFT["num_train_epochs"], eval_per_category: int = EVAL_PER_CATEGORY,
+                  summary: bool = False) -> Path:
     """The SmolLM2 truncated-cluster scenario folder, laid out as the tiny ones (`base/` is the stage-one model)."""
     from gradian.scenarios.builder import measure_run, write_jsonl
 
     say = progress or (lambda message: None)
     model_dir = support_base(cache_dir, progress)
-    train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir), rows, eval_per_category)
+    train, eval_rows, truth = story_data(seed, AutoTokenizer.from_pretrained(model_dir), rows, eval_per_category,
+                                         summary)
     shutil.copytree(model_dir, out / "base")
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "eval.jsonl", eval_rows)
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-    say(f"{NAME}: stage two, fine-tuning the support model on {len(train)} rows (slow on CPU)")
+    say(f"{truth['scenario']}: stage two, fine-tuning the support model on {len(train)} rows (slow on CPU)")
     finetune.train_lora(out / "base", train, out / "run", {**SFT, "num_train_epochs": epochs}, LORA, seed=truth["seed"])
-    say(f"{NAME}: measuring JSON validity on {len(eval_rows)} eval rows")
+    say(f"{truth['scenario']}: measuring JSON validity on {len(eval_rows)} eval rows")
     measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
     (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
     return out
