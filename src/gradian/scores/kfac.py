@@ -11,8 +11,8 @@ A = Q_A diag(a) Q_Aᵀ, so a query block Q̂ (k_rows, k_cols) is preconditioned 
   (George et al. 2018; Kronfluence's `ekfac`), fitted from the stored per-example features.
 
 Damping is relative to each block's spectrum, as Kronfluence and `gauss-newton` do: λ_m = `damping_ratio` × the
-mean of Λ over block m (0.1 here; `make_preconditioner` passes the benchmark's choice), so the rule is scale-free and a block with a tiny spectrum is not
-inverted into noise. Rows whose feature is all zero (dropped rows) do not count in the EK-FAC mean.
+mean of Λ over block m (0.1 here; `make_preconditioner` passes the benchmark's choice), so the rule is
+scale-free and a block with a tiny spectrum is not inverted into noise. Rows whose feature is all zero (dropped rows) do not count in the EK-FAC mean.
 """
 
 from __future__ import annotations
