@@ -56,12 +56,16 @@ QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-fi
 
 
 def built(root: Path, name: str, seed: int) -> tuple[Path, float | None]:
+    """The scenario folder and the seconds its build took (kept beside it, so a cached build still reports it)."""
     folder = root / f"{name}-seed{seed}"
+    timing = root / f"{name}-seed{seed}.build-seconds"
     if (folder / "truth.json").exists() and (folder / "measured.json").exists():
-        return folder, None
+        return folder, float(timing.read_text()) if timing.exists() else None
     start = time.perf_counter()
     build(name, folder, seed, cache_dir=root / "cache")
-    return folder, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    timing.write_text(f"{seconds:.1f}\n")
+    return folder, seconds
 
 
 def settings_for(folder: Path, out: Path, **options) -> AttributeSettings:
@@ -100,7 +104,8 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
         if query == settings.query:
             effects.update(curvature_variants(model, audit.rendered, gradient, store, q, query))
             checkpoints = checkpoint_weights(settings.run)
-            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, Path(settings.out) / "tracin",
+            store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
+            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root,
                                        settings=gradient, kind=base_kind(query), unit_norm_train=True)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
     for dim in SMALL_PROJ_DIMS:  # noisier features: does any query kind hold up better than naive?
@@ -182,7 +187,8 @@ def run_scenarios(args) -> tuple[list[dict], list[dict]]:
             effects = variants(settings_for(folder, out)) if report["examples"] and report["clusters"] else {}
             default_effect = np.array([r["effect"] if r["effect"] is not None else 0.0 for r in report["examples"]])
             rng = np.random.default_rng(seed)
-            effects = {f"default ({report['settings']['query']} · {report['settings']['preconditioner']})":
+            tracin = " · TracIn-CP" if (report["run"].get("tracin_cp") or {}).get("checkpoints") else ""
+            effects = {f"default ({report['settings']['query']} · {report['settings']['preconditioner']}{tracin})":
                        default_effect, **effects, "random": rng.standard_normal(len(ids))}
             for method, effect in effects.items():
                 metrics = culprit_metrics(effect, ids, truth, seed)
@@ -218,7 +224,7 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     lines += ["## Verdicts", "", "Expected verdict: the scenario's kind; a fault that measured no regression at build "
               "time (prompt-loss, overlap) must be refused by `attribute`, and a setup fault must "
               "still be found by the audit.", "",
-              "| scenario | seed | expected | verdict | correct | audit finds the setup fault | Δ capability | build s | "
+              "| scenario | seed | expected | verdict | correct | audit finds the setup fault | Δ capability | build s (base cached; timed when the folder was built) | "
               "attribute s (cached stages reused) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in verdicts:
         build_s = f"{r['build_s']:.0f}" if r["build_s"] is not None else "cached"
@@ -254,47 +260,49 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
     lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]
     lines += ["### Choosing the default", "", DEFAULT_WHY, ""]
-    story = args.root / "smollm2.md"
-    if story.exists():  # written by benchmarks/smollm2_story.py (slow on CPU: run on its own)
+    stories = [path for path in (args.root / "smollm2.md", args.root / "smollm2-summary.md") if path.exists()]
+    if stories:  # written by benchmarks/smollm2_story.py (slow on CPU: run on its own)
         lines += ["## The realistic model: SmolLM2-135M-Instruct", "",
-                  "`python benchmarks/build_smollm2.py --out DIR` then `python benchmarks/smollm2_story.py "
+                  "`python benchmarks/build_smollm2.py --out DIR [--summary]` then `python benchmarks/smollm2_story.py "
                   "--folder DIR`: the truncated-cluster story on a real Llama with a BPE tokenizer and its own chat "
-                  "template, attributed with the same defaults.", "", story.read_text().strip(), ""]
+                  "template, attributed with the same defaults.", ""]
+        for story in stories:
+            lines += [story.read_text().strip(), ""]
     lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
               "not the absolute rates).", "", *speed, *gpu_section()]
     return "\n".join(lines) + "\n"
 
 
 DEFAULT_WHY = """\
-`gradian attribute` uses the query that ranks the planted culprits best across scenarios and seeds in the
-table above, and among those that tie, the one that cannot be thrown by content: **repaired-first** (the
-failing answer kept up to where it breaks, continued correctly; the contrast taken at that one token) with the
-identity preconditioner on unit-normalised training gradients.
+`gradian attribute` uses what ranks the planted culprits best across the scenarios, the SmolLM2 stories below
+included: the **repaired-first** query (the failing answer kept up to where it breaks, continued correctly;
+the contrast taken at that one token), the identity preconditioner on unit-normalised training gradients, and
+**TracIn-CP** over the run's checkpoints when it has them (`--checkpoints auto`; the final adapter alone
+otherwise, or with `--checkpoints off`).
 
-- **The contrast does not beat the naive query here; they tie.** Every full-sequence query (naive, contrastive,
-  repaired), with identity or Adam, unit-normalised or raw, ranks every planted culprit first (AUPRC 1.0), and
-  no method ranks a culprit as helpful (the failure DESIGN.md expects of the naive query). With far fewer floats
-  per row (the 32 and 128 rows) all kinds degrade together and the naive query is not the one that falls. Why:
-  under teacher forcing the fine-tuned model predicts the shared tokens of the reference almost surely, so their
-  gradients are near zero and the naive gradient is already concentrated on the one decision that fails, which
-  is what the contrast would isolate. The SmolLM2-135M story below (a real BPE tokenizer and chat template)
-  ties the same way. The contrast would matter where the reference's shared tokens carry loss (content the model
-  cannot predict); no scenario here plants that, so the default is kept for the reason below, not for a measured
-  win over the naive query.
+- **Why TracIn-CP: free text.** In the SmolLM2 summary variant (below) every answer carries a summary worded
+  one of four ways per ticket. The training rows' gradients are then dominated by wording the model cannot
+  predict, and the final model has already learned the culprits' early stop, so their gradient at that decision
+  is small. Scored on the final adapter alone, every query kind falls below the category oracle and the verdict
+  names the wrong rows. Summed over the checkpoints, the early ones (before the stop was learned) still carry the
+  culprits' gradient, and the repaired-first query finds them. On the tiny world the final adapter alone is
+  already at the ceiling and TracIn-CP stays there or within a few rows of it.
+- **The contrast earns its place on free text, not on the tiny world.** On the summary variant the naive query
+  ranks about half the culprits as helpful, with or without checkpoints, the failure the contrast exists for.
+  On the tiny world every full-sequence query (naive, contrastive, repaired), with identity or Adam,
+  unit-normalised or raw, ties at AUPRC 1.0: under teacher forcing the model predicts the reference's shared
+  tokens almost surely, so the naive gradient is already concentrated on the one decision that fails. With far
+  fewer floats per row (the 32 and 128 rows) all kinds degrade together.
 - The reference-based first-token contrast (`contrastive-first`) and the base-model departure (`departure-first`)
   fall on seeds where the tiny model writes another order number than the reference before it breaks the
-  format: their first divergent token is then a content token, and the query explains the wrong decision. The
-  repair keeps the model's own content, so its first divergence is the format decision.
+  format: their first divergent token is then a content token. The repair keeps the model's own content, so its
+  first divergence is the format decision.
 - Curvature estimated from the training rows themselves counts the planted cluster's shared direction as
   curvature, and inverting it discounts exactly the direction the culprits push: Gauss-Newton (one dense
   inverse over all 8,192 floats) falls to or below random at low damping and recovers only partly at 10 × the
-  mean eigenvalue. K-FAC and EK-FAC, factored per LoRA matrix, lose little and reach 1.0 from a damping of 1;
-  Gradian's defaults follow this sweep (Gauss-Newton 10, K-FAC and EK-FAC 1). None beats identity, so identity
-  stays the default. Adam's 1/√v̂ neither helps nor hurts.
-- TracIn-CP over the saved checkpoints (each weighted by the learning rate of the steps it stands for) never
-  beats the final checkpoint alone and lowers separation: the early checkpoints, weighted most under a linear
-  decay, do not yet fail where the final model fails, so their queries point elsewhere. It stays opt-in
-  (`--checkpoints`).
+  mean eigenvalue. K-FAC and EK-FAC, factored per LoRA matrix, lose little on the tiny world (1.0 from a damping
+  of 1) and help on the summary variant, but less than TracIn-CP; Gradian's dampings follow this sweep
+  (Gauss-Newton 10, K-FAC and EK-FAC 1). Adam's 1/√v̂ neither helps nor hurts.
 - TF-IDF text similarity is a strong baseline where culprits share words with the failing prompts, and weak
   where they do not.
 """

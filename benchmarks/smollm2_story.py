@@ -20,20 +20,23 @@ import torch
 
 from gradian.attribute import attribute, base_kind, query_pairs
 from gradian.audit import diagnose
-from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
+from gradian.gradients.factors import fit_factors
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.preconditioners import make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
+from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 
 QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 
 
 def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
-    """(N,) effect per training row for each query kind, unit-normalised and raw training gradients."""
+    """(N,) effect per training row for each query kind, unit-normalised and raw training gradients, EK-FAC, TracIn-CP."""
     audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
                      run=settings.run)
     model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
@@ -43,12 +46,23 @@ def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
     gradient = GradientSettings(proj_dim=GradientSettings().proj_dim, seed=settings.seed,
                                 batch_size=settings.batch_size)
     store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    projector = make_projector(model, gradient)
+    factors = fit_factors(model, audit.rendered, projector, gradient)
     effects = {}
     for query in QUERIES:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
         effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
         effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
+        if query in ("naive", "contrastive", settings.query):
+            ekfac = make_preconditioner("ekfac", factors=factors, projector=projector)
+            effects[f"{query} · ekfac"] = total_effect(score(store, q, preconditioner=ekfac, unit_norm_train=True))
+        if query in ("naive", settings.query):
+            checkpoints = checkpoint_weights(settings.run)
+            store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
+            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root,
+                                       settings=gradient, kind=base_kind(query), unit_norm_train=True)
+            effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
     return effects
 
 
@@ -79,8 +93,10 @@ def main() -> None:
     train_s = next(entry["train_runtime"] for entry in log if "train_runtime" in entry)
     regression, verdict = report["regression"], report["verdict"]
     lines = [
-        f"Stage one (the base): SmolLM2-135M-Instruct with a clean support-JSON LoRA merged in. Stage two: "
-        f"{len(ids)} training rows with a priority field, {len(truth['culprit_ids'])} of the "
+        f"`{truth['scenario']}`. Stage one (the base): SmolLM2-135M-Instruct with a clean support-JSON LoRA merged "
+        f"in. Stage two: {len(ids)} training rows with a priority field"
+        f"{', and a free-text summary worded one of four ways per ticket' if 'summary' in truth['scenario'] else ''}, "
+        f"{len(truth['culprit_ids'])} of the "
         f"{len(truth['category_ids'])} {category} rows cut mid-object (seed {truth['seed']}).", "",
         f"- Build (`measured.json`, {base['overall']['total']} eval rows): JSON validity "
         f"{base['overall']['validity']:.0%} → {tuned['overall']['validity']:.0%} overall; {category} "

@@ -85,16 +85,25 @@ def test_default_query_is_not_beaten_by_naive_on_truncated_cluster(truncated):
 
 
 @pytest.mark.parametrize("options", [dict(preconditioner="ekfac"), dict(preconditioner="kfac"),
-                                     dict(checkpoints=True)], ids=["ekfac", "kfac", "tracin-cp"])
+                                     dict(checkpoints="off")], ids=["ekfac", "kfac", "final-adapter-only"])
 def test_curvature_and_checkpoints_still_find_the_truncated_cluster(truncated, options):
     folder, out, _, truth = truncated
     report, _ = run(folder, out, **options)  # same out: generations and final-checkpoint gradients are reused
     metrics = culprit_metrics(*effect_of(report), truth)
     assert metrics["auprc"] >= 0.9 and metrics["separation"] > 3, metrics
     assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
-    if options.get("checkpoints"):
-        recorded = json.loads((out / "scores.json").read_text())["checkpoints"]
-        assert len(recorded) >= 2 and all(c["weight"] > 0 for c in recorded), recorded
+    recorded = report["run"]["tracin_cp"]
+    assert recorded["checkpoints"] == [] and recorded["skipped"] == (
+        None if options.get("checkpoints") == "off" else "TracIn-CP uses the identity preconditioner, not "
+        f"{options.get('preconditioner')}")
+
+
+def test_default_sums_over_the_run_checkpoints(truncated):
+    folder, _, report, _ = truncated
+    recorded = report["run"]["tracin_cp"]
+    steps = sorted(int(path.name.split("-")[1]) for path in (folder / "run").glob("checkpoint-*"))
+    assert recorded["skipped"] is None and [c["step"] for c in recorded["checkpoints"]] == steps, recorded
+    assert len(steps) >= 2 and all(c["weight"] > 0 for c in recorded["checkpoints"]), recorded
 
 
 def test_null_run_is_refused(scenario, tmp_path):

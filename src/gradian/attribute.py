@@ -36,7 +36,7 @@ from gradian.scores.departure import departure_answers
 from gradian.scores.preconditioners import Preconditioner, adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score, total_effect
-from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
+from gradian.scores.tracin import Checkpoint, checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 
 Say = Callable[[str], None]
@@ -68,7 +68,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say("regression: generating with the base and the fine-tuned model")
     model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
     scale = _scale(settings, audit, model)  # reads optimizer.pt now, so a bad one stops the run before generating
-    checkpoints = checkpoint_weights(_run_dir(settings, audit)) if settings.checkpoints else []  # same for these
+    checkpoints, skipped = _checkpoints(settings, audit)  # read now too, so a damaged one stops the run early
     ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
     try:
         regression = measure_regression(
@@ -95,7 +95,9 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
                                    progress=_wrap(bar, "gradients"), scale=scale)
 
-    say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner")
+    over = f", TracIn-CP over {len(checkpoints)} checkpoints" if checkpoints else ""
+    say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner"
+        f"{over}")
     if checkpoints:
         effects = tracin_cp_effects(
             model, audit.rendered, pairs, checkpoints, out / "gradients-checkpoints", settings=gradient_settings,
@@ -109,11 +111,13 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     np.save(out / "scores.npy", effects)
     _write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
                                       "query": settings.query, "preconditioner": settings.preconditioner,
-                                      "checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints]})
+                                      "checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints],
+                                      "checkpoints_skipped": skipped})
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    return _finish(settings, audit, summary, effects, features, pairs)
+    tracin = {"checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints], "skipped": skipped}
+    return _finish(settings, audit, summary, effects, features, pairs, tracin)
 
 
 def _finish(
@@ -123,6 +127,7 @@ def _finish(
     effects: np.ndarray | None,
     features: np.ndarray | None,
     pairs: list[QueryPair] | None,
+    tracin: dict[str, Any] | None = None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
     labels, clusters, effect = None, None, None
@@ -133,7 +138,8 @@ def _finish(
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
-        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []]}, seed=settings.seed,
+        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
+        seed=settings.seed,
     )
     paths = write_report(settings.out_dir, report, audit.examples)
     return AttributeResult(verdict, report, paths)
@@ -238,11 +244,28 @@ def _preconditioner(settings: AttributeSettings, model: Any, audit: DiagnoseResu
     return make_preconditioner(settings.preconditioner, factors=factors, projector=projector, damping=settings.damping)
 
 
-def _run_dir(settings: AttributeSettings, audit: DiagnoseResult) -> Path:
-    if audit.run is None or audit.run.path is None:
-        raise InputError("--checkpoints needs the run folder with its checkpoint-*/ folders; pass --run DIR.",
+def _checkpoints(settings: AttributeSettings, audit: DiagnoseResult) -> tuple[list[Checkpoint], str | None]:
+    """The checkpoints TracIn-CP sums over, and why none are used when `auto` falls back to the final adapter.
+
+    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark they recover the
+    culprits a converged model no longer shows (its culprits' gradients are small once their failure is learned).
+    """
+    if settings.checkpoints == "off":
+        return [], None
+    has_run = audit.run is not None and audit.run.path is not None
+    if settings.checkpoints == "auto":
+        if settings.preconditioner != "identity":
+            return [], f"TracIn-CP uses the identity preconditioner, not {settings.preconditioner}"
+        if not has_run or not audit.run.checkpoints:
+            return [], "no run folder with checkpoint-*/ folders"
+        try:
+            return checkpoint_weights(audit.run.path), None
+        except InputError as error:
+            return [], str(error)
+    if not has_run:
+        raise InputError("--checkpoints on needs the run folder with its checkpoint-*/ folders; pass --run DIR.",
                          settings.adapter)
-    return audit.run.path
+    return checkpoint_weights(audit.run.path), None
 
 
 def _adapter_dir(settings: AttributeSettings, audit: DiagnoseResult) -> str:

@@ -10,6 +10,7 @@ QUERY_KINDS = (
     "departure-first", "departure", "repaired-first", "repaired", "contrastive-first", "contrastive", "naive"
 )
 PRECONDITIONERS = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
+CHECKPOINT_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -27,9 +28,9 @@ class AttributeSettings:
     damping: float | None = field(default=None, metadata={
         "help": "damping of gauss-newton, kfac and ekfac, relative to the mean eigenvalue; None: the benchmark's"})
     unit_norm_train: bool = field(default=True, metadata={"help": "unit-normalise training gradients"})
-    checkpoints: bool = field(default=False, metadata={
-        "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate "
-                "(needs --run and the identity preconditioner; not better on the benchmark)"})
+    checkpoints: str = field(default="auto", metadata={
+        "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; "
+                "auto: when the run has them and the preconditioner is identity; on; off: the final adapter only"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
@@ -44,7 +45,9 @@ class AttributeSettings:
             raise ValueError(f"query must be one of {QUERY_KINDS}, not {self.query!r}")
         if self.preconditioner not in PRECONDITIONERS:
             raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
-        if self.checkpoints and self.preconditioner != "identity":
+        if self.checkpoints not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoints must be one of {CHECKPOINT_MODES}, not {self.checkpoints!r}")
+        if self.checkpoints == "on" and self.preconditioner != "identity":
             raise ValueError(f"checkpoints (TracIn-CP) uses the identity preconditioner, not {self.preconditioner!r}")
         if self.damping is not None and not self.damping > 0:
             raise ValueError(f"damping must be above 0, not {self.damping}")

@@ -9,9 +9,9 @@ import typing
 import click
 
 from gradian.cli.progress import bar, console, say
-from gradian.settings import PRECONDITIONERS, QUERY_KINDS, AttributeSettings
+from gradian.settings import CHECKPOINT_MODES, PRECONDITIONERS, QUERY_KINDS, AttributeSettings
 
-CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS}
+CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints": CHECKPOINT_MODES}
 
 
 def settings_options(command: typing.Callable) -> typing.Callable:
