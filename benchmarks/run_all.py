@@ -260,6 +260,10 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
     lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]
     lines += ["### Choosing the default", "", DEFAULT_WHY, ""]
+    if not any(m["method"].startswith("default") and "TracIn-CP" in m["method"] for m in methods):
+        lines += ["These tables come from a run made before the default moved to TracIn-CP: their `default` rows "
+                  "are the final adapter alone (`--checkpoints off` now), and the verdicts above were decided on those "
+                  "effects; the `TracIn-CP` rows are what `gradian attribute` does now.", ""]
     stories = [path for path in (args.root / "smollm2.md", args.root / "smollm2-summary.md") if path.exists()]
     if stories:  # written by benchmarks/smollm2_story.py (slow on CPU: run on its own)
         lines += ["## The realistic model: SmolLM2-135M-Instruct", "",
@@ -267,7 +271,10 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
                   "--folder DIR`: the truncated-cluster story on a real Llama with a BPE tokenizer and its own chat "
                   "template, attributed with the same defaults.", ""]
         for story in stories:
-            lines += [story.read_text().strip(), ""]
+            text = story.read_text().strip()
+            lines += [text, ""]
+            if "TracIn-CP" not in text:
+                lines += ["(Attributed before the default moved to TracIn-CP: the final adapter alone.)", ""]
     lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
               "not the absolute rates).", "", *speed, *gpu_section()]
     return "\n".join(lines) + "\n"

@@ -104,7 +104,9 @@ def main() -> None:
         f"{tuned['by_category'][category]['valid']}/{tuned['by_category'][category]['total']} "
         f"(a drop of {measured['drop_points']['affected']:.0f} points). Stage two trained on {tokens:.0f} tokens "
         f"in {train_s:.0f} s ({tokens / train_s:.0f} tokens/s on this CPU).",
-        f"- `gradian attribute` (defaults, {seconds:.0f} s on CPU): {100 * regression['delta']:+.1f} points "
+        f"- `gradian attribute` (defaults: {report['settings']['query']} query, {report['settings']['preconditioner']}"
+        f"{', TracIn-CP over the checkpoints' if report['run']['tracin_cp']['checkpoints'] else ', final adapter'}; "
+        f"{seconds:.0f} s on CPU): {100 * regression['delta']:+.1f} points "
         f"(95% CI {100 * regression['ci_low']:+.1f} to {100 * regression['ci_high']:+.1f}); verdict "
         f"**{verdict['kind']}**, {len(verdict['culprit_ids'])} rows named, "
         f"{len(set(verdict['culprit_ids']) & set(truth['culprit_ids']))} of them planted.", "",
