@@ -76,8 +76,8 @@ def settings_for(folder: Path, out: Path, **options) -> AttributeSettings:
     )
 
 
-def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
-    """(N,) effect per training row for every method variant, on the default run's generations and features."""
+def prepared(settings: AttributeSettings):
+    """The default run's audit, model, generations and training features, reused from its `out` folder."""
     audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
                      run=settings.run)
     model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
@@ -87,6 +87,12 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
     gradient = GradientSettings(proj_dim=settings.proj_dim or GradientSettings().proj_dim, seed=settings.seed,
                                 batch_size=settings.batch_size)
     store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    return audit, model, tokenizer, capability, regression, gradient, store
+
+
+def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
+    """(N,) effect per training row for every method variant, on the default run's generations and features."""
+    audit, model, tokenizer, capability, regression, gradient, store = prepared(settings)
     adam_store = None
     if audit.run is not None and audit.run.optimizer_path is not None:
         adam_store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients-adam",

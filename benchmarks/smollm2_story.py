@@ -19,33 +19,22 @@ import numpy as np
 import torch
 
 from gradian.attribute import attribute, base_kind, query_pairs
-from gradian.audit import diagnose
-from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
+from gradian.gradients.extract import make_projector
 from gradian.gradients.factors import fit_factors
-from gradian.regression.capabilities import get_capability
-from gradian.regression.loading import load_models
-from gradian.regression.measure import measure_regression
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.preconditioners import make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
+from run_all import prepared
 
 QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 
 
 def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
     """(N,) effect per training row for each query kind, unit-normalised and raw training gradients, EK-FAC, TracIn-CP."""
-    audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
-                     run=settings.run)
-    model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
-    capability = get_capability(settings.capability)
-    regression = measure_regression(model, tokenizer, audit.eval_examples, capability, audit.setup, settings.out,
-                                    batch_size=settings.batch_size)
-    gradient = GradientSettings(proj_dim=GradientSettings().proj_dim, seed=settings.seed,
-                                batch_size=settings.batch_size)
-    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    audit, model, tokenizer, capability, regression, gradient, store = prepared(settings)
     projector = make_projector(model, gradient)
     factors = fit_factors(model, audit.rendered, projector, gradient)
     effects = {}
