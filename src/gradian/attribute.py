@@ -108,15 +108,14 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
         queries = query_features(model, pairs, kind=base_kind(settings.query), settings=gradient_settings)
         preconditioner = _preconditioner(settings, model, audit, gradient_settings, bar)
         effects = score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train)
+    tracin = {"checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints], "skipped": skipped}
     np.save(out / "scores.npy", effects)
     _write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
                                       "query": settings.query, "preconditioner": settings.preconditioner,
-                                      "checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints],
-                                      "checkpoints_skipped": skipped})
+                                      "checkpoints": tracin["checkpoints"], "checkpoints_skipped": skipped})
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    tracin = {"checkpoints": [{"step": c.step, "weight": c.weight} for c in checkpoints], "skipped": skipped}
     return _finish(settings, audit, summary, effects, features, pairs, tracin)
 
 

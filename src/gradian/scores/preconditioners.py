@@ -28,8 +28,8 @@ from gradian.gradients.factors import KroneckerFactors
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.scores.kfac import EKFAC, KFAC
+from gradian.settings import PRECONDITIONERS
 
-NAMES = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 # Relative damping per preconditioner, chosen on the scenario benchmark (BENCHMARKS.md, damping sweep).
 DAMPING = {"gauss-newton": 10.0, "kfac": 1.0, "ekfac": 1.0}
 
@@ -132,4 +132,4 @@ def make_preconditioner(name: str, *, factors: KroneckerFactors | None = None,
         if factors is None or projector is None:
             raise ValueError(f"{name} needs the Kronecker factors and the projector")
         return (KFAC if name == "kfac" else EKFAC)(factors, projector, **ratio)
-    raise InputError(f"unknown preconditioner {name!r}; choose one of {', '.join(NAMES)}")
+    raise InputError(f"unknown preconditioner {name!r}; choose one of {', '.join(PRECONDITIONERS)}")
