@@ -20,7 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.hooks import capture_gradients, frozen_lora_weights, lora_fingerprint, lora_matrices
+from gradian.gradients.hooks import (
+    LoraMatrix,
+    capture_gradients,
+    frozen_lora_weights,
+    lora_fingerprint,
+    lora_matrices,
+)
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter, shard_bounds
@@ -54,16 +60,17 @@ def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str 
     """Pad (input_ids, labels) rows; position ids count real tokens so left padding changes nothing."""
     width = max(len(ids) for ids, _ in rows)
     batch = {
-        key: torch.full((len(rows), width), fill, dtype=torch.long)
+        key: np.full((len(rows), width), fill, dtype=np.int64)
         for key, fill in (("input_ids", pad_id), ("labels", IGNORE), ("attention_mask", 0))
     }
     for i, (ids, labels) in enumerate(rows):
         span = slice(width - len(ids), width) if side == "left" else slice(0, len(ids))
-        batch["input_ids"][i, span] = torch.tensor(ids)
-        batch["labels"][i, span] = torch.tensor(labels)
+        batch["input_ids"][i, span] = ids
+        batch["labels"][i, span] = labels
         batch["attention_mask"][i, span] = 1
-    batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-    return batch
+    tensors = {key: torch.from_numpy(value) for key, value in batch.items()}
+    tensors["position_ids"] = (tensors["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    return tensors
 
 
 def summed_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -79,12 +86,14 @@ def per_example_gradients(
     batch: dict[str, torch.Tensor],
     projector: KroneckerProjector | None = None,
     scale: ParameterScale | None = None,
+    matrices: list[LoraMatrix] | None = None,
 ) -> torch.Tensor:
     """(B, k) gradients of each row's summed NLL w.r.t. the LoRA weights; exact and flat when projector=None.
 
     Exact rows are the concatenation of `weight.grad.flatten()` in `model.named_parameters()` order.
+    `matrices` is `lora_matrices(model)`, passed in by callers that loop over many batches.
     """
-    matrices = lora_matrices(model)
+    matrices = matrices or lora_matrices(model)
     sizes = [m.size for m in matrices] if projector is None else [p.dim for p in projector.plans]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     device = next(model.parameters()).device
@@ -102,7 +111,8 @@ def per_example_gradients(
         features[:, offsets[index] : offsets[index + 1]] += flat
 
     was_training = model.training
-    model.eval()  # dropout off
+    if was_training:
+        model.eval()  # dropout off
     try:
         embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
         with frozen_lora_weights(matrices), capture_gradients(matrices, batch["attention_mask"], on_grad):
@@ -112,7 +122,8 @@ def per_example_gradients(
             loss = summed_nll(logits, batch["labels"])  # sum, not mean: per-example gradients stay separable
             torch.autograd.grad(loss, embeds)  # the hooks fill `features` as the gradient passes each LoRA matrix
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     return features
 
 
@@ -148,6 +159,7 @@ def extract_train_features(
     → that shard is recomputed from scratch (its old files are removed).
     """
     rank, world = shard
+    matrices = lora_matrices(model)
     projector = make_projector(model, settings)
     ids = [row.example_id for row in rendered]
     meta = {
@@ -157,7 +169,7 @@ def extract_train_features(
         "world_size": world,
         "scale": scale.name if scale is not None else "identity",
         "n_rows": len(ids),
-        "matrices": [m.name for m in lora_matrices(model)],
+        "matrices": [m.name for m in matrices],
         "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
         "rows_sha": hashlib.sha256(json.dumps([[r.input_ids, r.labels] for r in rendered]).encode()).hexdigest(),
         "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
@@ -174,6 +186,6 @@ def extract_train_features(
         if writer.is_done(rows):
             continue
         batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
-        features = per_example_gradients(model, batch, projector, scale)
+        features = per_example_gradients(model, batch, projector, scale, matrices)
         writer.write(rows, features.detach().float().cpu().numpy())
     return FeatureStore(store_dir)

@@ -85,14 +85,17 @@ def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: G
     the mask makes it exact for any attention implementation.
     """
     handles = []
+    masks: dict[torch.dtype, torch.Tensor] = {}  # (B, T, 1) in each gradient dtype, made once per batch
 
     def forward_hook(index: int):
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
             x = inputs[0].detach()  # (B, T, in)
 
             def on_output_grad(g: torch.Tensor) -> None:  # (B, T, out)
-                g = g * mask[..., None].to(g.dtype)
-                on_grad(index, torch.einsum("bto,bti->boi", g, x.to(g.dtype)))  # (B, out, in)
+                if g.dtype not in masks:
+                    masks[g.dtype] = mask[..., None].to(g.dtype)
+                g = g * masks[g.dtype]
+                on_grad(index, torch.bmm(g.transpose(1, 2), x.to(g.dtype)))  # Σ_t g_t x_tᵀ: (B, out, in)
 
             if output.requires_grad:
                 output.register_hook(on_output_grad)

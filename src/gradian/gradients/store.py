@@ -7,7 +7,8 @@ Layout of a store folder:
     shard-<key>-<rank>-of-<world>.npy         (rows of this shard, dim) features, memory-mapped
     shard-<key>-<rank>-of-<world>.done.npy    one flag per row, replaced atomically after each batch
 
-Rows are written, flushed, then flagged done: a crash leaves unflagged rows that a rerun recomputes.
+Rows are written into the memory map, then flagged done: a crash leaves unflagged rows that a rerun recomputes
+(no flush or fsync: the page cache outlives a killed process).
 `<key>` hashes settings.json, so files from other settings are never read and are removed on rewrite.
 """
 
@@ -92,8 +93,7 @@ class ShardWriter:
     def write(self, rows: list[int], features: np.ndarray) -> None:
         """Store features (len(rows), dim) of global rows `rows`, then flag them done."""
         local = np.asarray(rows) - self.start
-        self.features[local] = features.astype(self.features.dtype)
-        self.features.flush()  # rows reach the disk before their done flags do
+        self.features[local] = features.astype(self.features.dtype)  # in the shared page cache before the flags
         self.done[local] = True
         self._save_done()
 
