@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE, Rendered
 from gradian.errors import InputError
+from gradian.gradients.extract import extract_train_features
 from gradian.gradients.settings import GradientSettings
 from gradian.scores.queries import QueryPair
 from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
@@ -125,6 +126,23 @@ def test_tracin_cp_equals_naive_sum_over_checkpoints(run, tiny_tokenizer, tmp_pa
     final = naive_effects(model, rows, kind, unit_norm_train)
     assert not np.allclose(got, final, rtol=1e-3)  # the checkpoints, not the final weights, were used
     assert {p.name for p in (tmp_path / "stores").iterdir()} == {f"checkpoint-{s}" for s in STEPS}
+
+
+def test_a_checkpoint_with_the_final_weights_reads_the_final_store(run, tiny_tokenizer, tmp_path):
+    model, _, folder = run
+    rows, checkpoints = rendered_rows(len(tiny_tokenizer)), checkpoint_weights(folder)
+    fresh = tracin_cp_effects(model, rows, PAIRS, checkpoints, tmp_path / "fresh", settings=EXACT, kind="contrastive")
+    with restored_weights(model):
+        load_checkpoint(model, checkpoints[-1])  # the final adapter is the last checkpoint, as a trainer saves it
+        final = extract_train_features(model, rows, tmp_path / "final", settings=EXACT)
+        reused = tracin_cp_effects(model, rows, PAIRS, checkpoints, tmp_path / "reused", settings=EXACT,
+                                   kind="contrastive", final_store=final)
+        other = extract_train_features(model, rows, tmp_path / "other", settings=GradientSettings(proj_dim=64))
+        tracin_cp_effects(model, rows, PAIRS, checkpoints, tmp_path / "unused", settings=EXACT, kind="contrastive",
+                          final_store=other)  # other settings: not the same features, so extracted again
+    assert np.allclose(reused, fresh, rtol=1e-12, atol=1e-14)
+    assert {p.name for p in (tmp_path / "reused").iterdir()} == {f"checkpoint-{s}" for s in STEPS[:-1]}
+    assert {p.name for p in (tmp_path / "unused").iterdir()} == {f"checkpoint-{s}" for s in STEPS}
 
 
 def test_final_weights_come_back_byte_equal(run, tiny_tokenizer, tmp_path):

@@ -102,7 +102,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
         effects = tracin_cp_effects(
             model, audit.rendered, pairs, checkpoints, out / "gradients-checkpoints", settings=gradient_settings,
             kind=base_kind(settings.query), unit_norm_train=settings.unit_norm_train,
-            progress=_wrap(bar, "checkpoint gradients"),
+            progress=_wrap(bar, "checkpoint gradients"), final_store=store,
         )
     else:
         queries = query_features(model, pairs, kind=base_kind(settings.query), settings=gradient_settings)

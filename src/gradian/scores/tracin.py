@@ -35,7 +35,9 @@ from gradian.data.render import Rendered
 from gradian.data.run_folder import CHECKPOINT
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import extract_train_features
+from gradian.gradients.hooks import lora_fingerprint
 from gradian.gradients.settings import GradientSettings
+from gradian.gradients.store import FeatureStore
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score
 
@@ -186,11 +188,13 @@ def tracin_cp_effects(
     kind: str,
     unit_norm_train: bool = True,
     progress: Progress | None = None,
+    final_store: FeatureStore | None = None,
 ) -> np.ndarray:
     """(Q, N) TracIn-CP effects: Σ_c η_c · (effects at checkpoint c) / Σ_c η_c, identity preconditioner.
 
-    Training features of checkpoint c are stored (resumably) in `store_root/checkpoint-<step>`. Every
-    checkpoint is loaded once before any gradient is computed, so a bad one stops the run at once.
+    Training features of checkpoint c are stored (resumably) in `store_root/checkpoint-<step>`; a checkpoint
+    with the very weights of `final_store` (usually the last one) reads that store instead. Every checkpoint
+    is loaded once before any gradient is computed, so a bad one stops the run at once.
     """
     if not checkpoints:
         raise InputError("no checkpoints to sum over; pass a run folder with checkpoint-*/ folders.", store_root)
@@ -204,9 +208,17 @@ def tracin_cp_effects(
             load_checkpoint(model, checkpoint)
         for checkpoint in checkpoints:
             load_checkpoint(model, checkpoint)  # θ ← θ_c
-            store = extract_train_features(model, rendered, Path(store_root) / f"checkpoint-{checkpoint.step}",
-                                           settings=settings, progress=progress)  # (N, k) g_{c,i}
+            store = final_store if _same_features(final_store, model, settings) else extract_train_features(
+                model, rendered, Path(store_root) / f"checkpoint-{checkpoint.step}", settings=settings,
+                progress=progress,
+            )  # (N, k) g_{c,i}
             queries = query_features(model, pairs, kind=kind, settings=settings)  # (Q, k) q̂_c, unit norm
             effects = score(store, queries, unit_norm_train=unit_norm_train)  # (Q, N) −q̂_cᵀ ĝ_{c,i}
             total = checkpoint.weight * effects if total is None else total + checkpoint.weight * effects
     return total / total_weight
+
+
+def _same_features(store: FeatureStore | None, model: nn.Module, settings: GradientSettings) -> bool:
+    """`store` holds, complete, the unscaled features of `model`'s current weights under `settings`."""
+    return (store is not None and store.complete and store.meta["scale"] == "identity"
+            and store.meta["gradient"] == settings.to_dict() and store.meta["adapter_sha256"] == lora_fingerprint(model))
