@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,21 +111,36 @@ def per_example_gradients(
         flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
         features[:, offsets[index] : offsets[index + 1]] += flat
 
+    with dropout_off(model), capture_gradients(matrices, batch["attention_mask"], on_grad):
+        lora_backward(model, matrices, batch)  # the hooks fill `features` as the gradient passes each LoRA matrix
+    return features
+
+
+@contextmanager
+def dropout_off(model: nn.Module) -> Iterator[None]:
+    """Eval mode inside (features are the trained model's gradients, not one dropout mask's); put back after."""
     was_training = model.training
     if was_training:
-        model.eval()  # dropout off
+        model.eval()
     try:
-        embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
-        with frozen_lora_weights(matrices), capture_gradients(matrices, batch["attention_mask"], on_grad):
-            logits = model(
-                inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-            ).logits  # (B, T, V)
-            loss = summed_nll(logits, batch["labels"])  # sum, not mean: per-example gradients stay separable
-            torch.autograd.grad(loss, embeds)  # the hooks fill `features` as the gradient passes each LoRA matrix
+        yield
     finally:
         if was_training:
             model.train()
-    return features
+
+
+def lora_backward(model: nn.Module, matrices: list[LoraMatrix], batch: dict[str, torch.Tensor]) -> None:
+    """One forward and backward of the batch's summed NLL; hooks on the LoRA matrices see their gradients.
+
+    The LoRA weights are frozen (autograd skips their batch-summed gradients) and the input embeddings
+    require grad instead, so the backward still passes every LoRA matrix.
+    """
+    embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
+    with frozen_lora_weights(matrices):
+        logits = model(
+            inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits  # (B, T, V)
+        torch.autograd.grad(summed_nll(logits, batch["labels"]), embeds)  # sum, not mean: examples stay separable
 
 
 def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[list[int]]:

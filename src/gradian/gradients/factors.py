@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from gradian.data.render import Rendered
-from gradian.gradients.extract import collate, plan_batches, summed_nll
-from gradian.gradients.hooks import LoraMatrix, frozen_lora_weights, lora_matrices
+from gradian.gradients.extract import collate, dropout_off, lora_backward, plan_batches
+from gradian.gradients.hooks import LoraMatrix, lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
 
@@ -61,16 +61,12 @@ def fit_factors(
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches({i: len(rendered[i].input_ids) for i in rows}, settings)
     n_tokens = 0
-    was_training = model.training
-    model.eval()  # dropout off, as extraction
-    try:
+    with dropout_off(model):  # as extraction
         for batch_rows in progress(batches) if progress is not None else batches:
             pairs = [(rendered[i].input_ids, rendered[i].labels) for i in batch_rows]
             batch = {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
             _accumulate(model, matrices, projector, batch, sums_a, sums_s)
             n_tokens += int(batch["attention_mask"].sum())
-    finally:
-        model.train(was_training)
     return KroneckerFactors(
         activations=[(a / max(n_tokens, 1)).cpu().numpy() for a in sums_a],
         gradients=[(s / max(len(rows), 1)).cpu().numpy() for s in sums_s],
@@ -108,12 +104,7 @@ def _accumulate(
 
     handles = [m.module.register_forward_hook(forward_hook(i)) for i, m in enumerate(matrices)]
     try:
-        embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
-        with frozen_lora_weights(matrices):
-            logits = model(
-                inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-            ).logits  # (B, T, V)
-            torch.autograd.grad(summed_nll(logits, batch["labels"]), embeds)
+        lora_backward(model, matrices, batch)
     finally:
         for handle in handles:
             handle.remove()
