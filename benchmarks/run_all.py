@@ -266,6 +266,9 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     firsts = [m["cluster_first"] for m in methods if m["cluster_first"] is not None]
     lines += ["", f"Planted cluster ranked first by `gradian attribute`: {sum(firsts)}/{len(firsts)} runs.", ""]
     lines += ["### Choosing the default", "", DEFAULT_WHY, ""]
+    anatomy = args.root / "query-anatomy.md"
+    if anatomy.exists():  # written by benchmarks/query_anatomy.py (needs the SmolLM2 folders: run on its own)
+        lines += ["### Where the naive query's gradient comes from", "", ANATOMY_WHY, "", anatomy.read_text().strip(), ""]
     if not any(m["method"].startswith("default") and "TracIn-CP" in m["method"] for m in methods):
         lines += ["These tables come from a run made before the default moved to TracIn-CP: their `default` rows "
                   "are the final adapter alone (`--checkpoints off` now), and the verdicts above were decided on those "
@@ -303,9 +306,10 @@ otherwise, or with `--checkpoints off`).
 - **The contrast earns its place on free text, not on the tiny world.** On the summary variant the naive query
   ranks about half the culprits as helpful, with or without checkpoints, the failure the contrast exists for.
   On the tiny world every full-sequence query (naive, contrastive, repaired), with identity or Adam,
-  unit-normalised or raw, ties at AUPRC 1.0: under teacher forcing the model predicts the reference's shared
-  tokens almost surely, so the naive gradient is already concentrated on the one decision that fails. With far
-  fewer floats per row (the 32 and 128 rows) all kinds degrade together.
+  unit-normalised or raw, ties at AUPRC 1.0, a ceiling: the planted rows are the only ones that teach the failing
+  decision, and both queries point at it. The table below measures why the naive query does not go wrong there:
+  the model predicts the shared prefix almost surely, so those tokens add little to its gradient. With far fewer
+  floats per row (the 32 and 128 rows) all kinds degrade together.
 - The reference-based first-token contrast (`contrastive-first`) and the base-model departure (`departure-first`)
   fall on seeds where the tiny model writes another order number than the reference before it breaks the
   format: their first divergent token is then a content token. The repair keeps the model's own content, so its
@@ -319,6 +323,14 @@ otherwise, or with `--checkpoints off`).
 - TF-IDF text similarity is a strong baseline where culprits share words with the failing prompts, and weak
   where they do not.
 """
+
+ANATOMY_WHY = """\
+`python benchmarks/query_anatomy.py --runs FOLDER:OUT ...`: the naive query ∇log p(y⁺|x) split at the first token
+where the reference and the fine-tuned model's output part ways, into the shared prefix (which the contrast
+cancels), that split token, and the reference's tail; each part's norm over the whole naive query's, mean over
+the failing eval rows, and the cosine between the naive and the contrastive query. A small prefix part means
+the two queries agree where it matters; a large one means the naive query mostly asks about text the contrast
+removes."""
 
 
 def gpu_section() -> list[str]:
