@@ -2,7 +2,7 @@
 
 - extraction tokens/s ÷ a plain batched LoRA forward+backward on the same batches (the physical floor: 1.0)
 - extraction tokens/s ÷ a naive batch-1 loop (one forward + autograd.grad per row, LESS-style)
-- peak RSS of an extraction of N and 10·N rows (each in a fresh process), to show memory stays flat
+- peak RSS of an extraction of N and 10·N rows (each in a fresh process, CPU), to show memory stays flat
 
 Models are random-weight Llamas from a config: `tiny` (conftest-sized), `smollm2-135m` (SmolLM2-135M's
 shape), and `llama-1b` (Llama-3.2-1B's shape, meant for a GPU in bf16). Prints a markdown table.
@@ -213,14 +213,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--targets", default="all-linear", help="all-linear or a comma list, e.g. q_proj,v_proj")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rss-rows", type=int, default=200, help="N for the peak-RSS check on the tiny model")
+    parser.add_argument("--rss-rows", type=int, default=200,
+                        help="N for the peak-RSS check on the tiny model (the SmolLM2 shape uses its 12 rows)")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many interleaved timings")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
+    rss_rows = {"tiny": args.rss_rows, "smollm2-135m": ROWS["smollm2-135m"][0]}  # peak RSS is a CPU measure
     results = [
-        measure(name, args.device, dtype, args.targets, args.rss_rows if name == "tiny" else None, args.repeats)
+        measure(name, args.device, dtype, args.targets, rss_rows.get(name) if args.device == "cpu" else None,
+                args.repeats)
         for name in args.models
     ]
     print(table(results))

@@ -376,8 +376,10 @@ def spawn(tool: str, args: argparse.Namespace) -> dict:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"tool": tool, "timeout": args.timeout}
+    if out.returncode < 0:  # SIGKILL here is most often the kernel's out-of-memory killer: see peak RSS of others
+        return {"tool": tool, "error": f"killed by signal {-out.returncode}"}
     if out.returncode != 0:
-        lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+        lines = [line for line in out.stderr.strip().splitlines() if line.strip() and "%|" not in line]  # no bars
         return {"tool": tool, "error": lines[-1] if lines else f"exit {out.returncode}"}
     return {"tool": tool, **json.loads(out.stdout.strip().splitlines()[-1])}
 

@@ -18,6 +18,7 @@ cannot predict (free wording), it dominates the naive query and the contrast rem
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,8 @@ def anatomy(folder: Path, out: Path) -> dict:
         prefix_tokens.append(split)
     naive = query_features(model, pairs, kind="naive", settings=settings)  # (Q, k) unit rows
     contrastive = query_features(model, pairs, kind="contrastive", settings=settings)
-    return {"run": folder.name, "rows": len(prefix_tokens), "prefix_tokens": float(np.mean(prefix_tokens)),
+    truth = json.loads((folder / "truth.json").read_text())
+    return {"run": f"{truth['scenario']}, seed {truth['seed']}", "rows": len(prefix_tokens), "prefix_tokens": float(np.mean(prefix_tokens)),
             **{part: float(np.mean(values)) for part, values in shares.items()},
             "cosine": float(np.mean(np.sum(naive * contrastive, axis=1)))}
 

@@ -6,9 +6,10 @@ generations and features:
 
 - query kinds: naive, contrastive (full sequence), contrastive-first (first divergent token), repaired
   (minimal-edit y⁺, full), repaired-first, departure, departure-first; each with the identity preconditioner
-  on unit-normalised training gradients; naive, contrastive and the default query also with adam and with raw
-  (un-normalised) gradients; the default query also with gauss-newton, kfac and ekfac at three dampings, and
-  TracIn-CP over the run's checkpoints; naive, contrastive and the default query with 32 and 128 floats per row;
+  on unit-normalised training gradients; naive, contrastive and the default query also with adam, with raw
+  (un-normalised) gradients and with TracIn-CP over the run's checkpoints; the default query also with
+  gauss-newton, kfac and ekfac at three dampings; naive, contrastive and the default query with 32 and 128
+  floats per row;
 - baselines: TF-IDF text similarity to the failing eval rows, random order, and the category oracle.
 
 Then the speed benchmarks (each a script of its own) run as subprocesses and their tables are pasted in.
@@ -107,13 +108,13 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
             if adam_store is not None:
                 effects[f"{query} · adam"] = total_effect(score(adam_store, q, unit_norm_train=True))
                 effects[f"{query} · adam, raw gradients"] = total_effect(score(adam_store, q, unit_norm_train=False))
-        if query == settings.query:
-            effects.update(curvature_variants(model, audit.rendered, gradient, store, q, query))
             checkpoints = checkpoint_weights(settings.run)
             store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
-            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root,
-                                       settings=gradient, kind=base_kind(query), unit_norm_train=True)
+            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
+                                       kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
+        if query == settings.query:
+            effects.update(curvature_variants(model, audit.rendered, gradient, store, q, query))
     for dim in SMALL_PROJ_DIMS:  # noisier features: does any query kind hold up better than naive?
         small = GradientSettings(proj_dim=dim, seed=settings.seed, batch_size=settings.batch_size)
         small_store = extract_train_features(model, audit.rendered, Path(settings.out) / f"gradients-{dim}",
@@ -213,6 +214,8 @@ def speed_tables(skip: bool) -> list[str]:
         ("Generation: batched vs batch-1", ["generation_speed.py", "--models", "tiny", "smollm2-135m"]),
         ("diagnose at 100k rows", ["diagnose_speed.py", "--rows", "100000"]),
         ("Beside the peer libraries", ["peer_speed.py", "--model", "tiny", "--repeats", "2"]),
+        ("Beside the peer libraries, SmolLM2 shape",
+         ["peer_speed.py", "--model", "smollm2-135m", "--train", "32", "--queries", "4", "--timeout", "600"]),
     ]
     parts = []
     for title, command in commands:
@@ -307,7 +310,9 @@ otherwise, or with `--checkpoints off`).
   ranks about half the culprits as helpful, with or without checkpoints, the failure the contrast exists for.
   On the tiny world every full-sequence query (naive, contrastive, repaired), with identity or Adam,
   unit-normalised or raw, ties at AUPRC 1.0, a ceiling: the planted rows are the only ones that teach the failing
-  decision, and both queries point at it. The table below measures why the naive query does not go wrong there:
+  decision, and both queries point at it. Summed over the checkpoints, as the default does, the contrast (and the
+  repaired-first default) ranks format-cluster's culprits above the naive query, and ties it on truncated-cluster
+  (the `TracIn-CP` rows). The table below measures why the naive query does not go wrong on the final adapter:
   the model predicts the shared prefix almost surely, so those tokens add little to its gradient. With far fewer
   floats per row (the 32 and 128 rows) all kinds degrade together.
 - The reference-based first-token contrast (`contrastive-first`) and the base-model departure (`departure-first`)
@@ -328,9 +333,10 @@ ANATOMY_WHY = """\
 `python benchmarks/query_anatomy.py --runs FOLDER:OUT ...`: the naive query ∇log p(y⁺|x) split at the first token
 where the reference and the fine-tuned model's output part ways, into the shared prefix (which the contrast
 cancels), that split token, and the reference's tail; each part's norm over the whole naive query's, mean over
-the failing eval rows, and the cosine between the naive and the contrastive query. A small prefix part means
-the two queries agree where it matters; a large one means the naive query mostly asks about text the contrast
-removes."""
+the failing eval rows, and the cosine between the naive and the contrastive query. The larger the prefix part,
+the more of the naive query asks about text the contrast removes: text the model cannot predict, like a summary
+worded several ways. Where the culprits' own signal is weak, as in the summary variant, even a small turn of the
+query moves the ranking (compare the naive and contrastive rows of that story)."""
 
 
 def gpu_section() -> list[str]:

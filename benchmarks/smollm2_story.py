@@ -46,11 +46,11 @@ def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
         if query in ("naive", "contrastive", settings.query):
             ekfac = make_preconditioner("ekfac", factors=factors, projector=projector)
             effects[f"{query} · ekfac"] = total_effect(score(store, q, preconditioner=ekfac, unit_norm_train=True))
-        if query in ("naive", settings.query):
+        if query in ("naive", "contrastive", settings.query):
             checkpoints = checkpoint_weights(settings.run)
             store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
-            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root,
-                                       settings=gradient, kind=base_kind(query), unit_norm_train=True)
+            tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
+                                       kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
     return effects
 
