@@ -10,7 +10,7 @@ reference y⁺ and the fine-tuned model's output y⁻ part ways, it is the sum o
 For each part this prints its norm over the whole naive query's (projected like the training features) and
 the cosine between the naive and the contrastive query. When the fine-tuned model predicts the shared prefix
 almost surely, its tokens add almost nothing and the two queries coincide; where the prefix is text the model
-cannot predict (free wording), it dominates the naive query and the contrast removes it.
+cannot predict (free wording), it weighs in the naive query and the contrast removes it.
 
     python benchmarks/query_anatomy.py --runs bench-out/truncated-cluster-seed0:bench-out/reports/truncated-cluster-seed0
 """
@@ -71,8 +71,8 @@ def anatomy(folder: Path, out: Path) -> dict:
     naive = query_features(model, pairs, kind="naive", settings=settings)  # (Q, k) unit rows
     contrastive = query_features(model, pairs, kind="contrastive", settings=settings)
     truth = json.loads((folder / "truth.json").read_text())
-    return {"run": f"{truth['scenario']}, seed {truth['seed']}", "rows": len(prefix_tokens), "prefix_tokens": float(np.mean(prefix_tokens)),
-            **{part: float(np.mean(values)) for part, values in shares.items()},
+    return {"run": f"{truth['scenario']}, seed {truth['seed']}", "rows": len(prefix_tokens),
+            "prefix_tokens": float(np.mean(prefix_tokens)), **{part: float(np.mean(values)) for part, values in shares.items()},
             "cosine": float(np.mean(np.sum(naive * contrastive, axis=1)))}
 
 
