@@ -99,6 +99,8 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
         adam_store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients-adam",
                                             settings=gradient, scale=adam(audit.run.optimizer_path, model))
     effects: dict[str, np.ndarray] = {}
+    checkpoints = checkpoint_weights(settings.run)
+    store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
     for query in QUERIES:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
@@ -108,8 +110,6 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
             if adam_store is not None:
                 effects[f"{query} · adam"] = total_effect(score(adam_store, q, unit_norm_train=True))
                 effects[f"{query} · adam, raw gradients"] = total_effect(score(adam_store, q, unit_norm_train=False))
-            checkpoints = checkpoint_weights(settings.run)
-            store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)

@@ -36,19 +36,18 @@ def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
     """(N,) effect per training row for each query kind, unit-normalised and raw training gradients, EK-FAC, TracIn-CP."""
     audit, model, tokenizer, capability, regression, gradient, store = prepared(settings)
     projector = make_projector(model, gradient)
-    factors = fit_factors(model, audit.rendered, projector, gradient)
+    ekfac = make_preconditioner("ekfac", factors=fit_factors(model, audit.rendered, projector, gradient),
+                                projector=projector)
     effects = {}
+    checkpoints = checkpoint_weights(settings.run)
+    store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
     for query in QUERIES:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
         effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
         effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
         if query in ("naive", "contrastive", settings.query):
-            ekfac = make_preconditioner("ekfac", factors=factors, projector=projector)
             effects[f"{query} · ekfac"] = total_effect(score(store, q, preconditioner=ekfac, unit_norm_train=True))
-        if query in ("naive", "contrastive", settings.query):
-            checkpoints = checkpoint_weights(settings.run)
-            store_root = Path(settings.out) / "gradients-checkpoints"  # attribute's own: its stores are reused
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
