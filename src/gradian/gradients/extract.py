@@ -52,9 +52,11 @@ class ParameterScale:
     tensors: list[torch.Tensor]  # one per LoRA matrix, shaped like the weight, PEFT's order
 
 
-def make_projector(model: nn.Module, settings: GradientSettings) -> KroneckerProjector:
+def make_projector(
+    model: nn.Module, settings: GradientSettings, matrices: list[LoraMatrix] | None = None
+) -> KroneckerProjector:
     """The projector of `model`'s LoRA matrices under `settings`: training features and queries share it."""
-    return KroneckerProjector([m.shape for m in lora_matrices(model)], settings.proj_dim, settings.seed)
+    return KroneckerProjector([m.shape for m in matrices or lora_matrices(model)], settings.proj_dim, settings.seed)
 
 
 def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:
@@ -95,25 +97,28 @@ def per_example_gradients(
     `matrices` is `lora_matrices(model)`, passed in by callers that loop over many batches.
     """
     matrices = matrices or lora_matrices(model)
-    sizes = [m.size for m in matrices] if projector is None else [p.dim for p in projector.plans]
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
     device = next(model.parameters()).device
     batch = {key: value.to(device) for key, value in batch.items()}
-    dtype = torch.float32 if matrices[0].module.weight.dtype in (torch.float16, torch.bfloat16) else None
-    features = torch.zeros(
-        batch["input_ids"].shape[0], int(offsets[-1]), device=device, dtype=dtype or matrices[0].module.weight.dtype
-    )  # (B, k)
+    weight_dtype = matrices[0].module.weight.dtype
+    dtype = torch.float32 if weight_dtype in (torch.float16, torch.bfloat16) else weight_dtype
+    parts: list[torch.Tensor | None] = [None] * len(matrices)  # (B, k_m) per LoRA matrix
 
     def on_grad(index: int, grads: torch.Tensor) -> None:  # grads (B, out, in), one LoRA matrix
-        grads = grads.to(features.dtype)
+        grads = grads.to(dtype)
         if scale is not None:
             grads = grads * scale.tensors[index].to(grads)  # diagonal preconditioner, before projection
         flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
-        features[:, offsets[index] : offsets[index + 1]] += flat
+        parts[index] = flat if parts[index] is None else parts[index] + flat  # a module called twice adds up
 
     with dropout_off(model), capture_gradients(matrices, batch["attention_mask"], on_grad):
-        lora_backward(model, matrices, batch)  # the hooks fill `features` as the gradient passes each LoRA matrix
-    return features
+        lora_backward(model, matrices, batch)  # the hooks fill `parts` as the gradient passes each LoRA matrix
+    n_rows = batch["input_ids"].shape[0]
+    dims = [m.size for m in matrices] if projector is None else [plan.dim for plan in projector.plans]
+    return torch.cat(
+        [part if part is not None else torch.zeros(n_rows, dim, device=device, dtype=dtype)
+         for part, dim in zip(parts, dims, strict=True)],
+        dim=1,
+    )  # (B, k)
 
 
 @contextmanager
@@ -176,7 +181,7 @@ def extract_train_features(
     """
     rank, world = shard
     matrices = lora_matrices(model)
-    projector = make_projector(model, settings)
+    projector = make_projector(model, settings, matrices)
     ids = [row.example_id for row in rendered]
     meta = {
         "version": 1,
@@ -198,10 +203,11 @@ def extract_train_features(
     lengths = {i: len(rendered[i].input_ids) for i in range(start, stop) if not rendered[i].dropped}
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches(lengths, settings)
+    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
     for rows in progress(batches) if progress is not None else batches:
         if writer.is_done(rows):
             continue
         batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
-        features = per_example_gradients(model, batch, projector, scale, matrices)
-        writer.write(rows, features.detach().float().cpu().numpy())
+        features = per_example_gradients(model, batch, projector, scale, matrices)  # (B, k)
+        writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
     return FeatureStore(store_dir)

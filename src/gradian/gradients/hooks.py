@@ -45,13 +45,14 @@ def lora_matrices(model: nn.Module) -> list[LoraMatrix]:
     """
     adapter = getattr(model, "active_adapter", None) or "default"
     matrices = []
+    modules = dict(model.named_modules())
     for name, param in model.named_parameters():
         parts = name.split(".")
         mine = adapter in parts and any(part.startswith("lora_") for part in parts)
         if not mine and not param.requires_grad:
             continue
         module_name, _, leaf = name.rpartition(".")
-        module = model.get_submodule(module_name) if module_name else None
+        module = modules.get(module_name) if module_name else None
         plain = leaf == "weight" and parts[-3:-1] in (["lora_A", adapter], ["lora_B", adapter])
         if not plain or type(module) is not nn.Linear:
             raise InputError(
@@ -82,23 +83,31 @@ def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: G
     """Call `on_grad(index, G)` with G (B, out, in), example-wise weight gradients, during the next backward.
 
     `mask` (B, T) zeroes padding tokens; their gradients are zero already when the loss ignores them,
-    the mask makes it exact for any attention implementation.
+    the mask makes it exact for any attention implementation. It is applied to the narrower factor of
+    each outer product (the rank side: g for lora_A, u for lora_B), where it costs least.
     """
     handles = []
-    masks: dict[torch.dtype, torch.Tensor] = {}  # (B, T, 1) in each gradient dtype, made once per batch
+    masks: dict[torch.dtype, torch.Tensor] = {}  # (B, T, 1) in each dtype, made once per batch
+
+    def masked(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype not in masks:
+            masks[t.dtype] = mask[..., None].to(t.device, t.dtype)
+        return t * masks[t.dtype]
 
     def forward_hook(index: int):
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            if not output.requires_grad:
+                return
             x = inputs[0].detach()  # (B, T, in)
+            narrow_input = x.shape[-1] <= output.shape[-1]
+            if narrow_input:
+                x = masked(x)
 
             def on_output_grad(g: torch.Tensor) -> None:  # (B, T, out)
-                if g.dtype not in masks:
-                    masks[g.dtype] = mask[..., None].to(g.dtype)
-                g = g * masks[g.dtype]
+                g = g if narrow_input else masked(g)
                 on_grad(index, torch.bmm(g.transpose(1, 2), x.to(g.dtype)))  # Σ_t g_t x_tᵀ: (B, out, in)
 
-            if output.requires_grad:
-                output.register_hook(on_output_grad)
+            output.register_hook(on_output_grad)
 
         return hook
 

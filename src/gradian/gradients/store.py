@@ -5,10 +5,11 @@ Layout of a store folder:
     settings.json                     what the features mean (gradient settings, projection, scaling, rows)
     ids.json                          example ids, row order of the features
     shard-<key>-<rank>-of-<world>.npy         (rows of this shard, dim) features, memory-mapped
-    shard-<key>-<rank>-of-<world>.done.npy    one flag per row, replaced atomically after each batch
+    shard-<key>-<rank>-of-<world>.done.npy    one flag per row (one byte each), memory-mapped too
 
-Rows are written into the memory map, then flagged done: a crash leaves unflagged rows that a rerun recomputes
-(no flush or fsync: the page cache outlives a killed process).
+Rows are written into the features' memory map, then their flags are set in the flags' memory map: a crash
+leaves unflagged rows that a rerun recomputes (one byte per flag is written whole; no flush or fsync: the page
+cache outlives a killed process).
 `<key>` hashes settings.json, so files from other settings are never read and are removed on rewrite.
 """
 
@@ -64,12 +65,11 @@ class ShardWriter:
         resumed = self._resume(stop - self.start, dim)
         if resumed is not None:
             self.features, self.done = resumed
-        else:
-            self.done = np.zeros(stop - self.start, dtype=bool)
+        else:  # flags first, all False, so a crash between the two files leaves nothing that reads as done
+            self.done = np.lib.format.open_memmap(self.done_path, mode="w+", dtype=bool, shape=(stop - self.start,))
             self.features = np.lib.format.open_memmap(
                 self.features_path, mode="w+", dtype=meta["gradient"]["store_dtype"], shape=(stop - self.start, dim)
             )
-            self._save_done()
 
     def _resume(self, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The shard's features and done flags from a stopped run; None when absent or damaged (then recomputed)."""
@@ -77,15 +77,12 @@ class ShardWriter:
             return None
         try:
             features = np.load(self.features_path, mmap_mode="r+")
-            done = np.load(self.done_path, allow_pickle=False)
+            done = np.load(self.done_path, mmap_mode="r+", allow_pickle=False)
         except (ValueError, OSError, EOFError):
             return None
         if features.shape != (rows, dim) or done.shape != (rows,) or done.dtype != bool:
             return None
         return features, done
-
-    def _save_done(self) -> None:
-        _atomic_write(self.done_path, lambda handle: np.save(handle, self.done))
 
     def is_done(self, rows: list[int]) -> bool:
         return bool(self.done[np.asarray(rows) - self.start].all())
@@ -93,9 +90,8 @@ class ShardWriter:
     def write(self, rows: list[int], features: np.ndarray) -> None:
         """Store features (len(rows), dim) of global rows `rows`, then flag them done."""
         local = np.asarray(rows) - self.start
-        self.features[local] = features.astype(self.features.dtype)  # in the shared page cache before the flags
+        self.features[local] = features.astype(self.features.dtype, copy=False)  # in the page cache before the flags
         self.done[local] = True
-        self._save_done()
 
 
 class FeatureStore:
