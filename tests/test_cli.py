@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from gradian.cli.main import _register, cli
 from gradian.cli.reference import cli_reference
+from gradian.scenarios import built_before
 
 _register()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
@@ -40,3 +43,25 @@ def test_unknown_option_is_a_usage_error(cli_runner):
     result = cli_runner.invoke(cli, ["attribute", "--no-such-flag"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_demo_reuses_the_scenario_it_built_and_runs_twice(cli_runner, scenario, tmp_path):
+    """A second `gradian demo --out` the same folder runs again instead of refusing the folder it wrote."""
+    out = tmp_path / "demo"
+    shutil.copytree(scenario("truncated-cluster", 0), out / "scenario")  # what a first demo run leaves there
+    for _ in range(2):
+        result = cli_runner.invoke(cli, ["demo", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "built before" in result.output and "building the" not in result.output
+    assert json.loads((out / "report" / "report.json").read_text())["verdict"]["kind"] == "data-cluster"
+
+
+def test_a_scenario_folder_of_another_seed_is_not_reused(tmp_path):
+    (tmp_path / "truth.json").write_text(json.dumps({"scenario": "truncated-cluster", "seed": 1}))
+    (tmp_path / "measured.json").write_text("{}")
+    assert built_before(tmp_path, "truncated-cluster", 1)
+    assert not built_before(tmp_path, "truncated-cluster", 0)
+    assert not built_before(tmp_path, "format-cluster", 1)
+    (tmp_path / "measured.json").unlink()  # a build stopped before its end
+    assert not built_before(tmp_path, "truncated-cluster", 1)

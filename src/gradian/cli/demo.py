@@ -19,12 +19,16 @@ from gradian.cli.progress import console, say
 @click.pass_context
 def demo_command(ctx: click.Context, out: str, model: str, seed: int) -> None:
     """Build the truncated-cluster scenario, then run `diagnose` and `attribute` on it as a user would."""
-    from gradian.scenarios import build
+    from gradian.scenarios import build, built_before
 
     root = Path(out)
     name = "truncated-cluster" if model == "tiny" else "truncated-cluster-smollm2"
-    say(f"building the {name} scenario (seed {seed}) in {root / 'scenario'}")
-    scenario = Path(build(name, root / "scenario", seed))
+    scenario = root / "scenario"
+    if built_before(scenario, name, seed):  # a second `gradian demo --out` the same folder: build once
+        say(f"using the {name} scenario (seed {seed}) built before in {scenario}")
+    else:
+        say(f"building the {name} scenario (seed {seed}) in {scenario}")
+        build(name, scenario, seed)
     common = ["--dataset", str(scenario / "train.jsonl"), "--base-model", str(scenario / "base")]
     diagnose_args = ["diagnose", *common, "--run", str(scenario / "run"), "--eval-dataset",
                      str(scenario / "eval.jsonl"), "--out", str(root / "diagnose"), "--fail-on", "critical"]
