@@ -18,7 +18,7 @@ from gradian.cli.progress import console, say
 @click.option("--seed", default=0, show_default=True, help="Seed of the scenario (which category, how many rows).")
 @click.pass_context
 def demo_command(ctx: click.Context, out: str, model: str, seed: int) -> None:
-    """Build the truncated-cluster scenario, then run `diagnose` and `attribute` on it as a user would."""
+    """Build the truncated-cluster scenario (once per --out), then run `diagnose` and `attribute` on it as a user would."""
     from gradian.scenarios import build, built_before
 
     root = Path(out)
