@@ -5,6 +5,7 @@ lora_B) from `gradient_speed.py`, the same N training rows and Q query rows, and
 a built model to a (Q, N) matrix of training rows against queries on the LoRA weights only:
 
 - gradian         extract_train_features + query_features (naive: ∇log p(answer)) + score, identity
+- gradian-energy  the same, the budget shared over the LoRA matrices by gradient energy (--proj-budget energy)
 - kronfluence     EK-FAC: fit_all_factors (covariances, eigendecomposition, eigenvalue correction)
                   + compute_pairwise_scores, tracked modules = the LoRA A/B linears
 - traker          TRAKer featurize + finalize_features + score + finalize_scores, output f = log p(answer)
@@ -24,6 +25,7 @@ the mean over queries of the Spearman correlation with Gradian's exact (unprojec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +44,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gradian.data.render import Rendered
+from gradian.gradients.energy import gradient_energy
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
@@ -51,6 +54,7 @@ from gradient_speed import SHAPES, build, make_rows
 BATCH = 16
 TOOLS = (
     "gradian",
+    "gradian-energy",
     "kronfluence",
     "traker",
     "dattri-trak",
@@ -61,6 +65,7 @@ TOOLS = (
 VMAP_TOOLS = ("traker", "dattri-trak", "dattri-tracin", "dattri-tracin-exact")
 LABELS = {
     "gradian": "Gradian (identity)",
+    "gradian-energy": "Gradian (identity), budget shared by gradient energy",
     "kronfluence": "kronfluence EK-FAC",
     "traker": "traker TRAK",
     "dattri-trak": "dattri TRAK",
@@ -93,8 +98,10 @@ def make_job(name: str, n_train: int, n_queries: int) -> Job:
 
 
 # ---------------------------------------------------------------------------------------------- Gradian
-def run_gradian(job: Job, proj: int | None) -> np.ndarray:
+def run_gradian(job: Job, proj: int | None, energy: bool = False) -> np.ndarray:
     settings = GradientSettings(proj_dim=proj, batch_size=BATCH)
+    if energy and proj is not None:  # `attribute --proj-budget energy`: shares from 64 sampled training rows
+        settings = dataclasses.replace(settings, budget_weights=gradient_energy(job.model, job.train, settings))
     pairs = [
         QueryPair(r.example_id, r.input_ids[: r.prompt_length], r.input_ids[r.prompt_length :]) for r in job.queries
     ]
@@ -334,6 +341,7 @@ def run_tool(tool: str, job: Job, out_dir: str, lambda_reg: float) -> np.ndarray
     runners: dict[str, Callable[[], np.ndarray]] = {
         "reference": lambda: run_gradian(job, None),
         "gradian": lambda: run_gradian(job, job.proj),
+        "gradian-energy": lambda: run_gradian(job, job.proj, energy=True),
         "kronfluence": lambda: run_kronfluence(job, out_dir),
         "traker": lambda: run_traker(job, out_dir, lambda_reg),
         "dattri-trak": lambda: run_dattri_trak(job, lambda_reg),

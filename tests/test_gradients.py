@@ -111,3 +111,24 @@ def test_batches_respect_row_and_token_budgets():
         assert len(batch) <= 7 and (len(batch) == 1 or longest * len(batch) <= 900)
         assert longest == lengths[batch[0]]  # longest first: padding is planned from the first row
     assert batches == plan_batches(dict(reversed(lengths.items())), settings)  # deterministic
+
+
+def test_gradient_energy_equals_per_matrix_norms_of_the_naive_loop(tiny_tokenizer):
+    """Mean ‖∇Wₘ‖² per LoRA matrix over the sampled rows; dropped rows are never sampled."""
+    from itertools import combinations
+
+    from gradian.data.render import Rendered
+    from gradian.gradients.energy import gradient_energy
+    from gradian.gradients.hooks import lora_matrices
+
+    model = lora_model(tiny_tokenizer, "all-linear")
+    data = rows(len(tiny_tokenizer), lengths=(7, 3, 11, 5, 9))
+    rendered = [Rendered(str(i), ids, labels, len(ids), 0, dropped=i == 4) for i, (ids, labels) in enumerate(data)]
+    sizes = [m.size for m in lora_matrices(model)]
+    per_matrix = torch.stack([part.square().sum(1) for part in naive_gradients(model, data[:4]).split(sizes, dim=1)],
+                             dim=1)  # (4 rows, matrices)
+    energy = gradient_energy(model, rendered, GradientSettings(batch_size=3))
+    assert torch.allclose(torch.tensor(energy, dtype=torch.float64), per_matrix.mean(0), rtol=1e-9, atol=0)
+    sampled = torch.tensor(gradient_energy(model, rendered, GradientSettings(), max_rows=2), dtype=torch.float64)
+    assert any(torch.allclose(sampled, per_matrix[list(pair)].mean(0), rtol=1e-9, atol=0)
+               for pair in combinations(range(4), 2))

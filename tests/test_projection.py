@@ -47,3 +47,35 @@ def test_inner_products_preserved_within_jl_tolerance(proj_dim):
     # JL: |⟨Πa,Πb⟩ − ⟨a,b⟩| ≲ c·√(log n / k)·|a||b|; the structured map is held to c = 4
     assert np.median(errors) < 4 * np.sqrt(np.log(n) / projector.dim)
     assert np.median(errors) > 0  # it is a projection, not the identity
+
+
+def test_equal_weights_are_the_equal_split_and_weights_set_the_shares():
+    assert plan_projection(SHAPES, 700, [2.5] * len(SHAPES)) == plan_projection(SHAPES, 700)
+    weights = [100.0] + [1.0] * (len(SHAPES) - 1)  # one matrix holds most of the energy
+    plans = plan_projection(SHAPES, 700, weights)
+    assert sum(p.dim for p in plans) <= 700 and all(p.dim >= 1 for p in plans)
+    assert plans[0].dim == SHAPES[0][0] * SHAPES[0][1], "the heavy matrix fits its share: kept exact"
+    assert plans[1].dim < plan_projection(SHAPES, 700)[1].dim, "the light ones give up floats for it"
+    with pytest.raises(ValueError):
+        plan_projection(SHAPES, 700, [1.0] * (len(SHAPES) - 1))
+
+
+def test_shares_by_energy_preserve_inner_products_better_when_energy_is_concentrated():
+    """Variance Σ‖gₘ‖²‖hₘ‖²/kₘ is smallest with kₘ ∝ energy: measured here against equal shares, float64."""
+    generator = torch.Generator().manual_seed(1)
+    n, proj_dim = 16, 480
+    energy = [10.0 if i % 6 == 0 else 0.1 for i in range(len(SHAPES))]  # 4 of 24 matrices hold 90%
+    grads = [torch.randn(n, rows, cols, generator=generator, dtype=torch.float64) * (e / (rows * cols)) ** 0.5
+             for (rows, cols), e in zip(SHAPES, energy, strict=True)]
+    exact = torch.cat([g.flatten(1) for g in grads], dim=1)
+    norms = exact.norm(dim=1)
+    truth = (exact @ exact.T) / torch.outer(norms, norms)
+
+    def error(weights) -> float:
+        errors = []
+        for seed in range(8):
+            projected = project_all(KroneckerProjector(SHAPES, proj_dim, seed, weights), grads)
+            errors.append(((projected @ projected.T) / torch.outer(norms, norms) - truth).square().mean().item())
+        return float(np.mean(errors))
+
+    assert error(energy) < 0.5 * error(None)

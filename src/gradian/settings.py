@@ -11,6 +11,7 @@ QUERY_KINDS = (
 )
 PRECONDITIONERS = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 CHECKPOINT_MODES = ("auto", "on", "off")
+PROJ_BUDGETS = ("size", "energy")
 
 
 @dataclass
@@ -32,6 +33,9 @@ class AttributeSettings:
         "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; "
                 "auto: when the run has them and the preconditioner is identity; on; off: the final adapter only"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
+    proj_budget: str = field(default="size", metadata={
+        "help": "how proj_dim is shared over the LoRA matrices when they are projected: size (equal shares) or "
+                "energy (shares ∝ each matrix's gradient energy on a sample of training rows)"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
@@ -45,6 +49,8 @@ class AttributeSettings:
             raise ValueError(f"query must be one of {QUERY_KINDS}, not {self.query!r}")
         if self.preconditioner not in PRECONDITIONERS:
             raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
+        if self.proj_budget not in PROJ_BUDGETS:
+            raise ValueError(f"proj_budget must be one of {PROJ_BUDGETS}, not {self.proj_budget!r}")
         if self.checkpoints not in CHECKPOINT_MODES:
             raise ValueError(f"checkpoints must be one of {CHECKPOINT_MODES}, not {self.checkpoints!r}")
         if self.checkpoints == "on" and self.preconditioner != "identity":

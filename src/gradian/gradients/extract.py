@@ -56,7 +56,8 @@ def make_projector(
     model: nn.Module, settings: GradientSettings, matrices: list[LoraMatrix] | None = None
 ) -> KroneckerProjector:
     """The projector of `model`'s LoRA matrices under `settings`: training features and queries share it."""
-    return KroneckerProjector([m.shape for m in matrices or lora_matrices(model)], settings.proj_dim, settings.seed)
+    shapes = [m.shape for m in matrices or lora_matrices(model)]
+    return KroneckerProjector(shapes, settings.proj_dim, settings.seed, settings.budget_weights)
 
 
 def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ from a generator seeded by (seed, matrix index), so shards, reruns and queries u
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,17 +32,31 @@ class MatrixPlan:
         return self.k_rows * self.k_cols
 
 
-def plan_projection(shapes: list[tuple[int, int]], proj_dim: int | None) -> list[MatrixPlan]:
-    """Share `proj_dim` floats over the matrices; None or a budget ≥ the full gradient size = exact."""
+def plan_projection(
+    shapes: list[tuple[int, int]], proj_dim: int | None, weights: Sequence[float] | None = None
+) -> list[MatrixPlan]:
+    """Share `proj_dim` floats over the matrices; None or a budget ≥ the full gradient size = exact.
+
+    Shares follow `weights` (one per matrix, e.g. its mean squared gradient norm: the split that minimises the
+    variance of projected inner products is proportional to it), else they are equal. Water-filling: a matrix
+    whose share exceeds its size is kept exact and the rest is shared again; every matrix gets at least 1 float.
+    """
     sizes = [rows * cols for rows, cols in shapes]
     if proj_dim is None or sum(sizes) <= proj_dim:
         return [MatrixPlan(rows, cols, rows, cols) for rows, cols in shapes]
     if proj_dim < len(shapes):
         raise ValueError(f"proj_dim={proj_dim} is smaller than the number of LoRA matrices ({len(shapes)})")
-    alloc, remaining = [0] * len(shapes), proj_dim
-    for left, index in enumerate(sorted(range(len(shapes)), key=sizes.__getitem__)):
-        alloc[index] = min(sizes[index], remaining // (len(shapes) - left))
+    if weights is not None and (len(weights) != len(shapes) or not all(w >= 0 for w in weights)):
+        raise ValueError(f"need one weight ≥ 0 per LoRA matrix ({len(shapes)}), got {len(weights)}")
+    weights = [1.0] * len(shapes) if weights is None or not sum(weights) > 0 else [max(w, 0.0) for w in weights]
+    order = sorted(range(len(shapes)), key=lambda i: sizes[i] / weights[i] if weights[i] > 0 else 0.0)
+    alloc, remaining, weight_left = [0] * len(shapes), proj_dim, sum(weights)
+    for left, index in enumerate(order):  # the matrices that saturate first go first
+        floor = len(shapes) - left - 1  # one float kept for each matrix still to come
+        share = int(remaining * weights[index] / weight_left) if weight_left > 0 else 0
+        alloc[index] = max(1, min(sizes[index], share, remaining - floor))
         remaining -= alloc[index]
+        weight_left -= weights[index]
     return [_fit(rows, cols, budget) for (rows, cols), budget in zip(shapes, alloc, strict=True)]
 
 
@@ -59,8 +74,10 @@ def _fit(rows: int, cols: int, budget: int) -> MatrixPlan:
 class KroneckerProjector:
     """Projects per-example weight gradients G (B, rows, cols) of each LoRA matrix to (B, k_rows·k_cols)."""
 
-    def __init__(self, shapes: list[tuple[int, int]], proj_dim: int | None, seed: int) -> None:
-        self.plans = plan_projection(shapes, proj_dim)
+    def __init__(
+        self, shapes: list[tuple[int, int]], proj_dim: int | None, seed: int, weights: Sequence[float] | None = None
+    ) -> None:
+        self.plans = plan_projection(shapes, proj_dim, weights)
         self.seed = seed
         self.offsets = [0]
         for plan in self.plans:

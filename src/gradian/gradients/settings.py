@@ -19,6 +19,8 @@ class GradientSettings:
     max_tokens: int = field(default=16384, metadata={"help": "most padded tokens (rows × longest row) in one batch"})
     store_dtype: str = field(default="float16", metadata={"help": "dtype of features on disk: float16 | float32"})
     padding_side: str = field(default="right", metadata={"help": "right | left; results agree up to rounding"})
+    budget_weights: tuple[float, ...] | None = field(default=None, metadata={
+        "help": "share of proj_dim per LoRA matrix, PEFT's order (gradient energy, see gradients.energy); None: equal"})
 
     def __post_init__(self) -> None:
         if self.proj_dim is not None and self.proj_dim < 1:
@@ -31,4 +33,7 @@ class GradientSettings:
             raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if self.budget_weights is not None:  # as JSON reads it back, so a store's settings compare equal
+            values["budget_weights"] = list(self.budget_weights)
+        return values
