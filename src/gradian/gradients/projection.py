@@ -3,8 +3,9 @@
 A weight gradient G (out, in) is mapped to Lᵀ G R (k_out, k_in) with Gaussian L (out, k_out) and
 R (in, k_in) scaled by 1/√k, so E[⟨Lᵀ G₁ R, Lᵀ G₂ R⟩] = ⟨G₁, G₂⟩ (a Johnson–Lindenstrauss map of vec G by
 R ⊗ L). A side that fits its share is kept exact (L or R = identity): LoRA's rank side usually is.
-The budget `proj_dim` is shared over the matrices by water-filling (small matrices stay exact, the rest
-split what is left); when every LoRA weight fits, nothing is projected. Each matrix's random factors come
+The budget `proj_dim` is shared over the matrices by water-filling, in equal shares or in shares by given
+weights (gradient energy, see `gradients.energy`): a matrix smaller than its share stays exact, the rest
+split what is left; when every LoRA weight fits, nothing is projected. Each matrix's random factors come
 from a generator seeded by (seed, matrix index), so shards, reruns and queries use the same projector.
 """
 
@@ -48,7 +49,7 @@ def plan_projection(
         raise ValueError(f"proj_dim={proj_dim} is smaller than the number of LoRA matrices ({len(shapes)})")
     if weights is not None and (len(weights) != len(shapes) or not all(w >= 0 for w in weights)):
         raise ValueError(f"need one weight ≥ 0 per LoRA matrix ({len(shapes)}), got {len(weights)}")
-    weights = [1.0] * len(shapes) if weights is None or not sum(weights) > 0 else [max(w, 0.0) for w in weights]
+    weights = [1.0] * len(shapes) if weights is None or not sum(weights) > 0 else list(weights)
     order = sorted(range(len(shapes)), key=lambda i: sizes[i] / weights[i] if weights[i] > 0 else 0.0)
     alloc, remaining, weight_left = [0] * len(shapes), proj_dim, sum(weights)
     for left, index in enumerate(order):  # the matrices that saturate first go first
