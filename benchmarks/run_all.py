@@ -452,9 +452,8 @@ def main() -> None:
         (args.root / "results.json").write_text(json.dumps({"verdicts": verdicts, "methods": methods}, indent=2))
     saved_speed = args.root / "speed.md"
     if args.skip_speed and saved_speed.exists():  # the tables of the last speed run, not rerun
-        speed = saved_speed.read_text().splitlines()
-        if not args.from_results:
-            speed = ["(Speed tables from the last run with speed, not rerun with the tables above.)", "", *speed]
+        speed = ["(These tables come from the last run that measured speed, not necessarily the one above.)", "",
+                 *saved_speed.read_text().splitlines()]
     else:
         speed = speed_tables(args.skip_speed)
         saved_speed.write_text("\n".join(speed))
