@@ -165,6 +165,28 @@ def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[li
     return batches
 
 
+def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = None) -> list[int]:
+    """Indices of the trained rows (`dropped` skipped), in order; with `max_rows`, a sample seeded by `seed`."""
+    rows = [i for i, row in enumerate(rendered) if not row.dropped]
+    if max_rows is not None and len(rows) > max_rows:
+        picked = np.random.default_rng(seed).choice(len(rows), size=max_rows, replace=False)
+        rows = [rows[i] for i in sorted(picked)]
+    return rows
+
+
+def row_batches(
+    model: nn.Module, rendered: list[Rendered], rows: list[int], settings: GradientSettings,
+    progress: Progress | None = None,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """`rows` of `rendered`, batched as extraction batches them, collated on the model's device."""
+    device = next(model.parameters()).device
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    batches = plan_batches({i: len(rendered[i].input_ids) for i in rows}, settings)
+    for batch_rows in progress(batches) if progress is not None else batches:
+        pairs = [(rendered[i].input_ids, rendered[i].labels) for i in batch_rows]
+        yield {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
+
+
 def extract_train_features(
     model: nn.Module,
     rendered: list[Rendered],

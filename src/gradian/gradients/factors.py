@@ -15,7 +15,6 @@ the labels fall. Accumulated in float64; dropout off, losses as extraction sums 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,12 +22,10 @@ import torch
 from torch import nn
 
 from gradian.data.render import Rendered
-from gradian.gradients.extract import collate, dropout_off, lora_backward, plan_batches
+from gradian.gradients.extract import Progress, dropout_off, lora_backward, row_batches, sampled_rows
 from gradian.gradients.hooks import LoraMatrix, lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
-
-Progress = Callable[[Iterable], Iterable]
 
 
 @dataclass
@@ -50,21 +47,14 @@ def fit_factors(
     max_rows: int | None = None,
 ) -> KroneckerFactors:
     """A and S of every LoRA matrix over the trained rows (`dropped` skipped); `max_rows` = a seeded sample."""
-    rows = [i for i, row in enumerate(rendered) if not row.dropped]
-    if max_rows is not None and len(rows) > max_rows:
-        picked = np.random.default_rng(settings.seed).choice(len(rows), size=max_rows, replace=False)
-        rows = [rows[i] for i in sorted(picked)]
+    rows = sampled_rows(rendered, settings.seed, max_rows)
     matrices = lora_matrices(model)
     device = next(model.parameters()).device
     sums_a = [torch.zeros(p.k_cols, p.k_cols, dtype=torch.float64, device=device) for p in projector.plans]
     sums_s = [torch.zeros(p.k_rows, p.k_rows, dtype=torch.float64, device=device) for p in projector.plans]
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
-    batches = plan_batches({i: len(rendered[i].input_ids) for i in rows}, settings)
     n_tokens = 0
     with dropout_off(model):  # as extraction
-        for batch_rows in progress(batches) if progress is not None else batches:
-            pairs = [(rendered[i].input_ids, rendered[i].labels) for i in batch_rows]
-            batch = {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
+        for batch in row_batches(model, rendered, rows, settings, progress):
             _accumulate(model, matrices, projector, batch, sums_a, sums_s)
             n_tokens += int(batch["attention_mask"].sum())
     return KroneckerFactors(
