@@ -25,7 +25,6 @@ the mean over queries of the Spearman correlation with Gradian's exact (unprojec
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -44,7 +43,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gradian.data.render import Rendered
-from gradian.gradients.energy import gradient_energy
+from gradian.gradients.energy import shared_by_energy
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
@@ -100,8 +99,8 @@ def make_job(name: str, n_train: int, n_queries: int) -> Job:
 # ---------------------------------------------------------------------------------------------- Gradian
 def run_gradian(job: Job, proj: int | None, energy: bool = False) -> np.ndarray:
     settings = GradientSettings(proj_dim=proj, batch_size=BATCH)
-    if energy and proj is not None:  # `attribute --proj-budget energy`: shares from 64 sampled training rows
-        settings = dataclasses.replace(settings, budget_weights=gradient_energy(job.model, job.train, settings))
+    if energy:  # `attribute --proj-budget energy`: shares from 64 sampled training rows
+        settings = shared_by_energy(job.model, job.train, settings)
     pairs = [
         QueryPair(r.example_id, r.input_ids[: r.prompt_length], r.input_ids[r.prompt_length :]) for r in job.queries
     ]

@@ -21,7 +21,6 @@ Every figure comes from this run; nothing is typed in.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import platform
 import re
@@ -37,7 +36,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from gradian import __version__
 from gradian.attribute import attribute, base_kind, query_pairs
 from gradian.audit import diagnose
-from gradian.gradients.energy import gradient_energy
+from gradian.gradients.energy import shared_by_energy
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.regression.capabilities import get_capability
@@ -90,6 +89,8 @@ def prepared(settings: AttributeSettings):
                                     batch_size=settings.batch_size)
     gradient = GradientSettings(proj_dim=settings.proj_dim or GradientSettings().proj_dim, seed=settings.seed,
                                 batch_size=settings.batch_size)
+    if settings.proj_budget == "energy":  # as `attribute` shares the budget, so its store is the one reused
+        gradient = shared_by_energy(model, audit.rendered, gradient)
     store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
     return audit, model, tokenizer, capability, regression, gradient, store
 
@@ -134,7 +135,7 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
 
 def energy_shares(settings, model, tokenizer, audit, capability, regression, gradient, queries) -> dict[str, np.ndarray]:
     """The same queries with the projection budget shared by gradient energy (`--proj-budget energy`)."""
-    energy = dataclasses.replace(gradient, budget_weights=gradient_energy(model, audit.rendered, gradient))
+    energy = shared_by_energy(model, audit.rendered, gradient)
     store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients-energy", settings=energy)
     checkpoints = checkpoint_weights(settings.run)
     effects = {}

@@ -6,7 +6,6 @@ writes its artifact into the output folder; a rerun reuses cached generations an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -24,7 +23,7 @@ from gradian.data.examples import Example
 from gradian.data.render import render_example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
-from gradian.gradients.energy import gradient_energy
+from gradian.gradients.energy import shared_by_energy
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
@@ -94,9 +93,9 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
     gradient_settings = GradientSettings(proj_dim=_proj_dim(settings), seed=settings.seed,
                                          batch_size=settings.batch_size)
-    if settings.proj_budget == "energy" and not make_projector(model, gradient_settings).is_exact:
-        weights = gradient_energy(model, audit.rendered, gradient_settings, scale=scale, progress=_wrap(bar, "energy"))
-        gradient_settings = dataclasses.replace(gradient_settings, budget_weights=weights)
+    if settings.proj_budget == "energy":
+        gradient_settings = shared_by_energy(model, audit.rendered, gradient_settings, scale=scale,
+                                             progress=_wrap(bar, "energy"))
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
                                    progress=_wrap(bar, "gradients"), scale=scale)
 

@@ -9,11 +9,21 @@ equal shares give about 24 times the variance of shares by energy.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
 from gradian.data.render import Rendered
-from gradian.gradients.extract import ParameterScale, Progress, dropout_off, lora_backward, row_batches, sampled_rows
+from gradian.gradients.extract import (
+    ParameterScale,
+    Progress,
+    dropout_off,
+    lora_backward,
+    make_projector,
+    row_batches,
+    sampled_rows,
+)
 from gradian.gradients.hooks import capture_gradients, lora_matrices
 from gradian.gradients.settings import GradientSettings
 
@@ -45,3 +55,18 @@ def gradient_energy(
             with capture_gradients(matrices, batch["attention_mask"], on_grad):
                 lora_backward(model, matrices, batch)
     return tuple(float(total) / max(len(rows), 1) for total in totals)
+
+
+def shared_by_energy(
+    model: nn.Module,
+    rendered: list[Rendered],
+    settings: GradientSettings,
+    *,
+    scale: ParameterScale | None = None,
+    progress: Progress | None = None,
+) -> GradientSettings:
+    """`settings` with `budget_weights` from `gradient_energy`; unchanged when nothing is projected."""
+    if make_projector(model, settings).is_exact:
+        return settings
+    weights = gradient_energy(model, rendered, settings, scale=scale, progress=progress)
+    return dataclasses.replace(settings, budget_weights=weights)
