@@ -4,8 +4,9 @@ Each tool runs in its own process on the same random-weight Llama + LoRA (all-li
 lora_B) from `gradient_speed.py`, the same N training rows and Q query rows, and is timed END TO END from
 a built model to a (Q, N) matrix of training rows against queries on the LoRA weights only:
 
-- gradian         extract_train_features + query_features (naive: ∇log p(answer)) + score, identity
-- gradian-energy  the same, the budget shared over the LoRA matrices by gradient energy (--proj-budget energy)
+- gradian         extract_train_features + query_features (naive: ∇log p(answer)) + score, identity; the budget
+                  shared over the LoRA matrices by gradient energy on 64 sampled rows, as `attribute` shares it
+- gradian-size    the same, the budget shared equally (--proj-budget size)
 - kronfluence     EK-FAC: fit_all_factors (covariances, eigendecomposition, eigenvalue correction)
                   + compute_pairwise_scores, tracked modules = the LoRA A/B linears
 - traker          TRAKer featurize + finalize_features + score + finalize_scores, output f = log p(answer)
@@ -43,17 +44,18 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gradian.data.render import Rendered
-from gradian.gradients.energy import shared_by_energy
+from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score
+from gradian.settings import AttributeSettings
 from gradient_speed import SHAPES, build, make_rows
 
 BATCH = 16
 TOOLS = (
     "gradian",
-    "gradian-energy",
+    "gradian-size",
     "kronfluence",
     "traker",
     "dattri-trak",
@@ -64,7 +66,7 @@ TOOLS = (
 VMAP_TOOLS = ("traker", "dattri-trak", "dattri-tracin", "dattri-tracin-exact")
 LABELS = {
     "gradian": "Gradian (identity)",
-    "gradian-energy": "Gradian (identity), budget shared by gradient energy",
+    "gradian-size": "Gradian (identity), budget shared equally",
     "kronfluence": "kronfluence EK-FAC",
     "traker": "traker TRAK",
     "dattri-trak": "dattri TRAK",
@@ -97,10 +99,8 @@ def make_job(name: str, n_train: int, n_queries: int) -> Job:
 
 
 # ---------------------------------------------------------------------------------------------- Gradian
-def run_gradian(job: Job, proj: int | None, energy: bool = False) -> np.ndarray:
-    settings = GradientSettings(proj_dim=proj, batch_size=BATCH)
-    if energy:  # `attribute --proj-budget energy`: shares from 64 sampled training rows
-        settings = shared_by_energy(job.model, job.train, settings)
+def run_gradian(job: Job, proj: int | None, budget: str = AttributeSettings().proj_budget) -> np.ndarray:
+    settings = share_budget(job.model, job.train, GradientSettings(proj_dim=proj, batch_size=BATCH), budget)
     pairs = [
         QueryPair(r.example_id, r.input_ids[: r.prompt_length], r.input_ids[r.prompt_length :]) for r in job.queries
     ]
@@ -340,7 +340,7 @@ def run_tool(tool: str, job: Job, out_dir: str, lambda_reg: float) -> np.ndarray
     runners: dict[str, Callable[[], np.ndarray]] = {
         "reference": lambda: run_gradian(job, None),
         "gradian": lambda: run_gradian(job, job.proj),
-        "gradian-energy": lambda: run_gradian(job, job.proj, energy=True),
+        "gradian-size": lambda: run_gradian(job, job.proj, budget="size"),
         "kronfluence": lambda: run_kronfluence(job, out_dir),
         "traker": lambda: run_traker(job, out_dir, lambda_reg),
         "dattri-trak": lambda: run_dattri_trak(job, lambda_reg),

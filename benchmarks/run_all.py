@@ -21,6 +21,7 @@ Every figure comes from this run; nothing is typed in.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import re
@@ -36,7 +37,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from gradian import __version__
 from gradian.attribute import attribute, base_kind, query_pairs
 from gradian.audit import diagnose
-from gradian.gradients.energy import shared_by_energy
+from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.regression.capabilities import get_capability
@@ -48,7 +49,7 @@ from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
-from gradian.settings import AttributeSettings
+from gradian.settings import PROJ_BUDGETS, AttributeSettings
 
 HERE = Path(__file__).resolve().parent
 CAUSE_CHECKS = {"pad-eos": "pad_eos_masking", "no-eos": "missing_eos", "prompt-loss": "prompt_loss",
@@ -89,8 +90,8 @@ def prepared(settings: AttributeSettings):
                                     batch_size=settings.batch_size)
     gradient = GradientSettings(proj_dim=settings.proj_dim or GradientSettings().proj_dim, seed=settings.seed,
                                 batch_size=settings.batch_size)
-    if settings.proj_budget == "energy":  # as `attribute` shares the budget, so its store is the one reused
-        gradient = shared_by_energy(model, audit.rendered, gradient)
+    gradient = share_budget(model, audit.rendered, gradient, settings.proj_budget,  # as `attribute` shares it, so
+                            cache=Path(settings.out) / "projection-shares.json")  # its store is the one reused
     store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
     return audit, model, tokenizer, capability, regression, gradient, store
 
@@ -120,34 +121,35 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
         if query == settings.query:
             effects.update(curvature_variants(model, audit.rendered, gradient, store, q, query))
     for dim in SMALL_PROJ_DIMS:  # noisier features: does any query kind hold up better than naive?
-        small = GradientSettings(proj_dim=dim, seed=settings.seed, batch_size=settings.batch_size)
+        small = dataclasses.replace(gradient, proj_dim=dim)  # shared as the default shares its budget
         small_store = extract_train_features(model, audit.rendered, Path(settings.out) / f"gradients-{dim}",
                                              settings=small)
         for query in ("naive", "contrastive", settings.query):
             pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
             q = query_features(model, pairs, kind=base_kind(query), settings=small)
             effects[f"{query} · identity, {dim} floats"] = total_effect(score(small_store, q, unit_norm_train=True))
-    effects.update(energy_shares(settings, model, tokenizer, audit, capability, regression, gradient,
-                                 ("naive", "contrastive", settings.query)))
+    effects.update(other_budget(settings, model, tokenizer, audit, capability, regression, gradient,
+                                ("naive", "contrastive", settings.query)))
     effects["text similarity (TF-IDF)"] = -text_similarity(audit.examples, regression)
     return effects
 
 
-def energy_shares(settings, model, tokenizer, audit, capability, regression, gradient, queries) -> dict[str, np.ndarray]:
-    """The same queries with the projection budget shared by gradient energy (`--proj-budget energy`)."""
-    energy = shared_by_energy(model, audit.rendered, gradient)
-    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients-energy", settings=energy)
+def other_budget(settings, model, tokenizer, audit, capability, regression, gradient, queries) -> dict[str, np.ndarray]:
+    """The same queries with the projection budget shared the other way than the default's (`--proj-budget`)."""
+    other = next(budget for budget in PROJ_BUDGETS if budget != settings.proj_budget)
+    shared = share_budget(model, audit.rendered, gradient, other)
+    store = extract_train_features(model, audit.rendered, Path(settings.out) / f"gradients-{other}", settings=shared)
     checkpoints = checkpoint_weights(settings.run)
     effects = {}
     for query in queries:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
-        q = query_features(model, pairs, kind=base_kind(query), settings=energy)
-        effects[f"{query} · identity, shares by energy"] = total_effect(score(store, q, unit_norm_train=True))
+        q = query_features(model, pairs, kind=base_kind(query), settings=shared)
+        effects[f"{query} · identity, shares by {other}"] = total_effect(score(store, q, unit_norm_train=True))
         if checkpoints:
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints,
-                                       Path(settings.out) / "gradients-checkpoints-energy", settings=energy,
+                                       Path(settings.out) / f"gradients-checkpoints-{other}", settings=shared,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
-            effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints, shares by energy"] = (
+            effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints, shares by {other}"] = (
                 total_effect(tracin))
     return effects
 
@@ -317,7 +319,7 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
               "not the absolute rates).", "", *speed, *gpu_section()]
     fidelity = args.root / "fidelity.md"
     if fidelity.exists():  # written from benchmarks/peer_speed.py's Gradian rows (run on its own)
-        lines += ["## Projection: equal shares or shares by gradient energy", "", FIDELITY_WHY, "",
+        lines += ["## Projection: shares by gradient energy or equal shares", "", FIDELITY_WHY, "",
                   fidelity.read_text().strip(), ""]
     return "\n".join(lines) + "\n"
 
@@ -392,6 +394,10 @@ otherwise, or with `--checkpoints off`).
   fall on seeds where the tiny model writes another order number than the reference before it breaks the
   format: their first divergent token is then a content token. The repair keeps the model's own content, so its
   first divergence is the format decision.
+- **Why the projection is shared by gradient energy.** Most of a LoRA gradient's energy sits in a few matrices;
+  equal shares spend most floats on the rest. On the SmolLM2 summary story the default's rows against their
+  `shares by size` twins show what that costs when the culprits' signal is weak; on the tiny world and the plain
+  SmolLM2 story both splits sit at or near the ceiling (the section at the end of this page).
 - Curvature estimated from the training rows themselves counts the planted cluster's shared direction as
   curvature, and inverting it discounts exactly the direction the culprits push: Gauss-Newton (one dense
   inverse over all 8,192 floats) falls to or below random at low damping and recovers only partly at 10 × the
@@ -413,13 +419,16 @@ query moves the ranking (compare the naive and contrastive rows of that story)."
 
 
 FIDELITY_WHY = """\
-The default budget of 8,192 floats is shared equally over the LoRA matrices (`--proj-budget size`). On the
-SmolLM2 shape that is about 19 floats for each of 420 matrices, while most of the gradient energy sits in a few
-of them (the 10 largest hold 59%), so projected scores correlate with exact ones at about 0.4.
-`--proj-budget energy` shares the budget by each matrix's mean squared gradient norm on 64 sampled training
-rows, the split that minimises the variance of projected inner products. It costs one extra pass over those
-rows (here the whole 32-row job, hence the time). The culprit-recovery tables above have `shares by energy` rows
-for the same queries; the default stays `size` until the SmolLM2 stories show which wins."""
+The projected budget (8,192 floats by default) is shared over the LoRA matrices by each matrix's mean squared
+gradient norm on 64 sampled training rows (`--proj-budget energy`, the default), the split that minimises the
+variance of projected inner products; `--proj-budget size` shares it equally. On the SmolLM2 shape equal shares
+give about 19 floats to each of 420 matrices, while the 10 largest hold 59% of the gradient energy. The table
+below times both on the peer job of that shape; its last column is how well each keeps the exact scores'
+ranking. Shares by energy cost one extra pass over those 64 rows (on this 32-row job, the whole job again).
+
+Which split finds the culprits: the recovery tables have `shares by size` rows beside the default's, the same
+queries on equal shares. On the tiny world (19,456 LoRA weights) the two are about even. The SmolLM2 summary
+story decided the default: free text, culprits' signal weak, every projected float counts."""
 
 
 def gpu_section() -> list[str]:

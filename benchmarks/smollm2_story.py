@@ -27,7 +27,7 @@ from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
-from run_all import energy_shares, prepared
+from run_all import other_budget, prepared
 
 QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 
@@ -51,8 +51,8 @@ def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
-    effects.update(energy_shares(settings, model, tokenizer, audit, capability, regression, gradient,
-                                 ("naive", "contrastive", settings.query)))
+    effects.update(other_budget(settings, model, tokenizer, audit, capability, regression, gradient,
+                                ("naive", "contrastive", settings.query)))
     return effects
 
 

@@ -107,14 +107,16 @@ def test_curvature_and_checkpoints_still_find_the_truncated_cluster(truncated, o
 
 
 def test_energy_shares_of_a_projection_are_recorded_and_still_find_the_truncated_cluster(truncated, tmp_path):
+    """The default shares a projected budget by gradient energy, and keeps the shares for a rerun."""
     folder, _, _, truth = truncated
-    report, _ = run(folder, tmp_path / "report", proj_dim=1024, proj_budget="energy")  # projected: 1,024 floats
+    report, _ = run(folder, tmp_path / "report", proj_dim=1024)  # projected: 1,024 floats
     metrics = culprit_metrics(*effect_of(report), truth)
     assert metrics["auprc"] >= 0.9, metrics
     meta = json.loads((tmp_path / "report" / "gradients" / "settings.json").read_text())
     weights, plans = meta["gradient"]["budget_weights"], meta["projection"]["plans"]
     assert len(weights) == len(plans) == len(meta["matrices"]) and min(weights) >= 0 and max(weights) > 0
     assert meta["projection"]["dim"] <= 1024
+    assert json.loads((tmp_path / "report" / "projection-shares.json").read_text())["weights"] == weights
 
 
 def test_default_sums_over_the_run_checkpoints(truncated):

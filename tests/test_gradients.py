@@ -132,3 +132,28 @@ def test_gradient_energy_equals_per_matrix_norms_of_the_naive_loop(tiny_tokenize
     sampled = torch.tensor(gradient_energy(model, rendered, GradientSettings(), max_rows=2), dtype=torch.float64)
     assert any(torch.allclose(sampled, per_matrix[list(pair)].mean(0), rtol=1e-9, atol=0)
                for pair in combinations(range(4), 2))
+
+
+def test_budget_shares_are_kept_for_a_rerun_and_redone_for_another_adapter(tiny_tokenizer, tmp_path, monkeypatch):
+    """A rerun must reuse the shares it stored: recomputed ones may differ in the last bit and void the features."""
+    from gradian.data.render import Rendered
+    from gradian.gradients import energy
+
+    model = lora_model(tiny_tokenizer, "all-linear")
+    rendered = [Rendered(str(i), ids, labels, len(ids), 0) for i, (ids, labels) in enumerate(
+        rows(len(tiny_tokenizer)))]
+    settings, cache = GradientSettings(proj_dim=64), tmp_path / "projection-shares.json"
+    first = energy.share_budget(model, rendered, settings, "energy", cache=cache)
+    assert first.budget_weights is not None and cache.exists()
+    assert energy.share_budget(model, rendered, settings, "size", cache=cache).budget_weights is None
+    computed = []
+    monkeypatch.setattr(energy, "gradient_energy", lambda *a, **k: computed.append(1) or (1.0,) * len(
+        first.budget_weights))
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache) == first and not computed
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.5)  # another adapter
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache).budget_weights == (1.0,) * len(
+        first.budget_weights) and computed == [1]
+    cache.write_text("{not json")  # a damaged file is recomputed, not an error
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache).budget_weights is not None
+    assert computed == [1, 1]

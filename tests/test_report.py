@@ -4,7 +4,9 @@ dataset is the original minus the culprits, and user text is escaped in the HTML
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from html import unescape
 from pathlib import Path
 
@@ -103,6 +105,17 @@ def test_write_report_produces_every_file_and_json_round_trips(run):
     assert "invoice" in top["name"]
     assert {"id", "effect", "cluster", "flags"} <= set(loaded["examples"][0])
     assert {"edges", "counts"} <= set(loaded["charts"]["effect_histogram"])
+
+
+def test_report_files_have_the_permissions_of_any_new_file(tmp_path, run):
+    """The team reads the report: files follow the umask (0644 under 022), not a private temporary file's 0600."""
+    previous = os.umask(0o022)
+    try:
+        written = write_report(tmp_path / "shared", run["report"], run["examples"])
+    finally:
+        os.umask(previous)
+    assert {name: stat.S_IMODE(path.stat().st_mode) for name, path in written.items()} == dict.fromkeys(written, 0o644)
+    assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == sorted(written), "a temporary file was left"
 
 
 def test_culprits_carry_raw_row_and_cleaned_is_original_minus_culprits(run):

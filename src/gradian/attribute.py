@@ -7,7 +7,6 @@ writes its artifact into the output folder; a rerun reuses cached generations an
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,8 @@ from gradian.data.examples import Example
 from gradian.data.render import render_example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
-from gradian.gradients.energy import shared_by_energy
+from gradian.files import atomic_write
+from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
@@ -93,9 +93,8 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
     gradient_settings = GradientSettings(proj_dim=_proj_dim(settings), seed=settings.seed,
                                          batch_size=settings.batch_size)
-    if settings.proj_budget == "energy":
-        gradient_settings = shared_by_energy(model, audit.rendered, gradient_settings, scale=scale,
-                                             progress=_wrap(bar, "energy"))
+    gradient_settings = share_budget(model, audit.rendered, gradient_settings, settings.proj_budget, scale=scale,
+                                     progress=_wrap(bar, "projection shares"), cache=out / "projection-shares.json")
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
                                    progress=_wrap(bar, "gradients"), scale=scale)
 
@@ -289,9 +288,7 @@ def _writable(out: Path) -> Path:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, default=str))
 
 
 def _wrap(bar: Bar | None, label: str) -> Callable[[Iterable], Iterable] | None:

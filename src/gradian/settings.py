@@ -11,7 +11,7 @@ QUERY_KINDS = (
 )
 PRECONDITIONERS = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 CHECKPOINT_MODES = ("auto", "on", "off")
-PROJ_BUDGETS = ("size", "energy")
+PROJ_BUDGETS = ("energy", "size")
 
 
 @dataclass
@@ -33,9 +33,10 @@ class AttributeSettings:
         "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; "
                 "auto: when the run has them and the preconditioner is identity; on; off: the final adapter only"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
-    proj_budget: str = field(default="size", metadata={
-        "help": "how proj_dim is shared over the LoRA matrices when they are projected: size (equal shares) or "
-                "energy (shares ∝ each matrix's gradient energy on a sample of training rows)"})
+    proj_budget: str = field(default="energy", metadata={
+        "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
+                "matrix's gradient energy on 64 sampled training rows; one extra pass over them) or size (equal "
+                "shares)"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})

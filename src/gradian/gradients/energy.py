@@ -10,11 +10,15 @@ equal shares give about 24 times the variance of shares by energy.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from gradian.data.render import Rendered
+from gradian.files import atomic_write
 from gradian.gradients.extract import (
     ParameterScale,
     Progress,
@@ -24,8 +28,10 @@ from gradian.gradients.extract import (
     row_batches,
     sampled_rows,
 )
-from gradian.gradients.hooks import capture_gradients, lora_matrices
+from gradian.gradients.hooks import capture_gradients, lora_fingerprint, lora_matrices
 from gradian.gradients.settings import GradientSettings
+
+ENERGY_ROWS = 64  # training rows sampled for the shares
 
 
 def gradient_energy(
@@ -33,7 +39,7 @@ def gradient_energy(
     rendered: list[Rendered],
     settings: GradientSettings,
     *,
-    max_rows: int = 64,
+    max_rows: int = ENERGY_ROWS,
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
 ) -> tuple[float, ...]:
@@ -57,16 +63,41 @@ def gradient_energy(
     return tuple(float(total) / max(len(rows), 1) for total in totals)
 
 
-def shared_by_energy(
+def share_budget(
     model: nn.Module,
     rendered: list[Rendered],
     settings: GradientSettings,
+    budget: str,
     *,
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
+    cache: Path | None = None,
 ) -> GradientSettings:
-    """`settings` with `budget_weights` from `gradient_energy`; unchanged when nothing is projected."""
-    if make_projector(model, settings).is_exact:
-        return settings
-    weights = gradient_energy(model, rendered, settings, scale=scale, progress=progress)
+    """`settings` with the projection budget shared as `--proj-budget` says.
+
+    energy: `budget_weights` from `gradient_energy` (unchanged when nothing is projected); size: equal shares.
+    With `cache`, the weights are kept in that file, keyed by the adapter, the sampled rows and the scaling: a
+    rerun reuses them, so a float that a GPU sums in another order cannot change the projection and void the
+    features already stored.
+    """
+    if budget == "size" or make_projector(model, settings).is_exact:
+        return dataclasses.replace(settings, budget_weights=None)
+    rows = sampled_rows(rendered, settings.seed, ENERGY_ROWS)
+    key = {"adapter_sha256": lora_fingerprint(model), "scale": scale.name if scale is not None else "identity",
+           "rows_sha": hashlib.sha256(json.dumps([[rendered[i].input_ids, rendered[i].labels] for i in rows])
+                                      .encode()).hexdigest()}
+    weights = _cached(cache, key)
+    if weights is None:
+        weights = gradient_energy(model, rendered, settings, scale=scale, progress=progress)
+        if cache is not None:
+            atomic_write(cache, json.dumps({"key": key, "weights": weights}, indent=1))
     return dataclasses.replace(settings, budget_weights=weights)
+
+
+def _cached(cache: Path | None, key: dict) -> tuple[float, ...] | None:
+    """The weights in `cache` when it holds them for `key`; None when absent, stale or unreadable."""
+    try:
+        saved = json.loads(cache.read_text()) if cache is not None and cache.exists() else None
+        return tuple(float(w) for w in saved["weights"]) if saved and saved["key"] == key else None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None

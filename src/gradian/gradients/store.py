@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from gradian.errors import InputError
+from gradian.files import atomic_write
 
 
 def fingerprint(meta: dict[str, Any]) -> str:
@@ -34,13 +34,6 @@ def fingerprint(meta: dict[str, Any]) -> str:
 def shard_bounds(n_rows: int, rank: int, world: int) -> tuple[int, int]:
     """Contiguous block of rows that shard `rank` of `world` owns."""
     return n_rows * rank // world, n_rows * (rank + 1) // world
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        write(handle)  # no fsync: a killed process loses nothing; the page cache outlives it
-    os.replace(tmp, path)
 
 
 def _shard_name(key: str, rank: int, world: int) -> str:
@@ -60,8 +53,8 @@ class ShardWriter:
             if not stale.name.startswith(name):
                 stale.unlink()
         payload = json.dumps(meta, indent=2, sort_keys=True).encode()
-        _atomic_write(self.root / "settings.json", lambda handle: handle.write(payload))
-        _atomic_write(self.root / "ids.json", lambda handle: handle.write(json.dumps(ids).encode()))
+        atomic_write(self.root / "settings.json", payload)
+        atomic_write(self.root / "ids.json", json.dumps(ids))
         resumed = self._resume(stop - self.start, dim)
         if resumed is not None:
             self.features, self.done = resumed

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from gradian.data.examples import Example
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
+from gradian.files import atomic_write
 from gradian.gradients.hooks import lora_fingerprint
 from gradian.regression.capabilities import Capability, get_capability
 from gradian.regression.generation import Generation, generate, stop_token_ids
@@ -212,12 +212,6 @@ def _read_cache(out_dir: Path, settings: dict, n: int) -> tuple[list[Generation]
 def _write(out_dir: Path, rows: list[RegressionRow], settings: dict, summary: RegressionSummary) -> None:
     """Rows first, settings last: a run killed in between leaves settings that do not vouch for the rows."""
     (out_dir / SETTINGS).unlink(missing_ok=True)
-    _atomic_write(out_dir / GENERATIONS, "".join(json.dumps(row.to_dict(), ensure_ascii=False) + "\n" for row in rows))
-    _atomic_write(out_dir / SUMMARY, json.dumps(summary.to_dict(), indent=2) + "\n")
-    _atomic_write(out_dir / SETTINGS, json.dumps(settings, indent=2) + "\n")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write(out_dir / GENERATIONS, "".join(json.dumps(row.to_dict(), ensure_ascii=False) + "\n" for row in rows))
+    atomic_write(out_dir / SUMMARY, json.dumps(summary.to_dict(), indent=2) + "\n")
+    atomic_write(out_dir / SETTINGS, json.dumps(settings, indent=2) + "\n")

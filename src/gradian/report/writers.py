@@ -9,14 +9,13 @@ report.json lacks. User text (prompts, completions, ids, names) is escaped: HTML
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from gradian.data.examples import Example
+from gradian.files import atomic_write
 from gradian.report import charts
 from gradian.report.verdict import number, pct
 
@@ -28,26 +27,17 @@ def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Exa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {
-        "report.json": _write_text(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False,
+        "report.json": atomic_write(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False,
                                                                     allow_nan=False) + "\n"),
-        "report.md": _write_text(out / "report.md", render_markdown(report)),
-        "report.html": _write_text(out / "report.html", render_html(report)),
+        "report.md": atomic_write(out / "report.md", render_markdown(report)),
+        "report.html": atomic_write(out / "report.html", render_html(report)),
     }
     culprits = set(report["verdict"].get("culprit_ids") or [])
     if culprits:
         by_id = {row["id"]: row for row in report["examples"]}
-        written["culprits.jsonl"] = _write_text(out / "culprits.jsonl", _culprit_lines(examples, culprits, by_id))
-        written["train.cleaned.jsonl"] = _write_text(out / "train.cleaned.jsonl", cleaned_text(examples, culprits))
+        written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl", _culprit_lines(examples, culprits, by_id))
+        written["train.cleaned.jsonl"] = atomic_write(out / "train.cleaned.jsonl", cleaned_text(examples, culprits))
     return written
-
-
-def _write_text(path: Path, text: str) -> Path:
-    """Atomic write: a reader never sees half a report."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
-    return path
 
 
 def _culprit_lines(examples: list[Example], culprits: set[str], by_id: dict[str, dict[str, Any]]) -> str:
