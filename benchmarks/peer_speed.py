@@ -26,6 +26,7 @@ the mean over queries of the Spearman correlation with Gradian's exact (unprojec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -53,6 +54,7 @@ from gradian.settings import AttributeSettings
 from gradient_speed import SHAPES, build, make_rows
 
 BATCH = 16
+DEFAULT_BUDGET = next(f.default for f in dataclasses.fields(AttributeSettings) if f.name == "proj_budget")
 TOOLS = (
     "gradian",
     "gradian-size",
@@ -99,7 +101,7 @@ def make_job(name: str, n_train: int, n_queries: int) -> Job:
 
 
 # ---------------------------------------------------------------------------------------------- Gradian
-def run_gradian(job: Job, proj: int | None, budget: str = AttributeSettings().proj_budget) -> np.ndarray:
+def run_gradian(job: Job, proj: int | None, budget: str = DEFAULT_BUDGET) -> np.ndarray:
     settings = share_budget(job.model, job.train, GradientSettings(proj_dim=proj, batch_size=BATCH), budget)
     pairs = [
         QueryPair(r.example_id, r.input_ids[: r.prompt_length], r.input_ids[r.prompt_length :]) for r in job.queries

@@ -317,10 +317,7 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
                 lines += ["(Attributed before the default moved to TracIn-CP: the final adapter alone.)", ""]
     lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
               "not the absolute rates).", "", *speed, *gpu_section()]
-    fidelity = args.root / "fidelity.md"
-    if fidelity.exists():  # written from benchmarks/peer_speed.py's Gradian rows (run on its own)
-        lines += ["## Projection: shares by gradient energy or equal shares", "", FIDELITY_WHY, "",
-                  fidelity.read_text().strip(), ""]
+    lines += ["## Projection: shares by gradient energy or equal shares", "", FIDELITY_WHY, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -385,9 +382,8 @@ otherwise, or with `--checkpoints off`).
   On the tiny world every full-sequence query (naive, contrastive, repaired), with identity or Adam,
   unit-normalised or raw, ties at AUPRC 1.0, a ceiling: the planted rows are the only ones that teach the failing
   decision, and both queries point at it. Summed over the checkpoints, as the default does, the contrastive query
-  ranks the culprits at least as well as the naive one in every run, better in one run of each scenario (the
-  naive query lets clean rows into the top k), and sets them further apart from the clean rows in all six (the
-  run-by-run table below). The anatomy table measures why the naive query does not go wrong on the final adapter:
+  ranks the culprits at least as well as the naive one in every run, better where the naive query lets clean
+  rows into the top k, and sets them further apart from the clean rows (the run-by-run table below counts both). The anatomy table measures why the naive query does not go wrong on the final adapter:
   the model predicts the shared prefix almost surely, so those tokens add little to its gradient. With far fewer
   floats per row (the 32 and 128 rows) all kinds degrade together.
 - The reference-based first-token contrast (`contrastive-first`) and the base-model departure (`departure-first`)
@@ -422,9 +418,10 @@ FIDELITY_WHY = """\
 The projected budget (8,192 floats by default) is shared over the LoRA matrices by each matrix's mean squared
 gradient norm on 64 sampled training rows (`--proj-budget energy`, the default), the split that minimises the
 variance of projected inner products; `--proj-budget size` shares it equally. On the SmolLM2 shape equal shares
-give about 19 floats to each of 420 matrices, while the 10 largest hold 59% of the gradient energy. The table
-below times both on the peer job of that shape; its last column is how well each keeps the exact scores'
-ranking. Shares by energy cost one extra pass over those 64 rows (on this 32-row job, the whole job again).
+give about 19 floats to each of 420 matrices, while the 10 largest hold 59% of the gradient energy. The peer
+table on that shape (Speed, above) has both: `Gradian (identity)` shares by energy, `budget shared equally` does
+not; its last column is how well each keeps the exact scores' ranking. Shares by energy cost one extra pass over
+those 64 rows (on that 32-row job, the whole job again).
 
 Which split finds the culprits: the recovery tables have `shares by size` rows beside the default's, the same
 queries on equal shares. On the tiny world (19,456 LoRA weights) the two are about even. The SmolLM2 summary
