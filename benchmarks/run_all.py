@@ -383,9 +383,10 @@ otherwise, or with `--checkpoints off`).
   unit-normalised or raw, ties at AUPRC 1.0, a ceiling: the planted rows are the only ones that teach the failing
   decision, and both queries point at it. Summed over the checkpoints, as the default does, the contrastive query
   ranks the culprits at least as well as the naive one in every run, better where the naive query lets clean
-  rows into the top k, and sets them further apart from the clean rows (the run-by-run table below counts both). The anatomy table measures why the naive query does not go wrong on the final adapter:
-  the model predicts the shared prefix almost surely, so those tokens add little to its gradient. With far fewer
-  floats per row (the 32 and 128 rows) all kinds degrade together.
+  rows into the top k, and sets them further apart from the clean rows (the run-by-run table below counts both).
+  The anatomy table measures why the naive query does not go wrong on the final adapter: the model predicts the
+  shared prefix almost surely, so those tokens add little to its gradient. With far fewer floats per row (the 32
+  and 128 rows) all kinds degrade together.
 - The reference-based first-token contrast (`contrastive-first`) and the base-model departure (`departure-first`)
   fall on seeds where the tiny model writes another order number than the reference before it breaks the
   format: their first divergent token is then a content token. The repair keeps the model's own content, so its
@@ -421,7 +422,8 @@ variance of projected inner products; `--proj-budget size` shares it equally. On
 give about 19 floats to each of 420 matrices, while the 10 largest hold 59% of the gradient energy. The peer
 table on that shape (Speed, above) has both: `Gradian (identity)` shares by energy, `budget shared equally` does
 not; its last column is how well each keeps the exact scores' ranking. Shares by energy cost one extra pass over
-those 64 rows (on that 32-row job, the whole job again).
+those 64 rows, about as long as extracting them: on that 32-row job the whole job again, which is why equal
+shares (and dattri LoGra, far less faithful) finish first there. The pass does not grow with the training set.
 
 Which split finds the culprits: the recovery tables have `shares by size` rows beside the default's, the same
 queries on equal shares. On the tiny world (19,456 LoRA weights) the two are about even. The SmolLM2 summary
