@@ -10,7 +10,6 @@ equal shares give about 24 times the variance of shares by energy.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from gradian.gradients.extract import (
     lora_backward,
     make_projector,
     row_batches,
+    rows_sha,
     sampled_rows,
 )
 from gradian.gradients.hooks import capture_gradients, lora_fingerprint, lora_matrices
@@ -84,8 +84,7 @@ def share_budget(
         return dataclasses.replace(settings, budget_weights=None)
     rows = sampled_rows(rendered, settings.seed, ENERGY_ROWS)
     key = {"adapter_sha256": lora_fingerprint(model), "scale": scale.name if scale is not None else "identity",
-           "rows_sha": hashlib.sha256(json.dumps([[rendered[i].input_ids, rendered[i].labels] for i in rows])
-                                      .encode()).hexdigest()}
+           "rows_sha": rows_sha([rendered[i] for i in rows])}
     weights = _cached(cache, key)
     if weights is None:
         weights = gradient_energy(model, rendered, settings, scale=scale, progress=progress)

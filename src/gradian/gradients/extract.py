@@ -165,6 +165,11 @@ def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[li
     return batches
 
 
+def rows_sha(rendered: Sequence[Rendered]) -> str:
+    """A hash of the rows' tokens and labels: caches keyed by it are redone when a row is edited."""
+    return hashlib.sha256(json.dumps([[r.input_ids, r.labels] for r in rendered]).encode()).hexdigest()
+
+
 def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = None) -> list[int]:
     """Indices of the trained rows (`dropped` skipped), in order; with `max_rows`, a sample seeded by `seed`."""
     rows = [i for i, row in enumerate(rendered) if not row.dropped]
@@ -215,7 +220,7 @@ def extract_train_features(
         "n_rows": len(ids),
         "matrices": [m.name for m in matrices],
         "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
-        "rows_sha": hashlib.sha256(json.dumps([[r.input_ids, r.labels] for r in rendered]).encode()).hexdigest(),
+        "rows_sha": rows_sha(rendered),
         "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
     }
     writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
