@@ -53,6 +53,7 @@ def test_eval_rows_may_lack_the_reference(tmp_path):
 @pytest.mark.parametrize(("content", "line", "words"), [
     (b'{"text": "a"}\n{"text": \n', 2, "not valid JSON"),
     (b'{"text": "a"}\n{"foo": 1}\n', 2, "no known fields"),
+    (b'{"a\\nb": 1}\n', 1, 'no known fields (found: "a\\nb")'),  # a key's newline stays escaped: one line
     (b'{"text": "a"}\n{"text": "\xff\xfe"}\n', 2, "not UTF-8"),
     (b"", None, "empty"),
     (b'{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n', 2, "duplicate id"),
@@ -65,7 +66,7 @@ def test_bad_input_names_file_and_line(tmp_path, content, line, words):
     with pytest.raises(InputError) as error:
         read_dataset(path)
     assert error.value.path == str(path) and error.value.line == line
-    assert words in str(error.value) and str(error.value).startswith(str(path))
+    assert words in str(error.value) and str(error.value).startswith(str(path)) and "\n" not in str(error.value)
 
 
 def test_missing_file(tmp_path):

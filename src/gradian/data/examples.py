@@ -234,7 +234,7 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[
         if not isinstance(row["text"], str):
             raise InputError('"text" must be a string.', path, line)
         return {"text": row["text"]}
-    keys = ", ".join(sorted(row)) or "none"
+    keys = ", ".join(json.dumps(key) for key in sorted(row)) or "none"  # quoted: a key may hold a newline
     raise InputError(
         f"no known fields (found: {keys}); expected prompt/completion, messages, text or instruction/output.",
         path,
