@@ -102,12 +102,12 @@ def make_job(name: str, n_train: int, n_queries: int) -> Job:
 
 # ---------------------------------------------------------------------------------------------- Gradian
 def run_gradian(job: Job, proj: int | None, budget: str = DEFAULT_BUDGET) -> np.ndarray:
-    settings = share_budget(job.model, job.train, GradientSettings(proj_dim=proj, batch_size=BATCH), budget)
+    settings, sampled = share_budget(job.model, job.train, GradientSettings(proj_dim=proj, batch_size=BATCH), budget)
     pairs = [
         QueryPair(r.example_id, r.input_ids[: r.prompt_length], r.input_ids[r.prompt_length :]) for r in job.queries
     ]
     with tempfile.TemporaryDirectory() as store_dir:
-        store = extract_train_features(job.model, job.train, store_dir, settings=settings)
+        store = extract_train_features(job.model, job.train, store_dir, settings=settings, sampled=sampled)
         q = query_features(job.model, pairs, kind="naive", settings=settings)  # (Q, k), ∇log p, unit norm
         return score(store, q)  # (Q, N) = −q̂ᵀg_i = ∇NLL_q·∇NLL_i/‖∇NLL_q‖: the sign of a loss-gradient dot
 

@@ -90,9 +90,10 @@ def prepared(settings: AttributeSettings):
                                     batch_size=settings.batch_size)
     gradient = GradientSettings(proj_dim=settings.proj_dim or GradientSettings().proj_dim, seed=settings.seed,
                                 batch_size=settings.batch_size)
-    gradient = share_budget(model, audit.rendered, gradient, settings.proj_budget,  # as `attribute` shares it, so
-                            cache=Path(settings.out) / "projection-shares.json")  # its store is the one reused
-    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient)
+    gradient, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget,  # as `attribute` shares
+                                     cache=Path(settings.out) / "projection-shares.json")  # it: its store is reused
+    store = extract_train_features(model, audit.rendered, Path(settings.out) / "gradients", settings=gradient,
+                                   sampled=sampled)
     return audit, model, tokenizer, capability, regression, gradient, store
 
 
@@ -137,8 +138,9 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
 def other_budget(settings, model, tokenizer, audit, capability, regression, gradient, queries) -> dict[str, np.ndarray]:
     """The same queries with the projection budget shared the other way than the default's (`--proj-budget`)."""
     other = next(budget for budget in PROJ_BUDGETS if budget != settings.proj_budget)
-    shared = share_budget(model, audit.rendered, gradient, other)
-    store = extract_train_features(model, audit.rendered, Path(settings.out) / f"gradients-{other}", settings=shared)
+    shared, sampled = share_budget(model, audit.rendered, gradient, other)
+    store = extract_train_features(model, audit.rendered, Path(settings.out) / f"gradients-{other}", settings=shared,
+                                   sampled=sampled)
     checkpoints = checkpoint_weights(settings.run)
     effects = {}
     for query in queries:
@@ -421,9 +423,9 @@ gradient norm on 64 sampled training rows (`--proj-budget energy`, the default),
 variance of projected inner products; `--proj-budget size` shares it equally. On the SmolLM2 shape equal shares
 give about 19 floats to each of 420 matrices, while the 10 largest hold 59% of the gradient energy. The peer
 table on that shape (Speed, above) has both: `Gradian (identity)` shares by energy, `budget shared equally` does
-not; its last column is how well each keeps the exact scores' ranking. Shares by energy cost one extra pass over
-those 64 rows, about as long as extracting them: on that 32-row job the whole job again, which is why equal
-shares (and dattri LoGra, far less faithful) finish first there. The pass does not grow with the training set.
+not; its last column is how well each keeps the exact scores' ranking. Shares by energy take the exact gradients
+of 64 sampled rows; extraction then projects those (up to 1 GiB of them, 64 rows of the SmolLM2 shape in 625 MB)
+instead of computing them again, so the shares cost little time but raise peak memory by that much.
 
 Which split finds the culprits: the recovery tables have `shares by size` rows beside the default's, the same
 queries on equal shares. On the tiny world (19,456 LoRA weights) the two are about even. The SmolLM2 summary

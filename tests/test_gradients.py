@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -9,6 +12,7 @@ from peft import LoraConfig, get_peft_model
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE
 from gradian.gradients.extract import GradientSettings, collate, per_example_gradients, plan_batches, summed_nll
+from gradian.gradients.hooks import lora_matrices
 
 torch.set_num_threads(2)
 
@@ -119,7 +123,6 @@ def test_gradient_energy_equals_per_matrix_norms_of_the_naive_loop(tiny_tokenize
 
     from gradian.data.render import Rendered
     from gradian.gradients.energy import gradient_energy
-    from gradian.gradients.hooks import lora_matrices
 
     model = lora_model(tiny_tokenizer, "all-linear")
     data = rows(len(tiny_tokenizer), lengths=(7, 3, 11, 5, 9))
@@ -127,9 +130,16 @@ def test_gradient_energy_equals_per_matrix_norms_of_the_naive_loop(tiny_tokenize
     sizes = [m.size for m in lora_matrices(model)]
     per_matrix = torch.stack([part.square().sum(1) for part in naive_gradients(model, data[:4]).split(sizes, dim=1)],
                              dim=1)  # (4 rows, matrices)
-    energy = gradient_energy(model, rendered, GradientSettings(batch_size=3))
+    energy, kept = gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=1 << 30)
     assert torch.allclose(torch.tensor(energy, dtype=torch.float64), per_matrix.mean(0), rtol=1e-9, atol=0)
-    sampled = torch.tensor(gradient_energy(model, rendered, GradientSettings(), max_rows=2), dtype=torch.float64)
+    assert sorted(kept.rows) == [0, 1, 2, 3]  # the exact gradients come back, row by row
+    assert torch.allclose(kept.flat, naive_gradients(model, data[:4])[kept.rows], rtol=1e-9, atol=1e-11)
+    row_bytes = sum(sizes) * 8
+    _, kept = gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=3 * row_bytes)
+    assert len(kept.rows) == 3  # the first batch (3 rows) fits, the second would not
+    assert len(gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=2 * row_bytes)[1].rows) == 1
+    assert gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=row_bytes - 1)[1] is None
+    sampled = torch.tensor(gradient_energy(model, rendered, GradientSettings(), max_rows=2)[0], dtype=torch.float64)
     assert any(torch.allclose(sampled, per_matrix[list(pair)].mean(0), rtol=1e-9, atol=0)
                for pair in combinations(range(4), 2))
 
@@ -143,17 +153,46 @@ def test_budget_shares_are_kept_for_a_rerun_and_redone_for_another_adapter(tiny_
     rendered = [Rendered(str(i), ids, labels, len(ids), 0) for i, (ids, labels) in enumerate(
         rows(len(tiny_tokenizer)))]
     settings, cache = GradientSettings(proj_dim=64), tmp_path / "projection-shares.json"
-    first = energy.share_budget(model, rendered, settings, "energy", cache=cache)
-    assert first.budget_weights is not None and cache.exists()
-    assert energy.share_budget(model, rendered, settings, "size", cache=cache).budget_weights is None
+    first, sampled = energy.share_budget(model, rendered, settings, "energy", cache=cache)
+    assert first.budget_weights is not None and cache.exists() and sampled is not None
+    assert energy.share_budget(model, rendered, settings, "size", cache=cache) == (
+        dataclasses.replace(settings, budget_weights=None), None)
     computed = []
-    monkeypatch.setattr(energy, "gradient_energy", lambda *a, **k: computed.append(1) or (1.0,) * len(
-        first.budget_weights))
-    assert energy.share_budget(model, rendered, settings, "energy", cache=cache) == first and not computed
+    ones = (1.0,) * len(first.budget_weights)
+    monkeypatch.setattr(energy, "gradient_energy", lambda *a, **k: computed.append(1) or (ones, None))
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache) == (first, None) and not computed
     with torch.no_grad():
         next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.5)  # another adapter
-    assert energy.share_budget(model, rendered, settings, "energy", cache=cache).budget_weights == (1.0,) * len(
-        first.budget_weights) and computed == [1]
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache)[0].budget_weights == ones
+    assert computed == [1]
     cache.write_text("{not json")  # a damaged file is recomputed, not an error
-    assert energy.share_budget(model, rendered, settings, "energy", cache=cache).budget_weights is not None
+    assert energy.share_budget(model, rendered, settings, "energy", cache=cache)[0].budget_weights is not None
     assert computed == [1, 1]
+
+
+def test_extraction_projects_the_energy_pass_gradients_instead_of_computing_them_again(tiny_tokenizer, tmp_path,
+                                                                                        monkeypatch):
+    """Features of the sampled rows equal extraction's own (float64), and those rows are not backpropagated twice."""
+    from gradian.data.render import Rendered
+    from gradian.gradients import energy, extract
+
+    model = lora_model(tiny_tokenizer, "all-linear")
+    rendered = [Rendered(str(i), ids, labels, len(ids), 0) for i, (ids, labels) in enumerate(
+        rows(len(tiny_tokenizer), lengths=(7, 3, 11, 5, 9, 4, 6)))]
+    settings = GradientSettings(proj_dim=64, batch_size=2, store_dtype="float32")
+    settings, sampled = energy.share_budget(model, rendered, settings, "energy")
+    expected = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "cold", settings=settings))
+    backpropagated = []
+    real = extract.per_example_gradients
+    monkeypatch.setattr(extract, "per_example_gradients",
+                        lambda m, batch, *a, **k: backpropagated.append(len(batch["input_ids"])) or real(m, batch, *a,
+                                                                                                          **k))
+    sampled.rows, sampled.flat = sampled.rows[:4], sampled.flat[:4]  # as when only 4 rows fit in memory
+    sampled.key = extract.SampledGradients.key_of(model, rendered, sampled.rows, None)
+    warm = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "warm", settings=settings,
+                                                     sampled=sampled))
+    assert np.allclose(warm, expected, rtol=1e-6, atol=1e-9) and sum(backpropagated) == len(rendered) - 4
+    with pytest.raises(ValueError, match="another adapter"):
+        extract.extract_train_features(model, rendered, tmp_path / "scaled", settings=settings, sampled=sampled,
+                                       scale=extract.ParameterScale("adam:x", [torch.ones(m.shape) for m in
+                                                                               lora_matrices(model)]))

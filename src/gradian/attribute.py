@@ -93,10 +93,11 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
     gradient_settings = GradientSettings(proj_dim=_proj_dim(settings), seed=settings.seed,
                                          batch_size=settings.batch_size)
-    gradient_settings = share_budget(model, audit.rendered, gradient_settings, settings.proj_budget, scale=scale,
-                                     progress=_wrap(bar, "projection shares"), cache=out / "projection-shares.json")
+    gradient_settings, sampled = share_budget(model, audit.rendered, gradient_settings, settings.proj_budget,
+                                              scale=scale, progress=_wrap(bar, "projection shares"),
+                                              cache=out / "projection-shares.json")
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
-                                   progress=_wrap(bar, "gradients"), scale=scale)
+                                   progress=_wrap(bar, "gradients"), scale=scale, sampled=sampled)
 
     over = f", TracIn-CP over {len(checkpoints)} checkpoints" if checkpoints else ""
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner"

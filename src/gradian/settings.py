@@ -35,8 +35,8 @@ class AttributeSettings:
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
     proj_budget: str = field(default="energy", metadata={
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
-                "matrix's gradient energy on 64 sampled training rows; one extra pass over them) or size (equal "
-                "shares)"})
+                "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
+                "size (equal shares)"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})

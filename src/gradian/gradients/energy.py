@@ -5,6 +5,9 @@ two examples' features, for kₘ floats of the budget. For a fixed total Σ kₘ
 kₘ ∝ E‖gₘ‖², the matrix's mean squared gradient norm. The energy of LoRA gradients is concentrated: on
 SmolLM2-135M's shape (all-linear, r=8, random weights) the 10 largest of 420 matrices hold 59% of it, and
 equal shares give about 24 times the variance of shares by energy.
+
+The pass computes the sample's exact gradients; extraction projects those (up to `KEEP_BYTES`) once the
+shares fix the projection, so the sampled rows cost one backward, not two.
 """
 
 from __future__ import annotations
@@ -21,17 +24,17 @@ from gradian.files import atomic_write
 from gradian.gradients.extract import (
     ParameterScale,
     Progress,
-    dropout_off,
-    lora_backward,
+    SampledGradients,
     make_projector,
+    per_example_gradients,
     row_batches,
-    rows_sha,
     sampled_rows,
 )
-from gradian.gradients.hooks import capture_gradients, lora_fingerprint, lora_matrices
+from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
 
 ENERGY_ROWS = 64  # training rows sampled for the shares
+KEEP_BYTES = 1 << 30  # most memory for the sample's exact gradients, which extraction then projects, not recomputes
 
 
 def gradient_energy(
@@ -42,25 +45,30 @@ def gradient_energy(
     max_rows: int = ENERGY_ROWS,
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
-) -> tuple[float, ...]:
+    keep_bytes: int = 0,
+) -> tuple[tuple[float, ...], SampledGradients | None]:
     """Mean over a seeded sample of trained rows of ‖∇Wₘ‖²_F for every LoRA matrix m, PEFT's order.
 
-    Exact per-example gradients (no projection), scaled by `scale` first when the features will be.
+    Exact per-example gradients (no projection), scaled by `scale` first when the features will be. The
+    gradients of the sample's first batches, up to `keep_bytes`, come back too (None when none fit).
     """
     rows = sampled_rows(rendered, settings.seed, max_rows)
     matrices = lora_matrices(model)
+    sizes = [m.size for m in matrices]
     totals = torch.zeros(len(matrices), dtype=torch.float64)
-
-    def on_grad(index: int, grads: torch.Tensor) -> None:  # grads (B, out, in), one LoRA matrix
-        if scale is not None:
-            grads = grads * scale.tensors[index].to(grads)
-        totals[index] += grads.double().square().sum().cpu()
-
-    with dropout_off(model):
-        for batch in row_batches(model, rendered, rows, settings, progress):
-            with capture_gradients(matrices, batch["attention_mask"], on_grad):
-                lora_backward(model, matrices, batch)
-    return tuple(float(total) / max(len(rows), 1) for total in totals)
+    kept_rows: list[int] = []
+    kept: list[torch.Tensor] = []
+    for batch_rows, batch in row_batches(model, rendered, rows, settings, progress):
+        flat = per_example_gradients(model, batch, scale=scale, matrices=matrices)  # (B, Σ sizes), exact
+        totals += torch.stack([part.double().square().sum() for part in flat.split(sizes, dim=1)]).cpu()
+        if (len(kept_rows) + len(batch_rows)) * flat.shape[1] * flat.element_size() <= keep_bytes:
+            kept_rows += batch_rows
+            kept.append(flat.cpu())
+    energy = tuple(float(total) / max(len(rows), 1) for total in totals)
+    if not kept:
+        return energy, None
+    return energy, SampledGradients(kept_rows, torch.cat(kept), SampledGradients.key_of(model, rendered, kept_rows,
+                                                                                       scale))
 
 
 def share_budget(
@@ -72,25 +80,25 @@ def share_budget(
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
     cache: Path | None = None,
-) -> GradientSettings:
-    """`settings` with the projection budget shared as `--proj-budget` says.
+) -> tuple[GradientSettings, SampledGradients | None]:
+    """`settings` with the projection budget shared as `--proj-budget` says, and the energy pass's gradients.
 
     energy: `budget_weights` from `gradient_energy` (unchanged when nothing is projected); size: equal shares.
     With `cache`, the weights are kept in that file, keyed by the adapter, the sampled rows and the scaling: a
     rerun reuses them, so a float that a GPU sums in another order cannot change the projection and void the
-    features already stored.
+    features already stored. The sampled rows' exact gradients come back when this call computed them (else
+    None): pass them to `extract_train_features`, which projects them instead of computing them again.
     """
     if budget == "size" or make_projector(model, settings).is_exact:
-        return dataclasses.replace(settings, budget_weights=None)
-    rows = sampled_rows(rendered, settings.seed, ENERGY_ROWS)
-    key = {"adapter_sha256": lora_fingerprint(model), "scale": scale.name if scale is not None else "identity",
-           "rows_sha": rows_sha([rendered[i] for i in rows])}
-    weights = _cached(cache, key)
+        return dataclasses.replace(settings, budget_weights=None), None
+    key = SampledGradients.key_of(model, rendered, sampled_rows(rendered, settings.seed, ENERGY_ROWS), scale)
+    weights, sampled = _cached(cache, key), None
     if weights is None:
-        weights = gradient_energy(model, rendered, settings, scale=scale, progress=progress)
+        weights, sampled = gradient_energy(model, rendered, settings, scale=scale, progress=progress,
+                                           keep_bytes=KEEP_BYTES)
         if cache is not None:
             atomic_write(cache, json.dumps({"key": key, "weights": weights}, indent=1))
-    return dataclasses.replace(settings, budget_weights=weights)
+    return dataclasses.replace(settings, budget_weights=weights), sampled
 
 
 def _cached(cache: Path | None, key: dict) -> tuple[float, ...] | None:

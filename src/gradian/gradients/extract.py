@@ -35,6 +35,7 @@ from gradian.gradients.store import FeatureStore, ShardWriter, shard_bounds
 __all__ = [
     "GradientSettings",
     "ParameterScale",
+    "SampledGradients",
     "collate",
     "extract_train_features",
     "make_projector",
@@ -50,6 +51,20 @@ class ParameterScale:
 
     name: str  # recorded in the store settings, e.g. "adam:<sha of optimizer.pt>"
     tensors: list[torch.Tensor]  # one per LoRA matrix, shaped like the weight, PEFT's order
+
+
+@dataclass
+class SampledGradients:
+    """Exact gradients of sampled training rows, already computed: extraction projects them, no second backward."""
+
+    rows: list[int]  # indices into the rendered rows
+    flat: torch.Tensor  # (n, Σ LoRA sizes) on CPU, scaled as the features are, matrices in PEFT's order
+    key: dict[str, str]  # adapter_sha256, scale and rows_sha of `rows`: extraction checks it matches
+
+    @staticmethod
+    def key_of(model: nn.Module, rendered: Sequence[Rendered], rows: list[int], scale: ParameterScale | None) -> dict:
+        return {"adapter_sha256": lora_fingerprint(model), "scale": scale.name if scale is not None else "identity",
+                "rows_sha": rows_sha([rendered[i] for i in rows])}
 
 
 def make_projector(
@@ -182,14 +197,14 @@ def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = Non
 def row_batches(
     model: nn.Module, rendered: list[Rendered], rows: list[int], settings: GradientSettings,
     progress: Progress | None = None,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """`rows` of `rendered`, batched as extraction batches them, collated on the model's device."""
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(batch rows, batch) over `rows` of `rendered`, batched as extraction batches them, on the model's device."""
     device = next(model.parameters()).device
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches({i: len(rendered[i].input_ids) for i in rows}, settings)
     for batch_rows in progress(batches) if progress is not None else batches:
         pairs = [(rendered[i].input_ids, rendered[i].labels) for i in batch_rows]
-        yield {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
+        yield batch_rows, {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
 
 
 def extract_train_features(
@@ -201,11 +216,13 @@ def extract_train_features(
     shard: tuple[int, int] = (0, 1),
     progress: Progress | None = None,
     scale: ParameterScale | None = None,
+    sampled: SampledGradients | None = None,
 ) -> FeatureStore:
     """Write the features of shard `shard` = (rank, world) of `rendered` into `store_dir`; resumes a stopped run.
 
     Rows marked `dropped` (never trained) get zero features. Different settings than an existing store
-    → that shard is recomputed from scratch (its old files are removed).
+    → that shard is recomputed from scratch (its old files are removed). The rows of `sampled` (the energy
+    pass's, see `gradients.energy`) are projected from their exact gradients instead of computed again.
     """
     rank, world = shard
     matrices = lora_matrices(model)
@@ -229,9 +246,19 @@ def extract_train_features(
     if dropped and not writer.is_done(dropped):
         writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
     lengths = {i: len(rendered[i].input_ids) for i in range(start, stop) if not rendered[i].dropped}
+    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
+    if sampled is not None:
+        if sampled.key != SampledGradients.key_of(model, rendered, sampled.rows, scale):
+            raise ValueError("the sampled gradients are of another adapter, scaling or rows than these features")
+        mine = [j for j, i in enumerate(sampled.rows) if i in lengths]
+        rows = [sampled.rows[j] for j in mine]
+        if rows and not writer.is_done(rows):
+            flat = sampled.flat[mine].to(next(model.parameters()).device)  # (n, Σ LoRA sizes)
+            writer.write(rows, projector.project_exact(flat).to(store_dtype).cpu().numpy())
+        for i in rows:
+            del lengths[i]
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches(lengths, settings)
-    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
     for rows in progress(batches) if progress is not None else batches:
         if writer.is_done(rows):
             continue

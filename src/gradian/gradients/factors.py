@@ -54,7 +54,7 @@ def fit_factors(
     sums_s = [torch.zeros(p.k_rows, p.k_rows, dtype=torch.float64, device=device) for p in projector.plans]
     n_tokens = 0
     with dropout_off(model):  # as extraction
-        for batch in row_batches(model, rendered, rows, settings, progress):
+        for _, batch in row_batches(model, rendered, rows, settings, progress):
             _accumulate(model, matrices, projector, batch, sums_a, sums_s)
             n_tokens += int(batch["attention_mask"].sum())
     return KroneckerFactors(

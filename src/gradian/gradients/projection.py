@@ -119,5 +119,11 @@ class KroneckerProjector:
             grads = left.T @ grads  # (B, k_rows, k_cols)
         return grads.reshape(grads.shape[0], -1)
 
+    def project_exact(self, flat: torch.Tensor) -> torch.Tensor:
+        """(B, Σ rows·cols) exact gradients, matrices concatenated in plan order → (B, dim), each as `project` maps it."""
+        parts = flat.split([plan.rows * plan.cols for plan in self.plans], dim=1)
+        return torch.cat([self.project(index, part.reshape(-1, plan.rows, plan.cols))
+                          for index, (part, plan) in enumerate(zip(parts, self.plans, strict=True))], dim=1)
+
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "dim": self.dim, "plans": [list(vars(plan).values()) for plan in self.plans]}
