@@ -245,6 +245,9 @@ def speed_tables(skip: bool) -> list[str]:
         ("Beside the peer libraries", ["peer_speed.py", "--model", "tiny", "--repeats", "2"]),
         ("Beside the peer libraries, SmolLM2 shape",
          ["peer_speed.py", "--model", "smollm2-135m", "--train", "32", "--queries", "4", "--timeout", "600"]),
+        ("Beside the fastest peer, SmolLM2 shape, 128 rows (past the 64 rows the energy pass samples)",
+         ["peer_speed.py", "--model", "smollm2-135m", "--train", "128", "--queries", "4", "--tools", "gradian",
+          "gradian-size", "dattri-logra"]),
     ]
     parts = []
     for title, command in commands:

@@ -98,6 +98,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
                                               cache=out / "projection-shares.json")
     store = extract_train_features(model, audit.rendered, out / "gradients", settings=gradient_settings,
                                    progress=_wrap(bar, "gradients"), scale=scale, sampled=sampled)
+    del sampled  # up to KEEP_BYTES of exact gradients, not needed past extraction
 
     over = f", TracIn-CP over {len(checkpoints)} checkpoints" if checkpoints else ""
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner"

@@ -250,13 +250,14 @@ def extract_train_features(
     if sampled is not None:
         if sampled.key != SampledGradients.key_of(model, rendered, sampled.rows, scale):
             raise ValueError("the sampled gradients are of another adapter, scaling or rows than these features")
-        mine = [j for j, i in enumerate(sampled.rows) if i in lengths]
-        rows = [sampled.rows[j] for j in mine]
-        if rows and not writer.is_done(rows):
-            flat = sampled.flat[mine].to(next(model.parameters()).device)  # (n, Σ LoRA sizes)
-            writer.write(rows, projector.project_exact(flat).to(store_dtype).cpu().numpy())
-        for i in rows:
-            del lengths[i]
+        mine = [j for j, i in enumerate(sampled.rows) if i in lengths]  # this shard's, as positions in `sampled`
+        for chunk in (mine[c : c + settings.batch_size] for c in range(0, len(mine), settings.batch_size)):
+            rows = [sampled.rows[j] for j in chunk]
+            if not writer.is_done(rows):  # a batch at a time: no second copy of every sampled gradient
+                flat = sampled.flat[chunk].to(next(model.parameters()).device)  # (B, Σ LoRA sizes)
+                writer.write(rows, projector.project_exact(flat).to(store_dtype).cpu().numpy())
+            for i in rows:
+                del lengths[i]
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches(lengths, settings)
     for rows in progress(batches) if progress is not None else batches:
