@@ -182,11 +182,13 @@ def test_extraction_projects_the_energy_pass_gradients_instead_of_computing_them
     settings = GradientSettings(proj_dim=64, batch_size=2, store_dtype="float32")
     settings, sampled = energy.share_budget(model, rendered, settings, "energy")
     expected = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "cold", settings=settings))
-    backpropagated = []
-    real = extract.per_example_gradients
-    monkeypatch.setattr(extract, "per_example_gradients",
-                        lambda m, batch, *a, **k: backpropagated.append(len(batch["input_ids"])) or real(m, batch, *a,
-                                                                                                          **k))
+    backpropagated, real = [], extract.per_example_gradients
+
+    def counted(model, batch, *args, **kwargs):
+        backpropagated.append(len(batch["input_ids"]))
+        return real(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(extract, "per_example_gradients", counted)
     sampled.rows, sampled.flat = sampled.rows[:4], sampled.flat[:4]  # as when only 4 rows fit in memory
     sampled.key = extract.SampledGradients.key_of(model, rendered, sampled.rows, None)
     warm = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "warm", settings=settings,
