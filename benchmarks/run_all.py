@@ -332,6 +332,10 @@ def markdown(verdicts: list[dict], methods: list[dict], speed: list[str], args) 
     lines += ["## Speed", "", "Ratios measured in one run on this machine (shared and noisy: read the ratios, "
               "not the absolute rates).", "", *speed, *gpu_section()]
     lines += ["## Projection: shares by gradient energy or equal shares", "", FIDELITY_WHY, ""]
+    per_checkpoint = args.root / "checkpoint-shares.md"
+    if per_checkpoint.exists():  # written by benchmarks/checkpoint_shares.py (needs a SmolLM2 folder: run on its own)
+        lines += ["### TracIn-CP: the final adapter's shares or each checkpoint's own", "", CHECKPOINT_SHARES_WHY, "",
+                  per_checkpoint.read_text().strip(), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -443,6 +447,15 @@ the two splits take the same time. The sampled gradients are held until extracti
 Which split finds the culprits: the recovery tables have `shares by size` rows beside the default's, the same
 queries on equal shares. On the tiny world (19,456 LoRA weights) the two are about even. The SmolLM2 summary
 story decided the default: free text, culprits' signal weak, every projected float counts."""
+
+
+CHECKPOINT_SHARES_WHY = """\
+`gradian attribute` measures the energy shares once, on the final adapter, and projects every TracIn-CP
+checkpoint's gradients and queries with them. `python benchmarks/checkpoint_shares.py --folder DIR --out REPORT`
+measures the alternative on the SmolLM2 summary story: each checkpoint projected with shares from its own
+gradient energy (64 sampled rows per checkpoint), everything else as the default run. The default query ranks the
+culprits worse with each checkpoint's own shares, so `attribute` keeps measuring them once, on the final adapter,
+which also costs one energy pass instead of one per checkpoint."""
 
 
 def gpu_section() -> list[str]:
