@@ -21,27 +21,23 @@ import torch
 
 from gradian.attribute import base_kind, query_pairs
 from gradian.gradients.energy import share_budget
-from gradian.gradients.extract import extract_train_features
 from gradian.scenarios.evaluate import culprit_metrics
-from gradian.scores.queries import query_features
-from gradian.scores.scoring import score, total_effect
+from gradian.scores.scoring import total_effect
 from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 from run_all import prepared
 
 
 def own_shares_effects(model, rendered, pairs, checkpoints, gradient, kind: str, root: Path) -> np.ndarray:
-    """(Q, N) TracIn-CP effects, each checkpoint projected with shares from its own gradient energy."""
-    total = None
-    with restored_weights(model):
-        for checkpoint in checkpoints:
-            load_checkpoint(model, checkpoint)  # θ ← θ_c
-            settings, sampled = share_budget(model, rendered, gradient, "energy",
-                                             cache=root / f"shares-{checkpoint.step}.json")  # once for every query
-            store = extract_train_features(model, rendered, root / f"checkpoint-{checkpoint.step}", settings=settings,
-                                           sampled=sampled)  # (N, k)
-            effects = score(store, query_features(model, pairs, kind=kind, settings=settings))  # (Q, N)
-            total = checkpoint.weight * effects if total is None else total + checkpoint.weight * effects
+    """(Q, N) TracIn-CP effects, each checkpoint's term from `tracin_cp_effects` under shares from its own energy."""
+    total = 0.0
+    for checkpoint in checkpoints:
+        with restored_weights(model):
+            load_checkpoint(model, checkpoint)  # θ ← θ_c, only to measure its energy
+            own, _ = share_budget(model, rendered, gradient, "energy",
+                                  cache=root / f"shares-{checkpoint.step}.json")  # once for every query
+        effects = tracin_cp_effects(model, rendered, pairs, [checkpoint], root, settings=own, kind=kind)  # (Q, N)
+        total = total + checkpoint.weight * effects
     return total / sum(checkpoint.weight for checkpoint in checkpoints)
 
 

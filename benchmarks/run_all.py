@@ -453,9 +453,9 @@ CHECKPOINT_SHARES_WHY = """\
 `gradian attribute` measures the energy shares once, on the final adapter, and projects every TracIn-CP
 checkpoint's gradients and queries with them. `python benchmarks/checkpoint_shares.py --folder DIR --out REPORT`
 measures the alternative on the SmolLM2 summary story: each checkpoint projected with shares from its own
-gradient energy (64 sampled rows per checkpoint), everything else as the default run. The default query ranks the
-culprits worse with each checkpoint's own shares, so `attribute` keeps measuring them once, on the final adapter,
-which also costs one energy pass instead of one per checkpoint."""
+gradient energy (64 sampled rows per checkpoint), everything else as the default run. For the default query the
+two are about even (AUPRC and separation move in opposite directions, by little), so `attribute` keeps measuring
+the shares once, on the final adapter: one energy pass instead of one per checkpoint."""
 
 
 def gpu_section() -> list[str]:
