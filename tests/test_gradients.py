@@ -64,6 +64,26 @@ def test_hook_gradients_equal_naive_loop(tiny_tokenizer, side, targets, extra):
     assert expected.abs().sum(1).min() > 0  # every row has a gradient (lora_A included: non-zero lora_B)
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_padding_adds_nothing_under_each_attention(tiny_tokenizer, side, attention):
+    """Padded rows give their unpadded gradients under both attention kernels, no mask in the hooks.
+
+    The 2-token row is labelled from its first token on, so under left padding a pad would predict that token
+    unless collate drops the label. Float32: transformers' eager attention turns float64 left padding into NaN.
+    """
+    model = get_peft_model(
+        make_tiny_model(tiny_tokenizer, seed=1),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
+    )
+    model.set_attn_implementation(attention)
+    data = rows(len(tiny_tokenizer), lengths=(2, 13, 4, 9), seed=3)  # mostly padding in the short rows
+    assert data[0][1][0] != IGNORE
+    got = per_example_gradients(model, collate(data, tiny_tokenizer.pad_token_id, side))
+    expected = naive_gradients(model, data)
+    assert ((got - expected).norm(dim=1) / expected.norm(dim=1)).max() < 1e-5
+
+
 def test_lora_weights_keep_requires_grad_and_model_mode(tiny_tokenizer):
     model = lora_model(tiny_tokenizer, ["q_proj"])
     model.train()
@@ -182,13 +202,13 @@ def test_extraction_projects_the_energy_pass_gradients_instead_of_computing_them
     settings = GradientSettings(proj_dim=64, batch_size=2, store_dtype="float32")
     settings, sampled = energy.share_budget(model, rendered, settings, "energy")
     expected = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "cold", settings=settings))
-    backpropagated, real = [], extract.per_example_gradients
+    backpropagated, real = [], extract.lora_backward
 
-    def counted(model, batch, *args, **kwargs):
+    def counted(model, batch, roots):
         backpropagated.append(len(batch["input_ids"]))
-        return real(model, batch, *args, **kwargs)
+        return real(model, batch, roots)
 
-    monkeypatch.setattr(extract, "per_example_gradients", counted)
+    monkeypatch.setattr(extract, "lora_backward", counted)
     sampled.rows, sampled.flat = sampled.rows[:4], sampled.flat[:4]  # as when only 4 rows fit in memory
     sampled.key = extract.SampledGradients.key_of(model, rendered, sampled.rows, None)
     warm = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "warm", settings=settings,

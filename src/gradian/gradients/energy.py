@@ -25,8 +25,8 @@ from gradian.gradients.extract import (
     ParameterScale,
     Progress,
     SampledGradients,
+    example_gradients,
     make_projector,
-    per_example_gradients,
     row_batches,
     sampled_rows,
 )
@@ -58,12 +58,13 @@ def gradient_energy(
     totals = torch.zeros(len(matrices), dtype=torch.float64)
     kept_rows: list[int] = []
     kept: list[torch.Tensor] = []
-    for batch_rows, batch in row_batches(model, rendered, rows, settings, progress):
-        flat = per_example_gradients(model, batch, scale=scale, matrices=matrices)  # (B, Σ sizes), exact
-        totals += torch.stack([part.double().square().sum() for part in flat.split(sizes, dim=1)]).cpu()
-        if (len(kept_rows) + len(batch_rows)) * flat.shape[1] * flat.element_size() <= keep_bytes:
-            kept_rows += batch_rows
-            kept.append(flat.cpu())
+    with example_gradients(model, scale=scale, matrices=matrices) as compute:
+        for batch_rows, batch in row_batches(model, rendered, rows, settings, progress):
+            flat = compute(batch)  # (B, Σ sizes), exact
+            totals += torch.stack([part.double().square().sum() for part in flat.split(sizes, dim=1)]).cpu()
+            if (len(kept_rows) + len(batch_rows)) * flat.shape[1] * flat.element_size() <= keep_bytes:
+                kept_rows += batch_rows
+                kept.append(flat.cpu())
     energy = tuple(float(total) / max(len(rows), 1) for total in totals)
     if not kept:
         return energy, None

@@ -24,7 +24,7 @@ from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.hooks import (
     LoraMatrix,
     capture_gradients,
-    frozen_lora_weights,
+    gradient_roots,
     lora_fingerprint,
     lora_matrices,
 )
@@ -37,6 +37,7 @@ __all__ = [
     "ParameterScale",
     "SampledGradients",
     "collate",
+    "example_gradients",
     "extract_train_features",
     "make_projector",
     "per_example_gradients",
@@ -76,7 +77,11 @@ def make_projector(
 
 
 def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:
-    """Pad (input_ids, labels) rows; position ids count real tokens so left padding changes nothing."""
+    """Pad (input_ids, labels) rows; position ids count real tokens so left padding changes nothing.
+
+    A row's first label is dropped (IGNORE): nothing precedes that token, so the loss never predicts it, but
+    under left padding a pad would (a row trained on every token, BOS included, got a pad's loss term).
+    """
     width = max(len(ids) for ids, _ in rows)
     batch = {
         key: np.full((len(rows), width), fill, dtype=np.int64)
@@ -86,6 +91,7 @@ def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str 
         span = slice(width - len(ids), width) if side == "left" else slice(0, len(ids))
         batch["input_ids"][i, span] = ids
         batch["labels"][i, span] = labels
+        batch["labels"][i, span.start] = IGNORE
         batch["attention_mask"][i, span] = 1
     tensors = {key: torch.from_numpy(value) for key, value in batch.items()}
     tensors["position_ids"] = (tensors["attention_mask"].cumsum(-1) - 1).clamp(min=0)
@@ -110,31 +116,47 @@ def per_example_gradients(
     """(B, k) gradients of each row's summed NLL w.r.t. the LoRA weights; exact and flat when projector=None.
 
     Exact rows are the concatenation of `weight.grad.flatten()` in `model.named_parameters()` order.
-    `matrices` is `lora_matrices(model)`, passed in by callers that loop over many batches.
+    One batch; `example_gradients` serves many with one set of hooks.
     """
+    with example_gradients(model, projector, scale, matrices) as compute:
+        return compute(batch)
+
+
+@contextmanager
+def example_gradients(
+    model: nn.Module,
+    projector: KroneckerProjector | None = None,
+    scale: ParameterScale | None = None,
+    matrices: list[LoraMatrix] | None = None,
+) -> Iterator[Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
+    """`compute(batch)` → (B, k) as `per_example_gradients`, its hooks registered once for every batch."""
     matrices = matrices or lora_matrices(model)
     device = next(model.parameters()).device
-    batch = {key: value.to(device) for key, value in batch.items()}
     weight_dtype = matrices[0].module.weight.dtype
     dtype = torch.float32 if weight_dtype in (torch.float16, torch.bfloat16) else weight_dtype
-    parts: list[torch.Tensor | None] = [None] * len(matrices)  # (B, k_m) per LoRA matrix
+    dims = [m.size for m in matrices] if projector is None else [plan.dim for plan in projector.plans]
+    parts: list[torch.Tensor | None] = [None] * len(matrices)  # (B, k_m) per LoRA matrix, of the current batch
 
     def on_grad(index: int, grads: torch.Tensor) -> None:  # grads (B, out, in), one LoRA matrix
-        grads = grads.to(dtype)
+        grads = grads if grads.dtype == dtype else grads.to(dtype)
         if scale is not None:
             grads = grads * scale.tensors[index].to(grads)  # diagonal preconditioner, before projection
         flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
         parts[index] = flat if parts[index] is None else parts[index] + flat  # a module called twice adds up
 
-    with dropout_off(model), capture_gradients(matrices, batch["attention_mask"], on_grad):
-        lora_backward(model, matrices, batch)  # the hooks fill `parts` as the gradient passes each LoRA matrix
-    n_rows = batch["input_ids"].shape[0]
-    dims = [m.size for m in matrices] if projector is None else [plan.dim for plan in projector.plans]
-    return torch.cat(
-        [part if part is not None else torch.zeros(n_rows, dim, device=device, dtype=dtype)
-         for part, dim in zip(parts, dims, strict=True)],
-        dim=1,
-    )  # (B, k)
+    def compute(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        batch = {key: value.to(device) for key, value in batch.items()}
+        parts[:] = [None] * len(matrices)
+        lora_backward(model, batch, roots)  # the hooks fill `parts` as the gradient passes each LoRA matrix
+        n_rows = batch["input_ids"].shape[0]
+        return torch.cat(
+            [part if part is not None else torch.zeros(n_rows, dim, device=device, dtype=dtype)
+             for part, dim in zip(parts, dims, strict=True)],
+            dim=1,
+        )  # (B, k)
+
+    with dropout_off(model), capture_gradients(matrices, on_grad), gradient_roots(matrices) as roots:
+        yield compute
 
 
 @contextmanager
@@ -150,18 +172,15 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
             model.train()
 
 
-def lora_backward(model: nn.Module, matrices: list[LoraMatrix], batch: dict[str, torch.Tensor]) -> None:
+def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[torch.Tensor]) -> None:
     """One forward and backward of the batch's summed NLL; hooks on the LoRA matrices see their gradients.
 
-    The LoRA weights are frozen (autograd skips their batch-summed gradients) and the input embeddings
-    require grad instead, so the backward still passes every LoRA matrix.
+    Inside `hooks.gradient_roots`, whose `roots` are where the backward ends.
     """
-    embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()  # (B, T, d)
-    with frozen_lora_weights(matrices):
-        logits = model(
-            inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-        ).logits  # (B, T, V)
-        torch.autograd.grad(summed_nll(logits, batch["labels"]), embeds)  # sum, not mean: examples stay separable
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits  # (B, T, V)
+    torch.autograd.grad(summed_nll(logits, batch["labels"]), roots)  # sum, not mean: examples stay separable
 
 
 def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[list[int]]:
@@ -260,10 +279,11 @@ def extract_train_features(
                 del lengths[i]
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches(lengths, settings)
-    for rows in progress(batches) if progress is not None else batches:
-        if writer.is_done(rows):
-            continue
-        batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
-        features = per_example_gradients(model, batch, projector, scale, matrices)  # (B, k)
-        writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
+    with example_gradients(model, projector, scale, matrices) as compute:
+        for rows in progress(batches) if progress is not None else batches:
+            if writer.is_done(rows):
+                continue
+            batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
+            features = compute(batch)  # (B, k)
+            writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
     return FeatureStore(store_dir)

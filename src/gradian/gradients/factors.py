@@ -23,7 +23,7 @@ from torch import nn
 
 from gradian.data.render import Rendered
 from gradian.gradients.extract import Progress, dropout_off, lora_backward, row_batches, sampled_rows
-from gradian.gradients.hooks import LoraMatrix, lora_matrices
+from gradian.gradients.hooks import LoraMatrix, gradient_roots, lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
 
@@ -53,9 +53,9 @@ def fit_factors(
     sums_a = [torch.zeros(p.k_cols, p.k_cols, dtype=torch.float64, device=device) for p in projector.plans]
     sums_s = [torch.zeros(p.k_rows, p.k_rows, dtype=torch.float64, device=device) for p in projector.plans]
     n_tokens = 0
-    with dropout_off(model):  # as extraction
+    with dropout_off(model), gradient_roots(matrices) as roots:  # as extraction
         for _, batch in row_batches(model, rendered, rows, settings, progress):
-            _accumulate(model, matrices, projector, batch, sums_a, sums_s)
+            _accumulate(model, matrices, projector, batch, roots, sums_a, sums_s)
             n_tokens += int(batch["attention_mask"].sum())
     return KroneckerFactors(
         activations=[(a / max(n_tokens, 1)).cpu().numpy() for a in sums_a],
@@ -70,6 +70,7 @@ def _accumulate(
     matrices: list[LoraMatrix],
     projector: KroneckerProjector,
     batch: dict[str, torch.Tensor],
+    roots: list[torch.Tensor],
     sums_a: list[torch.Tensor],
     sums_s: list[torch.Tensor],
 ) -> None:
@@ -94,7 +95,7 @@ def _accumulate(
 
     handles = [m.module.register_forward_hook(forward_hook(i)) for i, m in enumerate(matrices)]
     try:
-        lora_backward(model, matrices, batch)
+        lora_backward(model, batch, roots)
     finally:
         for handle in handles:
             handle.remove()

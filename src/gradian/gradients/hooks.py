@@ -79,35 +79,20 @@ GradCallback = Callable[[int, torch.Tensor], None]
 
 
 @contextmanager
-def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: GradCallback) -> Iterator[None]:
+def capture_gradients(matrices: list[LoraMatrix], on_grad: GradCallback) -> Iterator[None]:
     """Call `on_grad(index, G)` with G (B, out, in), example-wise weight gradients, during the next backward.
 
-    `mask` (B, T) zeroes padding tokens; their gradients are zero already when the loss ignores them,
-    the mask makes it exact for any attention implementation. It is applied to the narrower factor of
-    each outer product (the rank side: g for lora_A, u for lora_B), where it costs least.
+    Padding needs no mask: its labels are ignored and no real token attends to it (the causal mask hides
+    right padding, the attention mask left padding), so g is exactly zero there and adds nothing to the sums.
     """
     handles = []
-    masks: dict[torch.dtype, torch.Tensor] = {}  # (B, T, 1) in each dtype, made once per batch
-
-    def masked(t: torch.Tensor) -> torch.Tensor:
-        if t.dtype not in masks:
-            masks[t.dtype] = mask[..., None].to(t.device, t.dtype)
-        return t * masks[t.dtype]
 
     def forward_hook(index: int):
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            if not output.requires_grad:
-                return
-            x = inputs[0].detach()  # (B, T, in)
-            narrow_input = x.shape[-1] <= output.shape[-1]
-            if narrow_input:
-                x = masked(x)
-
-            def on_output_grad(g: torch.Tensor) -> None:  # (B, T, out)
-                g = g if narrow_input else masked(g)
-                on_grad(index, torch.bmm(g.transpose(1, 2), x.to(g.dtype)))  # Σ_t g_t x_tᵀ: (B, out, in)
-
-            output.register_hook(on_output_grad)
+            if output.requires_grad:
+                x = inputs[0].detach()  # (B, T, in)
+                # g (B, T, out) → Σ_t g_t x_tᵀ (B, out, in)
+                output.register_hook(lambda g: on_grad(index, torch.bmm(g.transpose(1, 2), x.to(g.dtype))))
 
         return hook
 
@@ -121,14 +106,29 @@ def capture_gradients(matrices: list[LoraMatrix], mask: torch.Tensor, on_grad: G
 
 
 @contextmanager
-def frozen_lora_weights(matrices: list[LoraMatrix]) -> Iterator[None]:
-    """Autograd skips the LoRA weight gradients (the hooks assemble them per example instead)."""
+def gradient_roots(matrices: list[LoraMatrix]) -> Iterator[list[torch.Tensor]]:
+    """Freeze the LoRA weights (the hooks assemble their gradients per example) but where the backward must end.
+
+    A LoRA matrix whose input needs no gradient (the first ones reached from the token ids) would leave its
+    output without one, so its weight is kept trainable and the backward ends there: it skips the embeddings'
+    path, as a training step does. Yields those weights, filled during the forward: the targets of the backward.
+    """
     params = [matrix.module.weight for matrix in matrices]
     flags = [param.requires_grad for param in params]
+    roots: list[torch.Tensor] = []
+
+    def pre_hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        if torch.is_grad_enabled() and not inputs[0].requires_grad and not module.weight.requires_grad:
+            module.weight.requires_grad_(True)
+            roots.append(module.weight)
+
     for param in params:
         param.requires_grad_(False)
+    handles = [matrix.module.register_forward_pre_hook(pre_hook) for matrix in matrices]
     try:
-        yield
+        yield roots
     finally:
+        for handle in handles:
+            handle.remove()
         for param, flag in zip(params, flags, strict=True):
             param.requires_grad_(flag)

@@ -112,6 +112,9 @@ class KroneckerProjector:
 
     def project(self, index: int, grads: torch.Tensor) -> torch.Tensor:
         """(B, rows, cols) → (B, k_rows·k_cols), row-major like `weight.flatten()`."""
+        plan = self.plans[index]
+        if plan.dim == plan.rows * plan.cols:
+            return grads.reshape(grads.shape[0], -1)
         left, right = self.factors(index, grads.device, grads.dtype)
         if right is not None:
             grads = grads @ right  # (B, rows, k_cols)

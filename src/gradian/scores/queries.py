@@ -20,7 +20,7 @@ import numpy as np
 from torch import nn
 
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import GradientSettings, collate, make_projector, per_example_gradients
+from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
 
 KINDS = ("naive", "contrastive", "contrastive-first")
 
@@ -81,12 +81,13 @@ def query_features(
     queries = np.zeros((len(pairs), projector.dim), dtype=np.float64)
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     rows = [(index, *row) for index, pair in enumerate(pairs) for row in query_rows(pair, kind)]
-    for start in range(0, len(rows), settings.batch_size):  # rows of several pairs share a batched backward
-        chunk = rows[start : start + settings.batch_size]
-        batch = collate([(ids, labels) for _, ids, labels, _ in chunk], pad_id, settings.padding_side)
-        grads = per_example_gradients(model, batch, projector).double().cpu().numpy()  # (rows, k): ∇ NLL each
-        for (index, *_, sign), grad in zip(chunk, grads, strict=True):
-            queries[index] -= sign * grad  # ∇ log p = −∇ NLL
+    with example_gradients(model, projector) as compute:
+        for start in range(0, len(rows), settings.batch_size):  # rows of several pairs share a batched backward
+            chunk = rows[start : start + settings.batch_size]
+            batch = collate([(ids, labels) for _, ids, labels, _ in chunk], pad_id, settings.padding_side)
+            grads = compute(batch).double().cpu().numpy()  # (rows, k): ∇ NLL each
+            for (index, *_, sign), grad in zip(chunk, grads, strict=True):
+                queries[index] -= sign * grad  # ∇ log p = −∇ NLL
     if unit_norm:
         norms = np.linalg.norm(queries, axis=1, keepdims=True)
         queries = np.divide(queries, norms, out=np.zeros_like(queries), where=norms > 0)
