@@ -146,14 +146,15 @@ def example_gradients(
 
     def compute(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = {key: value.to(device) for key, value in batch.items()}
-        parts[:] = [None] * len(matrices)
         lora_backward(model, batch, roots)  # the hooks fill `parts` as the gradient passes each LoRA matrix
         n_rows = batch["input_ids"].shape[0]
-        return torch.cat(
+        features = torch.cat(
             [part if part is not None else torch.zeros(n_rows, dim, device=device, dtype=dtype)
              for part, dim in zip(parts, dims, strict=True)],
             dim=1,
         )  # (B, k)
+        parts[:] = [None] * len(matrices)  # not held until the next batch (exact gradients can be large)
+        return features
 
     with dropout_off(model), capture_gradients(matrices, on_grad), gradient_roots(matrices) as roots:
         yield compute
