@@ -93,6 +93,16 @@ def test_lora_weights_keep_requires_grad_and_model_mode(tiny_tokenizer):
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_input_gradient_hook_on_the_embeddings_changes_nothing(tiny_tokenizer):
+    """`enable_input_require_grads` (set for gradient checkpointing) leaves no LoRA input without a gradient."""
+    model = lora_model(tiny_tokenizer, "all-linear")
+    data = rows(len(tiny_tokenizer))
+    expected = per_example_gradients(model, collate(data, 0))
+    model.enable_input_require_grads()
+    assert torch.allclose(per_example_gradients(model, collate(data, 0)), expected, rtol=1e-9, atol=1e-11)
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_batch_gradients_sum_to_the_batch_loss_gradient(tiny_tokenizer):
     model = lora_model(tiny_tokenizer, "all-linear")
     data = rows(len(tiny_tokenizer), lengths=(4, 9, 6))

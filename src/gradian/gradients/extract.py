@@ -176,12 +176,18 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
 def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[torch.Tensor]) -> None:
     """One forward and backward of the batch's summed NLL; hooks on the LoRA matrices see their gradients.
 
-    Inside `hooks.gradient_roots`, whose `roots` are where the backward ends.
+    Inside `hooks.gradient_roots`, whose `roots` are where the backward ends. No roots: the embeddings' output
+    requires grad already (`enable_input_require_grads`), and the backward ends there; only LoRA parameters
+    can be trainable (`lora_matrices`) and they are frozen, so no `.grad` is written.
     """
     logits = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
     ).logits  # (B, T, V)
-    torch.autograd.grad(summed_nll(logits, batch["labels"]), roots)  # sum, not mean: examples stay separable
+    loss = summed_nll(logits, batch["labels"])  # sum, not mean: examples stay separable
+    if roots:
+        torch.autograd.grad(loss, roots)
+    else:
+        loss.backward()
 
 
 def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[list[int]]:
