@@ -32,6 +32,10 @@ class MatrixPlan:
     def dim(self) -> int:
         return self.k_rows * self.k_cols
 
+    @property
+    def is_exact(self) -> bool:
+        return self.dim == self.rows * self.cols
+
 
 def plan_projection(
     shapes: list[tuple[int, int]], proj_dim: int | None, weights: Sequence[float] | None = None
@@ -91,7 +95,7 @@ class KroneckerProjector:
 
     @property
     def is_exact(self) -> bool:
-        return all(plan.dim == plan.rows * plan.cols for plan in self.plans)
+        return all(plan.is_exact for plan in self.plans)
 
     def factors(self, index: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
         """(L, R) for matrix `index`, None where that side is exact; drawn on CPU so every device agrees."""
@@ -112,8 +116,7 @@ class KroneckerProjector:
 
     def project(self, index: int, grads: torch.Tensor) -> torch.Tensor:
         """(B, rows, cols) → (B, k_rows·k_cols), row-major like `weight.flatten()`."""
-        plan = self.plans[index]
-        if plan.dim == plan.rows * plan.cols:
+        if self.plans[index].is_exact:
             return grads.reshape(grads.shape[0], -1)
         left, right = self.factors(index, grads.device, grads.dtype)
         if right is not None:
