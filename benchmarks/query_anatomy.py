@@ -27,7 +27,7 @@ import torch
 from gradian.attribute import query_pairs
 from gradian.audit import diagnose
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import GradientSettings, collate, make_projector, per_example_gradients
+from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
@@ -58,16 +58,17 @@ def anatomy(folder: Path, out: Path) -> dict:
     pad_id = getattr(model.config, "pad_token_id", None) or 0
     shares = {part: [] for part in PARTS}
     prefix_tokens = []
-    for pair in pairs:
-        split = first_divergence(pair.positive_ids, pair.negative_ids)
-        if split is None or split >= len(pair.positive_ids):
-            continue  # y⁺ is a prefix of y⁻: no split token in the reference
-        rows = part_rows(pair.prompt_ids, pair.positive_ids, split)
-        grads = per_example_gradients(model, collate(rows, pad_id), projector).double().numpy()  # (4, k)
-        whole = np.linalg.norm(grads[0])
-        for part, grad in zip(PARTS, grads[1:], strict=True):
-            shares[part].append(np.linalg.norm(grad) / whole)
-        prefix_tokens.append(split)
+    with example_gradients(model, projector) as compute:
+        for pair in pairs:
+            split = first_divergence(pair.positive_ids, pair.negative_ids)
+            if split is None or split >= len(pair.positive_ids):
+                continue  # y⁺ is a prefix of y⁻: no split token in the reference
+            rows = part_rows(pair.prompt_ids, pair.positive_ids, split)
+            grads = compute(collate(rows, pad_id)).double().numpy()  # (4, k)
+            whole = np.linalg.norm(grads[0])
+            for part, grad in zip(PARTS, grads[1:], strict=True):
+                shares[part].append(np.linalg.norm(grad) / whole)
+            prefix_tokens.append(split)
     naive = query_features(model, pairs, kind="naive", settings=settings)  # (Q, k) unit rows
     contrastive = query_features(model, pairs, kind="contrastive", settings=settings)
     truth = json.loads((folder / "truth.json").read_text())

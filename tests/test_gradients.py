@@ -17,8 +17,8 @@ from gradian.gradients.hooks import lora_matrices
 torch.set_num_threads(2)
 
 
-def lora_model(tokenizer, targets, **config):
-    model = make_tiny_model(tokenizer, seed=1, dtype=torch.float64)
+def lora_model(tokenizer, targets, dtype=torch.float64, **config):
+    model = make_tiny_model(tokenizer, seed=1, dtype=dtype)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False, lora_dropout=0.3, **config)
     return get_peft_model(model, config)
 
@@ -72,10 +72,7 @@ def test_padding_adds_nothing_under_each_attention(tiny_tokenizer, side, attenti
     The 2-token row is labelled from its first token on, so under left padding a pad would predict that token
     unless collate drops the label. Float32: transformers' eager attention turns float64 left padding into NaN.
     """
-    model = get_peft_model(
-        make_tiny_model(tiny_tokenizer, seed=1),
-        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
-    )
+    model = lora_model(tiny_tokenizer, "all-linear", dtype=torch.float32)
     model.set_attn_implementation(attention)
     data = rows(len(tiny_tokenizer), lengths=(2, 13, 4, 9), seed=3)  # mostly padding in the short rows
     assert data[0][1][0] != IGNORE
