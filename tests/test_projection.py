@@ -79,3 +79,16 @@ def test_shares_by_energy_preserve_inner_products_better_when_energy_is_concentr
         return float(np.mean(errors))
 
     assert error(energy) < 0.5 * error(None)
+
+
+def test_factors_moved_to_another_device_in_one_copy_keep_each_matrix_shape_and_order():
+    """Off the CPU every factor travels in one buffer, split back per matrix; the meta device checks the split."""
+    projector = KroneckerProjector([(8, 64), (64, 8), (4, 4), (16, 48)], proj_dim=96, seed=3)
+    for index in range(len(projector.plans)):
+        on_cpu = projector.factors(index, torch.device("cpu"), torch.float32)
+        moved = projector.factors(index, torch.device("meta"), torch.float32)
+        assert [None if f is None else (f.shape, f.dtype) for f in on_cpu] == [
+            None if f is None else (f.shape, f.dtype) for f in moved
+        ]
+        assert all(f is None or f.device.type == "meta" for f in moved)
+    assert any(f is not None for i in range(4) for f in projector.factors(i, torch.device("cpu"), torch.float32))

@@ -87,7 +87,7 @@ class KroneckerProjector:
         self.offsets = [0]
         for plan in self.plans:
             self.offsets.append(self.offsets[-1] + plan.dim)
-        self._factors: dict[tuple[int, torch.device, torch.dtype], tuple[torch.Tensor | None, ...]] = {}
+        self._factors: dict[tuple[torch.device, torch.dtype], list[tuple[torch.Tensor | None, ...]]] = {}
 
     @property
     def dim(self) -> int:
@@ -99,15 +99,23 @@ class KroneckerProjector:
 
     def factors(self, index: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
         """(L, R) for matrix `index`, None where that side is exact; drawn on CPU so every device agrees."""
-        key = (index, device, dtype)
+        key = (torch.device(device), dtype)
         if key not in self._factors:
-            plan = self.plans[index]
-            sides = ((plan.rows, plan.k_rows), (plan.cols, plan.k_cols))
-            self._factors[key] = tuple(
-                None if k == n else (self._gaussian(index, side, n, k) / math.sqrt(k)).to(device, dtype)
-                for side, (n, k) in enumerate(sides)
-            )
-        return self._factors[key]
+            self._factors[key] = self._draw(key[0], dtype)
+        return self._factors[key][index]
+
+    def _draw(self, device: torch.device, dtype: torch.dtype) -> list[tuple[torch.Tensor | None, ...]]:
+        """Every matrix's (L, R) at once, moved to `device` in one copy (one per matrix stalls a GPU hundreds of times)."""
+        drawn = [
+            tuple(None if k == n else (self._gaussian(index, side, n, k) / math.sqrt(k)).to(dtype)
+                  for side, (n, k) in enumerate(((plan.rows, plan.k_rows), (plan.cols, plan.k_cols))))
+            for index, plan in enumerate(self.plans)
+        ]
+        tensors = [factor for pair in drawn for factor in pair if factor is not None]
+        if device.type == "cpu" or not tensors:
+            return drawn
+        moved = iter(torch.cat([t.flatten() for t in tensors]).to(device).split([t.numel() for t in tensors]))
+        return [tuple(None if factor is None else next(moved).view(factor.shape) for factor in pair) for pair in drawn]
 
     def _gaussian(self, index: int, side: int, n: int, k: int) -> torch.Tensor:
         """(n, k) standard normal, from its own generator: seed, matrix index and side fix it."""
