@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE, Rendered
 from gradian.errors import InputError
-from gradian.gradients.extract import GradientSettings, extract_train_features
+from gradian.gradients.extract import GradientSettings, extract_train_features, rows_sha
 from gradian.gradients.store import FeatureStore
 
 torch.set_num_threads(2)
@@ -88,6 +88,18 @@ def test_retrained_adapter_or_edited_rows_recompute(model, rendered, tmp_path):
                                       rendered[0].prompt_length), *rendered[2:]]  # row1's text changed, same id
     again = np.asarray(extract_train_features(model, edited, tmp_path, settings=SETTINGS))
     assert np.array_equal(again[1], again[0]) and not np.array_equal(again[1], retrained[1])
+
+
+def test_rows_hash_changes_with_a_token_a_label_or_where_rows_split():
+    def row(ids, labels):
+        return Rendered("r", ids, labels, len(ids), 0)
+
+    base = rows_sha([row([5, 6], [IGNORE, 6]), row([7], [7])])
+    assert base == rows_sha([row([5, 6], [IGNORE, 6]), row([7], [7])])
+    assert base != rows_sha([row([5, 8], [IGNORE, 6]), row([7], [7])])  # a token
+    assert base != rows_sha([row([5, 6], [5, 6]), row([7], [7])])  # a label: the prompt mask moved
+    # the same stream of values, cut into rows differently
+    assert rows_sha([row([1, 2], [1, 2])]) != rows_sha([row([1], [2]), row([1], [2])])
 
 
 def test_chunked_reads_cover_every_row(model, rendered, tmp_path):

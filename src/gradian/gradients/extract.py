@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -207,8 +208,15 @@ def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[li
 
 
 def rows_sha(rendered: Sequence[Rendered]) -> str:
-    """A hash of the rows' tokens and labels: caches keyed by it are redone when a row is edited."""
-    return hashlib.sha256(json.dumps([[r.input_ids, r.labels] for r in rendered]).encode()).hexdigest()
+    """A hash of the rows' tokens and labels: caches keyed by it are redone when a row is edited.
+
+    Each row as its length, then its tokens and labels as int64 bytes: no text of the whole set is built.
+    """
+    digest = hashlib.sha256()
+    for row in rendered:
+        for values in ([len(row.input_ids)], row.input_ids, row.labels):
+            digest.update(array("q", values).tobytes())
+    return digest.hexdigest()
 
 
 def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = None) -> list[int]:
