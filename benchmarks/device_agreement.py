@@ -21,9 +21,8 @@ from gradian.gradients.extract import (
     collate,
     extract_train_features,
     per_example_gradients,
-    summed_nll,
 )
-from gradient_speed import build, make_rows
+from gradient_speed import build, make_rows, naive_row_gradient
 
 MODEL = "smollm2-135m"
 
@@ -37,12 +36,7 @@ def hooks_against_naive_loop(device: str) -> list[str]:
     model = build(MODEL, device, torch.float32, "all-linear")
     rows = make_rows(MODEL, 6, seed=3)
     params = [p for p in model.parameters() if p.requires_grad]
-    naive = []
-    for row in rows:
-        ids, labels = (torch.tensor([values], device=device) for values in (row.input_ids, row.labels))
-        loss = summed_nll(model(input_ids=ids).logits, labels)
-        naive.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]))
-    want = torch.stack(naive)  # (6, Σ LoRA sizes)
+    want = torch.stack([naive_row_gradient(model, row, params, device) for row in rows])  # (6, Σ LoRA sizes)
     lines = []
     for side in ("right", "left"):
         got = per_example_gradients(model, collate([(r.input_ids, r.labels) for r in rows], 0, side))

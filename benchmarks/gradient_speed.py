@@ -122,15 +122,20 @@ def plain_step_seconds(model, rows, settings, device) -> float:
     return time.perf_counter() - start
 
 
+def naive_row_gradient(model, row: Rendered, params: list[torch.Tensor], device) -> torch.Tensor:
+    """One unpadded forward + autograd.grad: the row's LoRA gradient, flattened (LESS's batch-1 step)."""
+    ids, labels = (torch.tensor([values], device=device) for values in (row.input_ids, row.labels))
+    loss = summed_nll(model(input_ids=ids).logits, labels)
+    return torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
+
+
 def naive_loop_seconds(model, rows, device) -> float:
-    """One unpadded forward + autograd.grad per row, gradients flattened (LESS's batch-1 loop, no projection)."""
+    """`naive_row_gradient` per row, to the CPU (LESS's batch-1 loop, no projection)."""
     params = [p for p in model.parameters() if p.requires_grad]
     sync(device)
     start = time.perf_counter()
     for row in rows:
-        ids = torch.tensor([row.input_ids], device=device)
-        loss = summed_nll(model(input_ids=ids).logits, torch.tensor([row.labels], device=device))
-        torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]).float().cpu()
+        naive_row_gradient(model, row, params, device).float().cpu()
     sync(device)
     return time.perf_counter() - start
 

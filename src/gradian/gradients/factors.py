@@ -78,7 +78,7 @@ def _accumulate(
     mask = batch["attention_mask"].to(torch.float64)[..., None]  # (B, T, 1)
 
     def add(total: torch.Tensor, values: torch.Tensor, side: torch.Tensor | None) -> None:
-        values = values.to(torch.float64) * mask  # (B, T, n)
+        values = values.to(torch.float64)  # (B, T, n)
         values = values if side is None else values @ side  # (B, T, k)
         flat = values.reshape(-1, values.shape[-1])  # (B·T, k)
         total += flat.T @ flat  # (k, k)
@@ -87,7 +87,8 @@ def _accumulate(
         left, right = projector.factors(index, mask.device, torch.float64)
 
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            add(sums_a[index], inputs[0].detach(), right)  # x (B, T, in) → x̂ (B, T, k_cols)
+            # x (B, T, in) → x̂ (B, T, k_cols); padding's x is not zero, so it is masked (g is zero there already)
+            add(sums_a[index], inputs[0].detach().to(torch.float64) * mask, right)
             if output.requires_grad:
                 output.register_hook(lambda g: add(sums_s[index], g, left))  # g (B, T, out) → ĝ (B, T, k_rows)
 

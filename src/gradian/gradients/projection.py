@@ -99,9 +99,9 @@ class KroneckerProjector:
 
     def factors(self, index: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
         """(L, R) for matrix `index`, None where that side is exact; drawn on CPU so every device agrees."""
-        key = (torch.device(device), dtype)
+        key = (device, dtype)
         if key not in self._factors:
-            self._factors[key] = self._draw(key[0], dtype)
+            self._factors[key] = self._draw(device, dtype)
         return self._factors[key][index]
 
     def _draw(self, device: torch.device, dtype: torch.dtype) -> list[tuple[torch.Tensor | None, ...]]:
