@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gradian.scenarios.tokenizer import build_tokenizer
@@ -71,26 +72,37 @@ def _scenario_code_hash() -> str:
 def scenario(request):
     """`scenario(name, seed)`: a built scenario folder, kept in pytest's cache while the scenario code is unchanged.
 
-    Every test module shares it, so each scenario is fine-tuned once per machine (minutes on 2 cores).
+    Every test module shares it, so each scenario is fine-tuned once per machine (seconds to minutes on 2 cores).
+    `GRADIAN_TEST_SCENARIOS=DIR` shares one cache between checkouts; a lock per scenario keeps two runs from
+    building the same one at once.
     """
-    from gradian.scenarios import build
-
-    cache = Path(request.config.cache.mkdir("gradian-scenarios"))
+    shared = os.environ.get("GRADIAN_TEST_SCENARIOS")
+    cache = Path(shared) if shared else Path(request.config.cache.mkdir("gradian-scenarios"))
     key = _scenario_code_hash()
 
     def get(name: str, seed: int = 0) -> Path:
         folder = cache / "built" / f"{name}-seed{seed}-{key}"
-        if not (folder / "measured.json").exists():
-            for stale in folder.parent.glob(f"{name}-seed{seed}-*"):  # builds of older scenario code
-                shutil.rmtree(stale, ignore_errors=True)
-            staging = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            build(name, staging, seed, cache_dir=cache)
-            shutil.rmtree(folder, ignore_errors=True)
-            staging.rename(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{folder}.lock"):
+            if not (folder / "measured.json").exists():
+                _build(name, seed, folder, cache, drop_stale=not shared)
         return folder
 
     return get
+
+
+def _build(name: str, seed: int, folder: Path, cache: Path, *, drop_stale: bool) -> None:
+    from gradian.scenarios import build
+
+    if drop_stale:
+        for stale in folder.parent.glob(f"{name}-seed{seed}-*"):  # builds of older scenario code
+            if stale.suffix != ".lock":
+                shutil.rmtree(stale, ignore_errors=True)
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    build(name, staging, seed, cache_dir=cache)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
 
 
 @pytest.fixture
