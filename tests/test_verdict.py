@@ -98,7 +98,7 @@ def test_spread_harm_gives_diffuse_citing_hyperparameter_findings():
     effects = rng.normal(-0.2, 0.5, size=(16, N))
     verdict = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], effects)
     assert verdict.kind == "diffuse"
-    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix} (evidence: learning_rate)"
     assert verdict.culprit_ids == []
     assert verdict.evidence["top_cluster"]["lift"] < MIN_LIFT
 
@@ -110,7 +110,8 @@ def test_critical_hyperparameter_finding_is_diffuse_not_setup():
     note = Finding("double_bos", "info", "a run-wide note without a fix", "")
     verdict = verdict_for(SIGNIFICANT, [note, epochs, LEARNING_RATE], spread)
     assert verdict.kind == "diffuse"
-    assert verdict.next_action == f"look at hyperparameters: {epochs.fix}; {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {epochs.fix}; {LEARNING_RATE.fix} " \
+        "(evidence: many_epochs, learning_rate)"
     assert verdict_for(SIGNIFICANT, [epochs], planted_effects()).kind == "data-cluster"
 
 
@@ -134,7 +135,7 @@ def test_flagged_learning_rate_outranks_a_cluster_with_no_data_defect():
     assert verdict.evidence["outranked_by_step_size"] is True
     assert verdict.evidence["top_cluster"]["lift"] >= MIN_LIFT
     assert "The harm shows most in \u201cinvoice, currency, amount\u201d" in verdict.summary
-    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix} (evidence: learning_rate)"
     info = dataclasses.replace(LEARNING_RATE, severity="info")  # a note, not a flag
     assert verdict_for(SIGNIFICANT, [info], planted_effects(seed=1)).kind == "data-cluster"
     flagged = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], planted_effects())  # a mechanism: the rows
