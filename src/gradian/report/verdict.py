@@ -14,7 +14,8 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    alone cannot.
 4. `data-cluster` from the audit: the dominant symptom is one a per-row finding teaches (stops early: rows cut in
    the data or by max_length; wrapped, wrong fields or other: training targets that fail the capability
-   themselves; never stops: rows without EOS), and that finding's rows sit where the failures are (the failing eval
+   themselves; never stops: rows without EOS; no symptom dominant, as garbled answers fail in mixed ways: only
+   targets that fail the capability), and that finding's rows sit where the failures are (the failing eval
    prompts resemble them: `failure_share` >= 0.25 and >= 2x their size share). Those rows are named even when the
    gradient harm is spread: the symptom, the defect and the location agree, and the gradient of a cut row can be
    outshone by large unrelated gradients. When the gradients point at another cluster, the summary says so.
@@ -77,12 +78,15 @@ RUN_WIDE_CAUSES = frozenset({"learning_rate", "lora_alpha_rank", "eval_loss_risi
 # Rule 4: the per-row findings that teach each symptom, in the order they are preferred. A row cut in the data
 # teaches stopping early; a target that fails the capability teaches whatever its failure is; a row whose EOS is
 # missing or cut by max_length teaches running on.
-SYMPTOM_CHECKS = {
+# With no dominant symptom (the failing answers fail in mixed ways, as garbled quoting does), only targets that fail
+# the capability themselves can teach it.
+SYMPTOM_CHECKS: dict[str | None, tuple[str, ...]] = {
     "stops-early": ("cut_in_data", "truncated_completion", "fails_capability"),
     "never-stops": ("missing_eos", "truncated_completion"),
     "wrapped": ("fails_capability",),
     "wrong-fields": ("fails_capability",),
     "other": ("fails_capability",),
+    None: ("fails_capability",),
 }
 # A group sits where the failures are when at least a quarter of the failing prompts' nearest training rows are its
 # rows, and twice as many as its size predicts: a group the failing prompts resemble no more than any rows is
@@ -185,7 +189,7 @@ def sits_where_failures_are(group: FindingGroup) -> bool:
 def symptom_group(symptoms: Symptoms | None, groups: list[FindingGroup] | None, n_rows: int) -> FindingGroup | None:
     """Rule 4: the finding group that teaches the dominant symptom and sits where the failures are, if any (the
     checks in SYMPTOM_CHECKS order, then the group the failing prompts resemble most)."""
-    if symptoms is None or symptoms.dominant is None or not groups:
+    if symptoms is None or not symptoms.n_failing or not groups:
         return None
     checks = SYMPTOM_CHECKS.get(symptoms.dominant, ())
     fitting = [g for g in groups if g.check in checks and sits_where_failures_are(g)
@@ -466,7 +470,8 @@ def _symptom(symptoms: Symptoms) -> dict[str, Any]:
 def _symptom_sentence(symptoms: Symptoms) -> str:
     dominant = symptoms.dominant
     if dominant is None:
-        return ""
+        mixed = ", ".join(f"{pct(symptoms.shares[s])} {s}" for s in symptoms.counts if symptoms.counts[s])
+        return f"The {symptoms.n_failing} failing answers fail in mixed ways ({mixed})." if mixed else ""
     return (f"{pct(symptoms.shares[dominant])} of the {symptoms.n_failing} failing answers "
             f"{SYMPTOM_PHRASES[dominant]}.")
 
