@@ -247,7 +247,7 @@ def test_targets_failing_the_capability_where_the_failures_sit_are_named(counts)
                     "fix or drop them", example_ids=[IDS[i] for i in ELSEWHERE])
     verdict = joined(SIGNIFICANT, [fails], spread_effects(), symptoms_of(counts), {"fails_capability": 0.6})
     assert verdict.kind == "data-cluster" and verdict.culprit_ids == [IDS[i] for i in ELSEWHERE]
-    assert "training completions that fail the capability themselves" in verdict.summary
+    assert "completions that fail the capability themselves" in verdict.summary
     assert joined(SIGNIFICANT, [fails], spread_effects(), symptoms_of(NEVER_STOPS), {"fails_capability": 0.6}).kind \
         == "diffuse"
 

@@ -112,7 +112,7 @@ CHECK_PHRASES = {
     "near_duplicate": "near-duplicate rows",
     "train_eval_overlap": "rows copied from the eval set",
     "prompt_loss": "loss on the prompt",
-    "fails_capability": "training completions that fail the capability themselves",
+    "fails_capability": "completions that fail the capability themselves",
 }
 
 
