@@ -43,6 +43,9 @@ from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
+from gradian.report.wording import CHECK_PHRASES, measured, number, pct, symptom_sentence
+
+__all__ = ["KINDS", "Verdict", "decide", "number", "pct"]  # number, pct: the report formats, re-exported
 
 KINDS = ("no-regression", "setup", "data-cluster", "diffuse")
 
@@ -96,24 +99,6 @@ MIN_FAILURE_LIFT = 2.0
 # The gradients agree with a finding group when the most harmful cluster is concentrated and holds at least half
 # of the group's rows.
 MIN_AGREEMENT = 0.5
-SYMPTOM_PHRASES = {
-    "stops-early": "stop early inside the structure (EOS before it closes)",
-    "never-stops": "never stop (they run to the token limit)",
-    "wrapped": "are wrapped in fences or prose around a valid answer",
-    "wrong-fields": "are valid but have missing or renamed fields",
-    "other": "fail in another way",
-}
-
-CHECK_PHRASES = {
-    "truncated_completion": "completions truncated by the run's max length",
-    "cut_in_data": "completions cut in the data itself",
-    "missing_eos": "no EOS in the supervised tokens",
-    "duplicate": "duplicated rows",
-    "near_duplicate": "near-duplicate rows",
-    "train_eval_overlap": "rows copied from the eval set",
-    "prompt_loss": "loss on the prompt",
-    "fails_capability": "completions that fail the capability themselves",
-}
 
 
 @dataclass
@@ -235,17 +220,6 @@ def _explains(finding: Finding, regression: dict[str, Any]) -> bool:
     return finetuned is None or base is None or finetuned > base
 
 
-def _measured(regression: dict[str, Any]) -> str:
-    """The regression in one sentence: rates, difference, CI, p-value, n."""
-    return (
-        f"On {regression.get('capability', 'the capability')}, the fine-tuned model scores "
-        f"{pct(regression.get('finetuned_rate'))} vs {pct(regression.get('base_rate'))} for the base model "
-        f"(difference {pct(regression.get('delta'), signed=True)}, 95% CI {pct(regression.get('ci_low'), signed=True)} "
-        f"to {pct(regression.get('ci_high'), signed=True)}, p = {number(regression.get('p_value'))}, "
-        f"n = {regression.get('n', '?')} eval prompts)."
-    )
-
-
 def _no_regression(regression: dict[str, Any]) -> Verdict:
     if regression.get("significant"):
         reason = "The fine-tuned model is not worse, so there is no regression to attribute."
@@ -253,7 +227,7 @@ def _no_regression(regression: dict[str, Any]) -> Verdict:
         reason = "This is inside the noise band, so Gradian does not attribute it to any training rows."
     return Verdict(
         kind="no-regression",
-        summary=f"{_measured(regression)} {reason}",
+        summary=f"{measured(regression)} {reason}",
         next_action="Nothing to fix. To detect a smaller drop, measure on more eval prompts, "
         "or rerun with --force to attribute anyway.",
         evidence={"regression": {k: regression.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "n")}},
@@ -262,11 +236,11 @@ def _no_regression(regression: dict[str, Any]) -> Verdict:
 
 def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> Verdict:
     evidence: dict[str, Any] = {"finding": finding.to_dict()}
-    text = (f"{_measured(regression)} The cause is in the training setup, not in a group of rows: "
+    text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
             f"{finding.title.rstrip('.')}. This affects every row, so dropping rows would not fix it.")
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = _symptom(symptoms)
-        text += f" {_symptom_sentence(symptoms)}"
+        text += f" {symptom_sentence(symptoms)}"
     return Verdict(kind="setup", summary=text, next_action=finding.fix, evidence=evidence)
 
 
@@ -307,7 +281,7 @@ def _data_cluster(
         "mechanism": None, "culprit_rule": "effect", "effect_threshold": None,
     }
     text = (
-        f"{_measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
+        f"{measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
         f"grouped around \u201c{cluster.name}\u201d, holds {pct(cluster.harm_share)} of the negative influence "
         f"(95% CI {pct(cluster.harm_share_ci[0])} to {pct(cluster.harm_share_ci[1])}, {cluster.lift:.1f}x its size)."
     )
@@ -347,7 +321,7 @@ def _finding_cluster(
         "n_culprits": group.size,
     }
     phrase = CHECK_PHRASES.get(group.check, group.check.replace("_", " "))
-    text = (f"{_measured(regression)} {_symptom_sentence(symptoms)} {group.size} training rows "
+    text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
             f"({pct(group.size_share)} of the data) have {phrase}, and the failing prompts resemble them: "
             f"{pct(group.failure_share)} of their nearest training rows are these rows, "
             f"{group.failure_lift:.1f}x their share. The model learned its failure from them.")
@@ -430,22 +404,22 @@ def _diffuse(
     observed = ""
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = _symptom(symptoms)
-        observed = f" {_symptom_sentence(symptoms)}"
+        observed = f" {symptom_sentence(symptoms)}"
     if not causes:
         return Verdict(
             kind="diffuse", evidence=evidence,
-            summary=f"{_measured(regression)} No cause was found. No cluster of training rows holds the harm{where}, "
+            summary=f"{measured(regression)} No cause was found. No cluster of training rows holds the harm{where}, "
             "no audit finding flags rows where the failures sit, and nothing run-wide is flagged (step size, eval "
             f"loss, loss spikes).{observed}",
             next_action="no cause found, so nothing to change on evidence: read the failing answers (Symptoms) and "
             "the most harmful rows, then measure on more eval prompts or with reference answers and attribute again",
         )
     cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
-    text = (f"{_measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
+    text = (f"{measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
             f"over the data, and the run shows a run-wide cause: {cited}.{observed}")
     if top is not None and concentrated(top):  # rule 5's exception: a flagged step size, no defect in the rows
         evidence["outranked_by_step_size"] = True
-        text = (f"{_measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
+        text = (f"{measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
                 f"of it for {pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but nothing in its rows is "
                 "wrong and the run's step size is flagged: a learning rate far too high collapses the model toward "
                 "whatever pattern some clean rows carry, and dropping them would move the collapse elsewhere. "
@@ -465,26 +439,3 @@ def _symptom(symptoms: Symptoms) -> dict[str, Any]:
     dominant = symptoms.dominant
     return {"dominant": dominant, "share": symptoms.shares[dominant] if dominant else None,
             "n_failing": symptoms.n_failing}
-
-
-def _symptom_sentence(symptoms: Symptoms) -> str:
-    dominant = symptoms.dominant
-    if dominant is None:
-        mixed = ", ".join(f"{pct(symptoms.shares[s])} {s}" for s in symptoms.counts if symptoms.counts[s])
-        return f"The {symptoms.n_failing} failing answers fail in mixed ways ({mixed})." if mixed else ""
-    return (f"{pct(symptoms.shares[dominant])} of the {symptoms.n_failing} failing answers "
-            f"{SYMPTOM_PHRASES[dominant]}.")
-
-
-def pct(value: Any, *, signed: bool = False) -> str:
-    """A share as a percentage with one decimal ("81.0%"), "n/a" when absent."""
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "n/a"
-    return f"{100 * float(value):+.1f}%" if signed else f"{100 * float(value):.1f}%"
-
-
-def number(value: Any) -> str:
-    """A number with 3 significant digits, "n/a" when absent."""
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "n/a"
-    return f"{float(value):.3g}"
