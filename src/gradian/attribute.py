@@ -146,13 +146,14 @@ def _finish(
     symptoms = classify_failures(failing, get_capability(settings.capability)) if regression is not None else None
     groups = candidate_groups(audit.examples, audit.findings, effects, clusters, [row.prompt for row in failing],
                               seed=settings.seed)
-    verdict = decide(summary, audit.findings, groups.clusters, effect, ids, symptoms=symptoms, groups=groups.groups)
+    clusters = groups.clusters  # the same clusters, each with where the failures sit
+    verdict = decide(summary, audit.findings, clusters, effect, ids, symptoms=symptoms, groups=groups.groups)
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
-        labels=labels, clusters=groups.clusters, features=features, settings=settings.to_dict(),
-        symptoms=symptoms, groups=groups,
+        labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
         run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
         seed=settings.seed,
+        symptoms=symptoms, groups=groups,
     )
     paths = write_report(settings.out_dir, report, audit.examples)
     return AttributeResult(verdict, report, paths)
