@@ -55,7 +55,9 @@ class FindingGroup:
         return self.failure_share / self.size_share
 
     def to_dict(self) -> dict[str, Any]:
+        """The numbers; the rows themselves are the findings' `example_ids` (one owner: report.json's findings)."""
         data = asdict(self)
+        del data["example_ids"]
         data["harm_share_ci"] = None if self.harm_share_ci is None else list(self.harm_share_ci)
         return {**data, "size": self.size, "failure_lift": self.failure_lift}
 
