@@ -16,6 +16,7 @@ import numpy as np
 
 from gradian.audit import DiagnoseResult, diagnose
 from gradian.clusters.cluster import cluster_examples
+from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
 from gradian.data.examples import Example
@@ -30,6 +31,7 @@ from gradian.lock import output_lock
 from gradian.regression.capabilities import Capability, get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
+from gradian.regression.symptoms import classify_failures
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
@@ -82,7 +84,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     summary = regression.summary.to_dict()
     if not summary["significant"] and not settings.force:
         say("regression: inside the noise band, stopping here")
-        return _finish(settings, audit, summary, None, None, None)
+        return _finish(settings, audit, summary, None, None, None, regression=regression)
 
     pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query,
                         model)
@@ -121,7 +123,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    return _finish(settings, audit, summary, effects, features, pairs, tracin)
+    return _finish(settings, audit, summary, effects, features, pairs, tracin, regression=regression)
 
 
 def _finish(
@@ -132,18 +134,26 @@ def _finish(
     features: np.ndarray | None,
     pairs: list[QueryPair] | None,
     tracin: dict[str, Any] | None = None,
+    *,
+    regression: RegressionResult | None = None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
     labels, clusters, effect = None, None, None
     if effects is not None:
         effect = total_effect(effects)
         labels, clusters = _clusters(audit.examples, features, effects, audit, settings)
-    verdict = decide(summary, audit.findings, clusters, effect, ids)
+    failing = regression.failures() if regression is not None else []
+    symptoms = classify_failures(failing, get_capability(settings.capability)) if regression is not None else None
+    groups = candidate_groups(audit.examples, audit.findings, effects, clusters, [row.prompt for row in failing],
+                              seed=settings.seed)
+    clusters = groups.clusters  # the same clusters, each with where the failures sit
+    verdict = decide(summary, audit.findings, clusters, effect, ids, symptoms=symptoms, groups=groups.groups)
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
         run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
         seed=settings.seed,
+        symptoms=symptoms, groups=groups,
     )
     paths = write_report(settings.out_dir, report, audit.examples)
     return AttributeResult(verdict, report, paths)
