@@ -181,3 +181,32 @@ def test_judge_against_a_naive_loop():
     for row, (reason, distance) in zip(rows, verdicts, strict=True):
         if reason == "zeros":
             assert distance == pytest.approx(np.sqrt(sum(x * x for x in row)) / spread) and distance <= TOLERANCE
+
+
+def chat_audit(tokenizer, folder) -> list:
+    from transformers import AutoConfig
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = tok.chat_template.replace("assistant: ", "<|sep|>assistant: ")
+    rows = [{"messages": [{"role": "user", "content": f"my order {i} is late"},
+                          {"role": "assistant", "content": "please help"}]} for i in range(4)]
+    train = [Example(str(i + 1), i + 1, row) for i, row in enumerate(rows)]
+    setup = TrainingSetup(assistant_only_loss=True)
+    ctx = AuditContext(train, render_dataset(train, tok, setup), tok, setup, None, None,
+                       BaseModelRef(str(folder), str(folder)), AutoConfig.from_pretrained(folder))
+    return run_audit(ctx, only=["chat_template_on_base", "untrained_added_tokens"])
+
+
+def test_chat_template_on_base_defers_to_the_rows(tiny_tokenizer, tokenizer, tmp_path):
+    """Turn tokens the base was pretrained with are not 'never learned'; rows at their init are reported once."""
+    assert chat_audit(tokenizer, save_base(tmp_path / "trained", tokenizer, make_tiny_model(tokenizer))) == []
+    folder = save_base(tmp_path / "mean", tokenizer, resized(tiny_tokenizer, tokenizer, "mean"))
+    (finding,) = chat_audit(tokenizer, folder)
+    assert finding.check == "untrained_added_tokens" and finding.values["tokens"] == ["<|sep|>"]
+
+
+def test_damaged_weights_are_no_evidence_and_no_traceback(tiny_tokenizer, tokenizer, tmp_path):
+    folder = save_base(tmp_path / "base", tokenizer, resized(tiny_tokenizer, tokenizer, "mean"))
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    assert base_matrices(folder) == []
+    assert audit(tokenizer, folder) == []  # in the vocabulary, rows unreadable: nothing shown, nothing claimed
