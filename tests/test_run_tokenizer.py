@@ -93,3 +93,20 @@ def test_cli_shows_the_tokenizer_source(trainer_pad_eos, cli_runner, tmp_path):
     assert "Tokenizer read: the run's saved tokenizer" in markdown and "pad_token '<pad>' → '</s>'" in markdown
     table = cli_runner.invoke(cli, args)
     assert "Tokenizer: the run's saved tokenizer" in table.output
+
+
+def test_eos_the_trainer_replaced_is_the_runs_setting(scenario, tmp_path):
+    """`no-eos` trained with eos_token='\\n': with that recorded only in the saved tokenizer (no config field, no
+    training_args.bin), the model's real EOS is still reported as never supervised."""
+    folder = tmp_path / "no-eos"
+    shutil.copytree(scenario("no-eos"), folder)
+    for args in folder.glob("run/**/training_args.bin"):
+        args.unlink()
+    config = folder / "run" / "sft_config.yaml"
+    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
+                              if not line.startswith("eos_token:")))
+    result = audit(folder)
+    assert result.tokenizer_source.differs_from_base["eos_token"] == ["</s>", "\n"]
+    assert result.setup.eos_token == "\n" and "eos_token" not in result.setup.assumed
+    (finding,) = [f for f in result.findings if f.check == "missing_eos"]
+    assert finding.severity == "critical" and len(finding.example_ids) == len(result.examples)
