@@ -76,14 +76,16 @@ def commands():
     _register()
 
 
-def test_cli_capability_flag(scenario, cli_runner, commands):
+def test_cli_capability_flag(scenario, cli_runner, commands, tmp_path):
     folder = scenario("format-cluster")
     truth = json.loads((folder / "truth.json").read_text())
     args = ["diagnose", "--dataset", str(folder / "train.jsonl"), "--base-model", str(folder / "base"),
             "--run", str(folder / "run")]
-    result = cli_runner.invoke(cli, [*args, "--capability", "json_formatting", "--json"])
+    result = cli_runner.invoke(cli, [*args, "--capability", "json_formatting", "--json", "--out", str(tmp_path)])
     payload = json.loads(result.output)
     (finding,) = [f for f in payload["findings"] if f["check"] == "fails_capability"]
     assert finding["example_ids"] == truth["culprit_ids"]
+    markdown = (tmp_path / "findings.md").read_text()
+    assert f"| `fails_capability` | {finding['title']} | {len(truth['culprit_ids'])} |" in markdown
     bad = cli_runner.invoke(cli, [*args, "--capability", "no_such_capability"])
     assert bad.exit_code == 2 and "unknown capability" in bad.output and "Traceback" not in bad.output
