@@ -192,7 +192,7 @@ def test_train_eval_overlap(tiny_tokenizer):
 
 def test_many_epochs(tiny_tokenizer):
     finding = fired(run_audit(context(tiny_tokenizer, run=run_info(healthy_log(), epochs=12))), "many_epochs")
-    assert finding.severity == "critical" and finding.values["epochs"] == 12
+    assert finding.severity == "warning" and finding.values["epochs"] == 12  # eval loss fell: a risk, not a fault
 
 
 def test_eval_loss_rising(tiny_tokenizer):

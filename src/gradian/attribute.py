@@ -65,8 +65,9 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("audit: rendering the rows as trained and running the checks")
     audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
-                     run=settings.run, config=settings.config)
-    _write_json(out / "findings.json", {"findings": [f.to_dict() for f in audit.findings]})
+                     run=settings.run, config=settings.config, capability=capability)
+    _write_json(out / "findings.json", {"findings": [f.to_dict() for f in audit.findings],
+                                        "tokenizer_source": _tokenizer_source(audit)})
 
     say("regression: generating with the base and the fine-tuned model")
     model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
@@ -126,6 +127,10 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     return _finish(settings, audit, summary, effects, features, pairs, tracin, regression=regression)
 
 
+def _tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
+    return audit.tokenizer_source.to_dict() if audit.tokenizer_source is not None else None
+
+
 def _finish(
     settings: AttributeSettings,
     audit: DiagnoseResult,
@@ -151,7 +156,8 @@ def _finish(
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
-        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
+        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin,
+             "tokenizer_source": _tokenizer_source(audit)},
         seed=settings.seed,
         symptoms=symptoms, groups=groups,
     )

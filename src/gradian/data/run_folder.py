@@ -45,6 +45,7 @@ class RunInfo:
     log_history: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
     optimizer_path: Path | None = None
+    tokenizer_dir: Path | None = None  # the tokenizer the trainer saved (its processing class), newest first
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     training_args: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +112,7 @@ def _read_folder(path: Path) -> RunInfo:
     newest = checkpoints[-1] if checkpoints else path
     if (newest / "optimizer.pt").exists():
         run.optimizer_path = newest / "optimizer.pt"
+    run.tokenizer_dir = _newest_with(path, checkpoints, "tokenizer_config.json")
     run.training_args = _training_args(run, path, checkpoints)
     return run
 
