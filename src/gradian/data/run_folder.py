@@ -23,6 +23,12 @@ from typing import Any
 
 import yaml
 
+from gradian.data.framework_version import (
+    VersionRange,
+    inferred_trl_version,
+    recorded_trl_version,
+    trl_collator_masks_pad,
+)
 from gradian.data.setup import TrainingSetup
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
@@ -206,10 +212,37 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
         explicit.update(layer)
     explicit.update({key: value for key, value in overrides.items() if value is not None})
     values = {**FRAMEWORK_DEFAULTS.get(framework, {}), **explicit, "framework": framework}
+    version = _framework_version(run, framework)
+    if version is not None:
+        values.update(framework_version=version.text, version_source=version.how)
+        if framework == "trl" and values.get("collator_masks_pad") is None:
+            masks = trl_collator_masks_pad(version, bool(values.get("padding_free")))
+            if masks is not None:  # TRL's own collator, as that version builds it
+                values["collator_masks_pad"] = explicit["collator_masks_pad"] = masks
     setup = TrainingSetup(**{key: value for key, value in values.items() if key in known})
     setup.source = str(run.config_path) if run.config_path else ("training_args.bin" if run.training_args else None)
     setup.assumed = [name for name in ASSUMABLE if name not in explicit]
     return setup
+
+
+def _framework_version(run: RunInfo, framework: str) -> VersionRange | None:
+    """The recorded version, else the narrowest range the config and training_args.bin leave (TRL only)."""
+    if framework != "trl":
+        return None
+    recorded = recorded_trl_version(run.path, run.config)
+    if recorded is not None:
+        return recorded
+    every = str(run.training_args.get("__class__", "")).endswith("SFTConfig")
+    ranges = [r for r in (inferred_trl_version(run.training_args, every_field=every, where="training_args.bin"),
+                          inferred_trl_version(run.config, every_field=False,
+                                               where=run.config_path.name if run.config_path else "the config"))
+              if r is not None]
+    if not ranges:
+        return None
+    lows = [r.low for r in ranges if r.low is not None]
+    highs = [r.high for r in ranges if r.high is not None]
+    return VersionRange(max(lows) if lows else None, min(highs) if highs else None,
+                        "; ".join(r.how for r in ranges if r.how))
 
 
 # Rendering settings reports say were taken on trust when the run did not record them.
@@ -262,7 +295,7 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
     for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
         if name in config and (config[name] is None or isinstance(config[name], str)):
             out[name] = config[name]
-    for name in ("completion_only_loss", "assistant_only_loss", "packing"):
+    for name in ("completion_only_loss", "assistant_only_loss", "packing", "padding_free"):
         if name in config and (config[name] is None or isinstance(config[name], bool)):
             out[name] = config[name]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_train_epochs": "num_train_epochs",

@@ -13,6 +13,10 @@ from typing import Any
 @dataclass
 class TrainingSetup:
     framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers"})
+    framework_version: str | None = field(
+        default=None, metadata={"help": "the framework's version: exact (0.19.1) or a range (>=0.17,<0.20); None unknown"}
+    )
+    version_source: str | None = field(default=None, metadata={"help": "how the version was known: recorded or inferred"})
     max_length: int | None = field(default=1024, metadata={"help": "tokens per row after truncation; None = none"})
     truncation_mode: str = field(default="keep_start", metadata={"help": "keep_start | keep_end"})
     completion_only_loss: bool | None = field(
@@ -21,12 +25,14 @@ class TrainingSetup:
     assistant_only_loss: bool = field(default=False, metadata={"help": "loss only on assistant turns (messages)"})
     drop_overlong: bool = field(default=False, metadata={"help": "rows longer than max_length are dropped (axolotl)"})
     packing: bool = False
+    padding_free: bool = field(default=False, metadata={"help": "rows flattened into one sequence, no pad tokens"})
     dataset_text_field: str = "text"
     eos_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's"})
     pad_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's, else eos"})
     collator_masks_pad: bool | None = field(
         default=None,
-        metadata={"help": "the collator sets labels of pad ids to -100 (transformers' LM collator, TRL < 0.17)"},
+        metadata={"help": "the collator sets labels of pad ids to -100 (transformers' LM collator, TRL < 0.17); "
+                          "None: unknown. Inferred from framework_version when the config names no collator"},
     )
     chat_template: str | None = None
     learning_rate: float | None = None
