@@ -15,7 +15,7 @@ from gradian.data.examples import Example, read_dataset
 from gradian.data.render import Rendered, render_dataset
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
-from gradian.errors import InputError
+from gradian.data.tokens import apply_training_tokens
 
 Progress = Callable[[str], None]
 
@@ -71,7 +71,7 @@ def diagnose(
     say("loading the tokenizer")
     tokenizer, base_config = load_tokenizer(ref), load_config(ref)
     setup = info.setup
-    _apply_tokens(tokenizer, setup, ref)
+    apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"rendering {len(examples)} rows")
     rendered = render_dataset(examples, tokenizer, setup)
     say("running the checks")
@@ -83,15 +83,3 @@ def _examples(value: str | Path | Sequence[Example], eval_set: bool) -> list[Exa
     if isinstance(value, (str, Path)):
         return read_dataset(value, eval_set=eval_set)
     return list(value)
-
-
-def _apply_tokens(tokenizer: Any, setup: TrainingSetup, ref: BaseModelRef) -> None:
-    """What SFTTrainer does to the tokenizer before tokenizing: its `eos_token` replaces the tokenizer's."""
-    if setup.eos_token is not None:
-        if setup.eos_token not in tokenizer.get_vocab():
-            raise InputError(f"eos_token {setup.eos_token!r} from the training config is not in the tokenizer's "
-                             f"vocabulary; fix the config.", setup.source or ref.spec)
-        tokenizer.eos_token = setup.eos_token
-    if setup.pad_token is not None and setup.pad_token not in tokenizer.get_vocab():
-        raise InputError(f"pad_token {setup.pad_token!r} is not in the tokenizer's vocabulary; fix the config.",
-                         setup.source or ref.spec)

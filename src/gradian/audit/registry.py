@@ -14,7 +14,7 @@ from gradian.audit.finding import Finding, by_severity
 
 Check = Callable[[AuditContext], list[Finding]]
 CHECKS: dict[str, Check] = {}
-BUILT_IN = ("truncation", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter")
+BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter")
 
 
 def check(name: str) -> Callable[[Check], Check]:

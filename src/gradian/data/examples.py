@@ -7,6 +7,11 @@ Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 - `{"messages": [msgs]}` (or ShareGPT `{"conversations": [{"from", "value"}]}`): conversational language modeling
 - `{"text": str}`: language modeling (loss on everything)
 - `{"instruction", "input"?, "output"}`: Alpaca, read as prompt-completion
+- `{"segments": [{"label", "text"}]}`: axolotl's input_output, read as prompt-completion
+- a list of `{"role", "content"}` (or `{"from", "value"}`) turns under any other key: read as messages
+
+How training rendered a row is the framework's business (`data/render.py`, `data/axolotl.py`, from `raw`);
+these shapes are what reports, duplicates and clusters read.
 
 Every example gets a stable id: its `id` field, else its 1-based line number as a string.
 """
@@ -234,6 +239,13 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[
         if not isinstance(row["text"], str):
             raise InputError('"text" must be a string.', path, line)
         return {"text": row["text"]}
+    if "segments" in row:
+        return _from_segments(row["segments"], line, path)
+    chats = [key for key, value in row.items() if _looks_like_chat(value)]
+    if len(chats) == 1:  # messages under another name (axolotl's field_messages)
+        messages = _from_sharegpt(row[chats[0]], line, path) if "from" in row[chats[0]][0] else row[chats[0]]
+        _check_messages(messages, chats[0], line, path)
+        return {"messages": messages}
     keys = ", ".join(json.dumps(key) for key in sorted(row)) or "none"  # quoted: a key may hold a newline
     raise InputError(
         f"no known fields (found: {keys}); expected prompt/completion, messages, text or instruction/output.",
@@ -255,6 +267,21 @@ def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> 
     if not isinstance(output, str):
         raise InputError('"output" must be a string.', path, line)
     return {"prompt": prompt, "completion": output}
+
+
+def _looks_like_chat(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+            and ("role" in value[0] or "from" in value[0]) and ("content" in value[0] or "value" in value[0]))
+
+
+def _from_segments(segments: Any, line: int, path: Path) -> dict[str, Any]:
+    """axolotl's input_output rows: the text before the first trained segment is the prompt, the rest the answer."""
+    if not isinstance(segments, list) or not all(isinstance(s, dict) and isinstance(s.get("text"), str)
+                                                 for s in segments):
+        raise InputError('"segments" must be a list of {"label": true/false, "text": "..."}.', path, line)
+    first = next((i for i, s in enumerate(segments) if s.get("label")), len(segments))
+    return {"prompt": "".join(s["text"] for s in segments[:first]),
+            "completion": "".join(s["text"] for s in segments[first:])}
 
 
 def _from_sharegpt(conversations: Any, line: int, path: Path) -> Messages:

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from gradian.data.axolotl import NAMED_TEMPLATES
 from gradian.data.framework_version import (
     VersionRange,
     inferred_trl_version,
@@ -256,6 +257,8 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 AXOLOTL_KEYS = {"sequence_len", "train_on_inputs", "micro_batch_size", "num_epochs", "sample_packing",
                 "excess_length_strategy", "lora_r", "adapter", "base_model", "datasets"}
+# What data/axolotl.py reads from an axolotl config besides the TrainingSetup fields.
+AXOLOTL_RENDER_KEYS = ("datasets", "train_on_inputs", "chat_template", "chat_template_jinja", "eot_tokens")
 # Collators that set the labels of pad ids to -100 (so pad == eos hides every EOS); TRL's own pads by position.
 PAD_MASKING_COLLATORS = ("DataCollatorForLanguageModeling", "DataCollatorForCompletionOnlyLM")
 POSITION_PADDING_COLLATORS = ("DataCollatorForSeq2Seq", "DataCollatorWithFlattening", "DataCollatorForChatML")
@@ -311,8 +314,11 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"truncation_mode": "keep_start"}
     if "sequence_len" in config:
         out["max_length"] = _int_or_none(config["sequence_len"])
-    if "excess_length_strategy" in config:
-        out["drop_overlong"] = str(config["excess_length_strategy"]).lower() != "truncate"
+    if config.get("excess_length_strategy") is not None:
+        strategy = str(config["excess_length_strategy"]).lower()
+        if strategy not in ("drop", "truncate", "raise"):
+            raise ValueError(f"excess_length_strategy {strategy!r} is not drop, truncate or raise")
+        out["excess_length_strategy"], out["drop_overlong"] = strategy, strategy != "truncate"
     if "train_on_inputs" in config:
         out["completion_only_loss"] = not bool(config["train_on_inputs"])
     datasets = config.get("datasets") or []
@@ -323,11 +329,19 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     if "sample_packing" in config:
         out["packing"] = bool(config["sample_packing"])
     tokens = config.get("special_tokens") or {}
+    if not isinstance(tokens, dict):
+        raise ValueError("special_tokens must be a mapping such as {pad_token: <|end_of_text|>}")
     for name in ("eos_token", "pad_token"):
-        if isinstance(tokens, dict) and isinstance(tokens.get(name), str):
+        if isinstance(tokens.get(name), str):
             out[name] = tokens[name]
+    out["special_tokens"] = {k: v for k, v in tokens.items() if isinstance(v, (str, list))}
+    if isinstance(config.get("tokens"), list):
+        out["new_tokens"] = [str(token) for token in config["tokens"]]
+    out["axolotl"] = {key: config[key] for key in AXOLOTL_RENDER_KEYS if config.get(key) is not None}
     if isinstance(config.get("chat_template_jinja"), str):
         out["chat_template"] = config["chat_template_jinja"]
+    elif config.get("chat_template") in NAMED_TEMPLATES:  # what generation prompts are rendered with
+        out["chat_template"] = NAMED_TEMPLATES[config["chat_template"]]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_epochs": "num_train_epochs",
                                  "micro_batch_size": "per_device_train_batch_size",
                                  "gradient_accumulation_steps": "gradient_accumulation_steps"}))

@@ -24,6 +24,9 @@ class TrainingSetup:
     )
     assistant_only_loss: bool = field(default=False, metadata={"help": "loss only on assistant turns (messages)"})
     drop_overlong: bool = field(default=False, metadata={"help": "rows longer than max_length are dropped (axolotl)"})
+    excess_length_strategy: str | None = field(
+        default=None, metadata={"help": "axolotl: drop (default) | truncate | raise, for rows past sequence_len"}
+    )
     packing: bool = False
     padding_free: bool = field(default=False, metadata={"help": "rows flattened into one sequence, no pad tokens"})
     dataset_text_field: str = "text"
@@ -35,6 +38,14 @@ class TrainingSetup:
                           "None: unknown. Inferred from framework_version when the config names no collator"},
     )
     chat_template: str | None = None
+    special_tokens: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "axolotl special_tokens: added to the tokenizer as axolotl adds them"}
+    )
+    new_tokens: list[str] = field(default_factory=list, metadata={"help": "axolotl tokens: added as regular tokens"})
+    axolotl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "axolotl's datasets entries and prompt settings (train_on_inputs, chat_template, eot_tokens)"},
+    )
     learning_rate: float | None = None
     num_train_epochs: float | None = None
     per_device_train_batch_size: int | None = None
