@@ -27,7 +27,7 @@ from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
-from gradian.regression.capabilities import Capability, get_capability
+from gradian.regression.capabilities import Capability, get_capability, passed
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
 from gradian.report.schema import build_report
@@ -197,7 +197,7 @@ def query_pairs(
 
 
 def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str | None:
-    correct = row.reference if row.reference is not None else (row.base.text if row.base_score >= 0.5 else None)
+    correct = row.reference if row.reference is not None else (row.base.text if passed(row.base_score) else None)
     if correct is None:
         return None
     if kind.startswith("repaired"):

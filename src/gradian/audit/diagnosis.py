@@ -34,9 +34,6 @@ class DiagnoseResult:
     base_ref: BaseModelRef
     base_config: Any = None
 
-    def worst(self) -> str | None:
-        return self.findings[0].severity if self.findings else None
-
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("critical", "warning", "info")}
         return {

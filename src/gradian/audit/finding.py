@@ -33,7 +33,8 @@ class Finding:
         return bool(self.example_ids)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The one JSON form of a finding: findings.json (diagnose) and report.json (attribute) both write it."""
+        return {**asdict(self), "n_examples": len(self.example_ids)}
 
 
 def by_severity(findings: list[Finding]) -> list[Finding]:

@@ -58,10 +58,6 @@ class RunInfo:
     config_path: Path | None = None
     unreadable: list[str] = field(default_factory=list)
 
-    @property
-    def base_model_name(self) -> str | None:
-        return self.adapter_config.get("base_model_name_or_path")
-
 
 def read_run(
     run_dir: str | Path | None, config: str | Path | None = None, overrides: dict[str, Any] | None = None
@@ -88,11 +84,11 @@ def _read_folder(path: Path) -> RunInfo:
         raise InputError("no such run folder; check the path.", path)
     if not path.is_dir():
         raise InputError("is a file, expected a run folder (the trainer's output_dir).", path)
-    checkpoints = _checkpoints(path)
+    checkpoints = checkpoint_folders(path)
     if CHECKPOINT.match(path.name) and not checkpoints:
         checkpoints = [path]
-    adapter_dir = _newest_with(path, checkpoints, "adapter_config.json")
-    state_dir = _newest_with(path, checkpoints, "trainer_state.json")
+    adapter_dir = newest_with(path, checkpoints, "adapter_config.json")
+    state_dir = newest_with(path, checkpoints, "trainer_state.json")
     if adapter_dir is None and state_dir is None:
         raise InputError(
             "holds no adapter_config.json and no trainer_state.json (nor checkpoint-*/ with them); "
@@ -122,13 +118,14 @@ def _read_folder(path: Path) -> RunInfo:
     return run
 
 
-def _checkpoints(path: Path) -> list[Path]:
+def checkpoint_folders(path: Path) -> list[Path]:
+    """The `checkpoint-N/` folders under `path`, sorted by N (the one place Gradian finds checkpoints)."""
     found = [(int(match.group(1)), child) for child in path.iterdir()
              if child.is_dir() and (match := CHECKPOINT.match(child.name))]
     return [child for _, child in sorted(found)]
 
 
-def _newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
+def newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
     """The run root if it holds `name` (what `save_model`/`save_state` write last), else the newest checkpoint."""
     for folder in [root, *reversed(checkpoints)]:
         if (folder / name).is_file():

@@ -25,6 +25,7 @@ from gradian.regression.repair import parse_object, repair_json_object
 
 Factory = Callable[[str | None], "Capability"]
 _REGISTRY: dict[str, Factory] = {}
+PASS_SCORE = 0.5  # a score at or above it passes the capability
 
 
 class Capability(ABC):
@@ -43,7 +44,12 @@ class Capability(ABC):
         return None
 
     def passes(self, output: str, reference: str | None) -> bool:
-        return self.score(output, reference) >= 0.5
+        return passed(self.score(output, reference))
+
+
+def passed(score: float) -> bool:
+    """The pass threshold, for a score already computed: the one place it is decided."""
+    return score >= PASS_SCORE
 
 
 def register_capability(name: str) -> Callable[[Factory], Factory]:
