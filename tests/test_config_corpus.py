@@ -164,3 +164,20 @@ def test_trl_configs_match_sft_trainer(config, rows, tiny_tokenizer, tiny_model,
     expected = [(list(r["input_ids"]), list(r["labels"])) for r in trainer.train_dataset]
     rendered = render_dataset(read_dataset(CONFIGS / rows), tiny_tokenizer, setup)
     assert [(r.input_ids, r.labels) for r in rendered if not r.dropped] == expected
+
+
+def test_entries_of_different_types_need_a_path_naming_the_file(tmp_path):
+    from gradian.errors import InputError
+
+    config = tmp_path / "axolotl.yml"
+    config.write_text(yaml.safe_dump({"sequence_len": 512, "datasets": [{"path": "org/a", "type": "alpaca"},
+                                                                         {"path": "org/b", "type": "completion"}]}))
+    setup = read_run(None, config).setup
+    tokenizer = build_llama3_like()
+    with pytest.raises(InputError, match="different types"):
+        render_dataset(read_dataset(CONFIGS / "alpaca.jsonl"), tokenizer, setup)
+    config.write_text(yaml.safe_dump({"sequence_len": 512, "datasets": [{"path": "org/a", "type": "completion"},
+                                                                         {"path": "alpaca.jsonl", "type": "alpaca"}]}))
+    examples = read_dataset(CONFIGS / "alpaca.jsonl")
+    row = render_dataset(examples, tokenizer, read_run(None, config).setup)[0]
+    assert row.input_ids == _alpaca_expected(tokenizer, examples[0].raw, INSTRUCT)[0]  # the entry that names it

@@ -86,3 +86,29 @@ def test_clean_smollm2_tokenizer_with_trl_020_config_diagnoses_clean(tmp_path, c
     config.write_text(yaml.safe_dump({"trl_version": "0.16.1", "max_length": 512, "num_train_epochs": 1}))
     result = cli_runner.invoke(cli, args)
     assert result.exit_code == 1 and "pad_eos_masking" in result.output
+
+
+def test_axolotl_version_from_its_model_card(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (run / "axolotl.yml").write_text(yaml.safe_dump({"sequence_len": 512, "datasets": [{"path": "d", "type": "alpaca"}]}))
+    (run / "README.md").write_text("<details><summary>See axolotl config</summary>\n\naxolotl version: `0.8.1`\n")
+    setup = read_run(run).setup
+    assert setup.framework == "axolotl" and setup.framework_version == "0.8.1"
+    assert setup.version_source == "recorded in README.md (axolotl's model card)"
+
+
+def test_dataset_text_field_names_the_text_column(tmp_path, cli_runner):
+    from gradian.cli.main import _register, cli
+
+    base = save_smollm2_like(tmp_path / "smollm2")
+    dataset = tmp_path / "train.jsonl"
+    dataset.write_text(json.dumps({"content": "my order is late, please help"}) + "\n")
+    config = tmp_path / "sft_config.yaml"
+    config.write_text(yaml.safe_dump({"max_seq_length": 512, "dataset_text_field": "content"}))
+    _register()
+    result = cli_runner.invoke(cli, ["diagnose", "--dataset", str(dataset), "--config", str(config),
+                                     "--base-model", str(base), "--json"])
+    assert result.exit_code in (0, 1), result.output  # read, not refused as a row of no known shape
+    assert json.loads(result.output)["rows"] == 1

@@ -60,10 +60,11 @@ def diagnose(
 ) -> DiagnoseResult:
     """Audit a fine-tune from its dataset, run folder/config and base model (tokenizer + config, never weights)."""
     say = progress or (lambda _: None)
-    say("reading the dataset")
-    examples = _examples(dataset, eval_set=False)
-    eval_examples = _examples(eval_dataset, eval_set=True) if eval_dataset is not None else None
     info = run if isinstance(run, RunInfo) else read_run(run, config, overrides)
+    say("reading the dataset")
+    field = info.setup.dataset_text_field  # TRL's dataset_text_field names the text column
+    examples = _examples(dataset, eval_set=False, text_field=field)
+    eval_examples = _examples(eval_dataset, eval_set=True, text_field=field) if eval_dataset is not None else None
     ref = base_model if isinstance(base_model, BaseModelRef) else resolve_base_model(base_model)
     say("loading the tokenizer")
     tokenizer, base_config = load_tokenizer(ref), load_config(ref)
@@ -76,7 +77,7 @@ def diagnose(
     return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config)
 
 
-def _examples(value: str | Path | Sequence[Example], eval_set: bool) -> list[Example]:
+def _examples(value: str | Path | Sequence[Example], eval_set: bool, text_field: str = "text") -> list[Example]:
     if isinstance(value, (str, Path)):
-        return read_dataset(value, eval_set=eval_set)
+        return read_dataset(value, eval_set=eval_set, text_field=text_field)
     return list(value)

@@ -67,6 +67,9 @@ def _print_table(result: DiagnoseResult) -> None:
             table.add_row(f"[{style}]{finding.severity}[/{style}]", finding.check, finding.title,
                           str(len(finding.example_ids) or "—"), finding.fix)
         console.print(table)
+    if result.setup.framework_version:
+        console.print(f"[dim]{result.setup.framework} {result.setup.framework_version}: "
+                      f"{result.setup.version_source}[/dim]")
     if result.setup.assumed:
         console.print(f"[dim]Assumed framework defaults for: {', '.join(result.setup.assumed)}[/dim]")
     for line in result.run.unreadable if result.run else []:

@@ -67,7 +67,8 @@ DUMMY = "[[dummy_message]]"
 
 
 def entry_for(example: Example, options: dict[str, Any]) -> dict[str, Any]:
-    """The `datasets:` entry this row came from: the one whose path names its file, else the first."""
+    """The `datasets:` entry this row came from: the one whose path names its file; when none does, the first if
+    every entry has the same type (axolotl configs often list one dataset twice), else bad input."""
     entries = [e for e in options.get("datasets") or [] if isinstance(e, dict)]
     if not entries:
         return {"type": "alpaca"}
@@ -76,12 +77,19 @@ def entry_for(example: Example, options: dict[str, Any]) -> dict[str, Any]:
         names = [entry.get("path"), *_as_list(entry.get("data_files"))]
         if source is not None and any(isinstance(n, str) and _same_file(n, source) for n in names):
             return entry
+    if len({str(e.get("type")) for e in entries}) > 1:
+        kinds = ", ".join(dict.fromkeys(str(e.get("type")) for e in entries))
+        name = source.name if source is not None else "the dataset"
+        raise InputError(f"its datasets entries have different types ({kinds}) and no entry's path names {name}; "
+                         f"set that entry's path to the file's name so Gradian renders it by its type.",
+                         options.get("config_path"))
     return entries[0]
 
 
-def render_axolotl(example: Example, tokenizer: Any, options: dict[str, Any]) -> tuple[list[int], list[int], int]:
+def render_axolotl(example: Example, tokenizer: Any, options: dict[str, Any],
+                   entry: dict[str, Any] | None = None) -> tuple[list[int], list[int], int]:
     """(input_ids, labels, prompt_length) of one row as axolotl tokenizes it, before the length strategy."""
-    entry = entry_for(example, options)
+    entry = entry if entry is not None else entry_for(example, options)
     kind = entry.get("type") or "alpaca"
     if not isinstance(kind, str):
         raise InputError("a custom dataset `type:` mapping (format strings) is not rendered by Gradian yet; "

@@ -113,12 +113,13 @@ def _as_text(value: str | Messages | None) -> str:
     return "\n".join(str(message.get("content", "")) for message in value)
 
 
-def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
+def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text") -> list[Example]:
     """Read every row of a JSONL file (or a JSON array) as `Example`s.
 
     Raises `InputError` naming the file and line for anything Gradian cannot read: bad JSON,
     non-UTF-8 bytes, a row of no known shape, a duplicate id, an empty file.
-    With `eval_set=True` the reference answer is optional.
+    With `eval_set=True` the reference answer is optional. `text_field` is TRL's `dataset_text_field`: the
+    column that holds a language-modelling row's text.
     """
     path = Path(path)
     if not path.exists():
@@ -130,7 +131,7 @@ def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
     examples: list[Example] = []
     first_line_of: dict[str, int] = {}
     for line, row in _rows(path):
-        example = _example(row, line, path, eval_set)
+        example = _example(row, line, path, eval_set, text_field)
         if example.id in first_line_of:
             raise InputError(
                 f"duplicate id {example.id!r} (first seen at line {first_line_of[example.id]}); ids must be unique.",
@@ -204,15 +205,15 @@ def _decode(data: bytes, path: Path, line: int | None) -> str:
         raise InputError(f"not UTF-8 (byte {error.start}); re-encode the file as UTF-8.", path, line) from None
 
 
-def _example(row: Any, line: int, path: Path, eval_set: bool) -> Example:
+def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = "text") -> Example:
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, found {type(row).__name__}.", path, line)
     example_id = str(row["id"]) if row.get("id") is not None else str(line)
-    fields = _fields(row, line, path, eval_set)
+    fields = _fields(row, line, path, eval_set, text_field)
     return Example(id=example_id, line=line, fields=fields, source=str(path), raw=row)
 
 
-def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:
+def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_field: str = "text") -> dict[str, Any]:
     if "messages" in row or "conversations" in row:
         messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
         _check_messages(messages, "messages", line, path)
@@ -235,10 +236,11 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[
         return {"prompt": prompt} if completion is None else {"prompt": prompt, "completion": completion}
     if "instruction" in row:
         return _from_alpaca(row, line, path, eval_set)
-    if "text" in row:
-        if not isinstance(row["text"], str):
-            raise InputError('"text" must be a string.', path, line)
-        return {"text": row["text"]}
+    for name in dict.fromkeys((text_field, "text")):
+        if name in row:
+            if not isinstance(row[name], str):
+                raise InputError(f'"{name}" must be a string.', path, line)
+            return {"text": row[name]}
     if "segments" in row:
         return _from_segments(row["segments"], line, path)
     chats = [key for key, value in row.items() if _looks_like_chat(value)]

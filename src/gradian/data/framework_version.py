@@ -39,6 +39,7 @@ SFT_ONLY = ("max_seq_length", "max_length", "padding_free", "completion_only_los
 POSITION_PADDING = Version("0.17")  # TRL's own collator: labels padded with -100 by position
 FLATTENING = Version("0.16")  # padding_free: DataCollatorWithFlattening, no pad tokens at all
 MODEL_CARD = re.compile(r"^\s*-\s*TRL:\s*([0-9][0-9A-Za-z.+-]*)\s*$", re.M)
+AXOLOTL_CARD = re.compile(r"axolotl version: `([0-9][0-9A-Za-z.+-]*)`")  # axolotl train.py, in the model card
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,19 @@ def _next_release(version: Version) -> Version:
     return Version(f"{version.major}.{version.minor}.{version.micro + 1}")
 
 
-def recorded_trl_version(run_dir: Path | None, config: dict[str, Any]) -> VersionRange | None:
-    """A version the run recorded: `trl_version` in the config, or the model card TRL writes (README.md)."""
-    value = config.get("trl_version")
-    if isinstance(value, str) and (version := _parse(value)):
-        return VersionRange(version, _next_release(version), "recorded in the config (trl_version)")
+def recorded_version(run_dir: Path | None, config: dict[str, Any], framework: str = "trl") -> VersionRange | None:
+    """A version the run recorded: `trl_version` / `axolotl_version` in the config, or the model card the framework
+    writes into the run folder (README.md: TRL's "- TRL: x.y.z", axolotl's "axolotl version: `x.y.z`")."""
+    value = config.get(f"{framework}_version")
+    if isinstance(value, (str, int, float)) and (version := _parse(str(value))):
+        return VersionRange(version, _next_release(version), f"recorded in the config ({framework}_version)")
+    pattern, card_of = (AXOLOTL_CARD, "axolotl's") if framework == "axolotl" else (MODEL_CARD, "TRL's")
     for folder in [run_dir] if run_dir is not None else []:
         card = folder / "README.md"
         if card.is_file() and card.stat().st_size < 1_000_000:
-            match = MODEL_CARD.search(card.read_text(encoding="utf-8", errors="replace"))
+            match = pattern.search(card.read_text(encoding="utf-8", errors="replace"))
             if match and (version := _parse(match.group(1))):
-                return VersionRange(version, _next_release(version), f"recorded in {card.name} (TRL's model card)")
+                return VersionRange(version, _next_release(version), f"recorded in {card.name} ({card_of} model card)")
     return None
 
 

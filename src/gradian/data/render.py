@@ -87,7 +87,14 @@ def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingS
     """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
     if setup.framework == "axolotl":
         options = axolotl_options(setup)
-        return [_finish_axolotl(e, *render_axolotl(e, tokenizer, options), setup) for e in examples]
+        entries: dict[str, dict[str, Any]] = {}  # one datasets entry per source file
+        out = []
+        for example in examples:
+            if example.source not in entries:
+                entries[example.source] = entry_for(example, options)
+            entry = entries[example.source]
+            out.append(_finish_axolotl(example, *render_axolotl(example, tokenizer, options, entry), entry, setup))
+        return out
     rendered: list[Rendered | None] = [None] * len(examples)
     offsets = _OffsetsCheck()
     for start in range(0, len(examples), BATCH):
@@ -247,14 +254,14 @@ def _finish(
     return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped, over)
 
 
-def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_len: int,
+def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_len: int, entry: dict[str, Any],
                     setup: TrainingSetup) -> Rendered:
     """axolotl's `handle_long_seq_in_dataset`, then its drop of rows with no trainable token."""
     limit, full_length = setup.max_length, len(ids)
     strategy = setup.excess_length_strategy or "drop"
     over, tail_cut = "", False
     if limit is not None and full_length > limit:
-        if _is_completion(example, setup):
+        if str(entry.get("type", "")).startswith("completion"):
             over = "split"  # type: completion trains every sequence_len piece of the row
         else:
             over = {"truncate": "truncated", "raise": "refused"}.get(strategy, "dropped")
@@ -266,11 +273,6 @@ def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_
 def axolotl_options(setup: TrainingSetup) -> dict[str, Any]:
     """What data/axolotl.py reads: the config's datasets and prompt settings, with the run's sequence_len."""
     return {**setup.axolotl, "sequence_len": setup.max_length or 10**9, "config_path": setup.source}
-
-
-def _is_completion(example: Example, setup: TrainingSetup) -> bool:
-    kind = entry_for(example, setup.axolotl).get("type")
-    return isinstance(kind, str) and kind.startswith("completion")
 
 
 def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> list[int]:

@@ -27,7 +27,7 @@ from gradian.data.axolotl import NAMED_TEMPLATES
 from gradian.data.framework_version import (
     VersionRange,
     inferred_trl_version,
-    recorded_trl_version,
+    recorded_version,
     trl_collator_masks_pad,
 )
 from gradian.data.setup import TrainingSetup
@@ -224,11 +224,9 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
 
 
 def _framework_version(run: RunInfo, framework: str) -> VersionRange | None:
-    """The recorded version, else the narrowest range the config and training_args.bin leave (TRL only)."""
-    if framework != "trl":
-        return None
-    recorded = recorded_trl_version(run.path, run.config)
-    if recorded is not None:
+    """The recorded version, else (TRL) the narrowest range the config and training_args.bin leave."""
+    recorded = recorded_version(run.path, run.config, framework)
+    if recorded is not None or framework != "trl":
         return recorded
     every = str(run.training_args.get("__class__", "")).endswith("SFTConfig")
     ranges = [r for r in (inferred_trl_version(run.training_args, every_field=every, where="training_args.bin"),
