@@ -251,8 +251,9 @@ def _preconditioner(settings: AttributeSettings, model: Any, audit: DiagnoseResu
 def _checkpoints(settings: AttributeSettings, audit: DiagnoseResult) -> tuple[list[Checkpoint], str | None]:
     """The checkpoints TracIn-CP sums over, and why none are used when `auto` falls back to the final adapter.
 
-    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark they recover the
-    culprits a converged model no longer shows (its culprits' gradients are small once their failure is learned).
+    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark (BENCHMARKS.md) they
+    recover the culprits a converged model no longer shows (its culprits' gradients are small once their failure is
+    learned).
     """
     if settings.checkpoints == "off":
         return [], None
