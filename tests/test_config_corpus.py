@@ -181,3 +181,27 @@ def test_entries_of_different_types_need_a_path_naming_the_file(tmp_path):
     examples = read_dataset(CONFIGS / "alpaca.jsonl")
     row = render_dataset(examples, tokenizer, read_run(None, config).setup)[0]
     assert row.input_ids == _alpaca_expected(tokenizer, examples[0].raw, INSTRUCT)[0]  # the entry that names it
+
+
+@pytest.mark.parametrize(("config", "rows", "instruct"), [("axolotl-lora-1b.yml", "alpaca.jsonl", False),
+                                                          ("axolotl-instruct-lora-8b.yml", "messages.jsonl", True)])
+def test_eval_answers_render_as_training_rendered_them(tmp_path, config, rows, instruct):
+    """An eval row (no answer, from another file) with the trained answer put back renders as the trained row did:
+    the queries of `attribute` are taken on the same tokens as training."""
+    from gradian.data.render import render_with_answer
+
+    setup, tokenizer, examples, _ = _setup_and_rows(config, rows, instruct)
+    evals = tmp_path / "eval.jsonl"
+    lines = []
+    for example in examples:
+        row = dict(example.raw)
+        row.pop("output", None)  # Alpaca eval rows may omit the answer; chat ones end with their reference answer
+        lines.append(json.dumps(row))
+    evals.write_text("\n".join(lines) + "\n")
+    for trained, example, row in zip(render_dataset(examples, tokenizer, setup), read_dataset(evals, eval_set=True),
+                                     examples, strict=True):
+        answer = row.completion_text if "output" in row.raw else example.completion_text
+        prompt, answer_ids = render_with_answer(example, answer, tokenizer, setup)
+        assert prompt + answer_ids == trained.input_ids[: len(prompt) + len(answer_ids)]
+        assert answer_ids and [t for t in trained.labels if t != IGNORE][-len(answer_ids):] == answer_ids
+        assert render_prompt(example, tokenizer, setup) == prompt

@@ -19,7 +19,7 @@ from gradian.clusters.cluster import cluster_examples
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
 from gradian.data.examples import Example
-from gradian.data.render import render_example
+from gradian.data.render import render_with_answer
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
@@ -209,14 +209,7 @@ def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str
 
 def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
     """(prompt ids, answer ids) of `answer` rendered after the prompt exactly as training renders completions."""
-    prompt = example.prompt
-    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
-    if isinstance(prompt, list):
-        fields["completion"] = [{"role": "assistant", "content": answer}]
-    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
-                                   "collator_masks_pad": False})
-    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
-    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
+    return render_with_answer(example, answer, tokenizer, setup)
 
 
 def base_kind(query: str) -> str:

@@ -66,9 +66,10 @@ DEFAULT_ROLES = {"human": "user", "user": "user", "assistant": "assistant", "gpt
 DUMMY = "[[dummy_message]]"
 
 
-def entry_for(example: Example, options: dict[str, Any]) -> dict[str, Any]:
+def entry_for(example: Example, options: dict[str, Any], *, training: bool = True) -> dict[str, Any]:
     """The `datasets:` entry this row came from: the one whose path names its file; when none does, the first if
-    every entry has the same type (axolotl configs often list one dataset twice), else bad input."""
+    every entry has the same type (axolotl configs often list one dataset twice), else bad input. An eval row
+    (`training=False`: no entry names its file) takes the first entry whose type reads its shape."""
     entries = [e for e in options.get("datasets") or [] if isinstance(e, dict)]
     if not entries:
         return {"type": "alpaca"}
@@ -77,6 +78,9 @@ def entry_for(example: Example, options: dict[str, Any]) -> dict[str, Any]:
         names = [entry.get("path"), *_as_list(entry.get("data_files"))]
         if source is not None and any(isinstance(n, str) and _same_file(n, source) for n in names):
             return entry
+    if not training:
+        chat = example.is_conversational
+        return next((e for e in entries if str(e.get("type")).startswith("chat_template") == chat), entries[0])
     if len({str(e.get("type")) for e in entries}) > 1:
         kinds = ", ".join(dict.fromkeys(str(e.get("type")) for e in entries))
         name = source.name if source is not None else "the dataset"
@@ -117,18 +121,32 @@ def render_axolotl(example: Example, tokenizer: Any, options: dict[str, Any],
 
 def axolotl_prompt(example: Example, tokenizer: Any, options: dict[str, Any]) -> list[int]:
     """The prompt tokens a model is given at generation time, in the entry's own format (no answer needed)."""
-    entry = entry_for(example, options)
+    return axolotl_answer(example, None, tokenizer, options)[0]
+
+
+def axolotl_answer(example: Example, answer: str | None, tokenizer: Any,
+                   options: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of `answer` after an eval row's prompt, as axolotl renders a trained response;
+    the prompt is the generation prompt (chat templates: the turns before the last assistant one)."""
+    entry = entry_for(example, options, training=False)
     base, _, style = str(entry.get("type") or "alpaca").partition(":")
-    raw = example.raw or {}
-    if base in ALPACA_TYPES:
-        return _tokenize(tokenizer, alpaca_prompt(raw, base, style), int(options["sequence_len"]), False, False)
-    if base == "chat_template":
-        turns = conversation_turns(raw, entry)
-        last = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=len(turns))
-        out = tokenizer.apply_chat_template(turns[:last], tokenize=True, return_dict=True, add_generation_prompt=True,
-                                            chat_template=chat_template_of(tokenizer, options, entry))
-        return list(out["input_ids"])
-    return list(tokenizer(example.prompt_text)["input_ids"])
+    if base in ALPACA_TYPES and isinstance(example.raw, dict) and "instruction" in example.raw:
+        limit = int(options["sequence_len"])
+        prompt = _tokenize(tokenizer, alpaca_prompt(example.raw, base, style), limit, add_eos=False, strip_bos=False)
+        return prompt, _tokenize(tokenizer, answer or "", limit, add_eos=True, strip_bos=True)
+    if base == "chat_template" and example.is_conversational:
+        turns = [{"role": m.get("role"), "content": m.get("content")} for m in example.prompt or []]
+        template = chat_template_of(tokenizer, options, entry)
+        prompt = list(tokenizer.apply_chat_template(turns, tokenize=True, return_dict=True, add_generation_prompt=True,
+                                                    chat_template=template)["input_ids"])
+        if answer is None:
+            return prompt, []
+        full = list(tokenizer.apply_chat_template([*turns, {"role": "assistant", "content": answer}], tokenize=True,
+                                                  return_dict=True, chat_template=template)["input_ids"])
+        start = next((i for i, (a, b) in enumerate(zip(prompt, full, strict=False)) if a != b), len(prompt))
+        return full[:start], full[start:]
+    prompt = list(tokenizer(example.prompt_text)["input_ids"])  # completion/input_output: the text as given
+    return prompt, list(tokenizer(answer, add_special_tokens=False)["input_ids"]) if answer else []
 
 
 def _tokenize(tokenizer: Any, text: str, max_length: int, add_eos: bool, strip_bos: bool) -> list[int]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradian.data.axolotl import axolotl_prompt, entry_for, render_axolotl
+from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
@@ -286,6 +286,21 @@ def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> lis
         )
         return list(out["input_ids"])
     return list(tokenizer(prompt or "")["input_ids"])
+
+
+def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of `answer` rendered after `example`'s prompt exactly as training renders completions
+    (no truncation: the answer is scored whole)."""
+    if setup.framework == "axolotl":
+        return axolotl_answer(example, answer, tokenizer, axolotl_options(setup))
+    prompt = example.prompt
+    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
+    if isinstance(prompt, list):
+        fields["completion"] = [{"role": "assistant", "content": answer}]
+    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
+                                   "collator_masks_pad": False})
+    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
+    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
 
 
 def render_answer(prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], list[int]]:
