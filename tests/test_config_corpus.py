@@ -205,3 +205,22 @@ def test_eval_answers_render_as_training_rendered_them(tmp_path, config, rows, i
         assert prompt + answer_ids == trained.input_ids[: len(prompt) + len(answer_ids)]
         assert answer_ids and [t for t in trained.labels if t != IGNORE][-len(answer_ids):] == answer_ids
         assert render_prompt(example, tokenizer, setup) == prompt
+
+
+@pytest.mark.parametrize(("entry", "extra", "message"), [
+    ({"type": "sharegpt"}, {}, "removed `type: sharegpt`"),
+    ({"type": "oasst"}, {}, "is not one Gradian renders"),
+    ({"type": "chat_template", "chat_template": "gemma3"}, {}, "named axolotl chat template 'gemma3'"),
+    ({"type": "alpaca"}, {"excess_length_strategy": "shorten"}, "not drop, truncate or raise"),
+    ({"type": "alpaca:pirate"}, {}, "prompt style 'pirate'"),
+])
+def test_bad_axolotl_configs_are_one_sentence(tmp_path, entry, extra, message):
+    from gradian.errors import InputError
+
+    config = tmp_path / "axolotl.yml"
+    config.write_text(yaml.safe_dump({"sequence_len": 512, "datasets": [{"path": "x", **entry}], **extra}))
+    rows = "messages.jsonl" if "chat_template" in entry.get("type", "") else "alpaca.jsonl"
+    with pytest.raises(InputError, match=message) as error:
+        setup = read_run(None, config).setup
+        render_dataset(read_dataset(CONFIGS / rows), build_llama3_like(), setup)
+    assert "\n" not in str(error.value)

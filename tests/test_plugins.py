@@ -72,3 +72,16 @@ def test_a_check_must_declare_its_category():
 
     with pytest.raises(ValueError, match="category"):
         check("no_category_given")
+
+
+def test_a_plugin_that_fails_to_load_is_bad_input(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from gradian import plugins
+    from gradian.audit.registry import load_built_in
+    from gradian.errors import InputError
+
+    broken = EntryPoint(name="broken", value="no_such_module_for_gradian:check", group=plugins.CHECKS)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [broken] if group == plugins.CHECKS else [])
+    with pytest.raises(InputError, match="'broken'.*failed to load.*no_such_module_for_gradian"):
+        load_built_in()

@@ -18,6 +18,7 @@ from types import ModuleType
 
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding, by_severity
+from gradian.errors import InputError
 from gradian.plugins import CHECKS as CHECK_GROUP
 from gradian.plugins import load_group
 
@@ -62,8 +63,8 @@ def load_built_in() -> dict[str, Check]:
             continue  # importing it registered its checks
         category = getattr(value, "category", None)
         if not callable(value) or category not in CATEGORIES_KNOWN:
-            raise ValueError(f"entry point {point.name!r} = {point.value!r} should name a module of @check functions "
-                             f"or a function decorated with @check(name, category=...)")
+            raise InputError(f"entry point {point.name!r} = {point.value!r} should name a module of @check functions "
+                             f"or a function decorated with @check(name, category=...); fix its package.")
         if point.name not in CHECKS:
             check(point.name, category)(value)
     return CHECKS
