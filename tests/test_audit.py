@@ -259,12 +259,13 @@ def test_adapter_base_mismatch(tiny_tokenizer):
 
 
 def test_a_registered_plugin_check_runs(tiny_tokenizer):
-    @check("test_plugin")
+    @check("test_plugin", category="per-row")
     def plugin(ctx):
         return [Finding("test_plugin", "info", "seen", "nothing", [ctx.examples[0].id])]
 
     try:
-        assert fired(run_audit(context(tiny_tokenizer)), "test_plugin").example_ids == ["1"]
+        finding = fired(run_audit(context(tiny_tokenizer)), "test_plugin")
+        assert finding.example_ids == ["1"] and finding.category == "per-row"
     finally:
         CHECKS.pop("test_plugin")
 

@@ -20,7 +20,7 @@ from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
 from gradian.data.examples import Example
-from gradian.data.render import render_example
+from gradian.data.render import render_with_answer
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
@@ -28,7 +28,7 @@ from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
-from gradian.regression.capabilities import Capability, get_capability
+from gradian.regression.capabilities import Capability, get_capability, passed
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
 from gradian.regression.symptoms import classify_failures
@@ -213,7 +213,7 @@ def query_pairs(
 
 
 def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str | None:
-    correct = row.reference if row.reference is not None else (row.base.text if row.base_score >= 0.5 else None)
+    correct = row.reference if row.reference is not None else (row.base.text if passed(row.base_score) else None)
     if correct is None:
         return None
     if kind.startswith("repaired"):
@@ -225,14 +225,7 @@ def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str
 
 def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
     """(prompt ids, answer ids) of `answer` rendered after the prompt exactly as training renders completions."""
-    prompt = example.prompt
-    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
-    if isinstance(prompt, list):
-        fields["completion"] = [{"role": "assistant", "content": answer}]
-    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
-                                   "collator_masks_pad": False})
-    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
-    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
+    return render_with_answer(example, answer, tokenizer, setup)
 
 
 def base_kind(query: str) -> str:
@@ -267,8 +260,9 @@ def _preconditioner(settings: AttributeSettings, model: Any, audit: DiagnoseResu
 def _checkpoints(settings: AttributeSettings, audit: DiagnoseResult) -> tuple[list[Checkpoint], str | None]:
     """The checkpoints TracIn-CP sums over, and why none are used when `auto` falls back to the final adapter.
 
-    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark they recover the
-    culprits a converged model no longer shows (its culprits' gradients are small once their failure is learned).
+    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark (BENCHMARKS.md) they
+    recover the culprits a converged model no longer shows (its culprits' gradients are small once their failure is
+    learned).
     """
     if settings.checkpoints == "off":
         return [], None

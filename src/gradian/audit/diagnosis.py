@@ -19,7 +19,7 @@ from gradian.data.examples import Example, read_dataset
 from gradian.data.render import Rendered, render_dataset
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
-from gradian.errors import InputError
+from gradian.data.tokens import apply_training_tokens
 
 if TYPE_CHECKING:
     from gradian.regression.capabilities import Capability
@@ -62,9 +62,6 @@ class DiagnoseResult:
     base_config: Any = None
     tokenizer_source: TokenizerSource | None = None
 
-    def worst(self) -> str | None:
-        return self.findings[0].severity if self.findings else None
-
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("critical", "warning", "info")}
         return {
@@ -94,10 +91,11 @@ def diagnose(
     """Audit a fine-tune from its dataset, run folder/config and base model (tokenizer, config and embedding rows,
     never the whole model). With `capability`, the training completions are scored with it too."""
     say = progress or (lambda _: None)
-    say("reading the dataset")
-    examples = _examples(dataset, eval_set=False)
-    eval_examples = _examples(eval_dataset, eval_set=True) if eval_dataset is not None else None
     info = run if isinstance(run, RunInfo) else read_run(run, config, overrides)
+    say("reading the dataset")
+    field = info.setup.dataset_text_field  # TRL's dataset_text_field names the text column
+    examples = _examples(dataset, eval_set=False, text_field=field)
+    eval_examples = _examples(eval_dataset, eval_set=True, text_field=field) if eval_dataset is not None else None
     ref = base_model if isinstance(base_model, BaseModelRef) else resolve_base_model(base_model)
     scorer = _capability(capability)
     say("loading the tokenizer")
@@ -105,7 +103,7 @@ def diagnose(
     base_config = load_config(ref)
     setup = info.setup
     _adopt_saved_tokens(setup, tokenizer, source)
-    _apply_tokens(tokenizer, setup, ref)
+    apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"rendering {len(examples)} rows")
     rendered = render_dataset(examples, tokenizer, setup)
     say("running the checks")
@@ -164,19 +162,7 @@ def _capability(capability: str | Capability | None) -> Capability | None:
     return get_capability(capability)
 
 
-def _examples(value: str | Path | Sequence[Example], eval_set: bool) -> list[Example]:
+def _examples(value: str | Path | Sequence[Example], eval_set: bool, text_field: str = "text") -> list[Example]:
     if isinstance(value, (str, Path)):
-        return read_dataset(value, eval_set=eval_set)
+        return read_dataset(value, eval_set=eval_set, text_field=text_field)
     return list(value)
-
-
-def _apply_tokens(tokenizer: Any, setup: TrainingSetup, ref: BaseModelRef) -> None:
-    """What SFTTrainer does to the tokenizer before tokenizing: its `eos_token` replaces the tokenizer's."""
-    if setup.eos_token is not None:
-        if setup.eos_token not in tokenizer.get_vocab():
-            raise InputError(f"eos_token {setup.eos_token!r} from the training config is not in the tokenizer's "
-                             f"vocabulary; fix the config.", setup.source or ref.spec)
-        tokenizer.eos_token = setup.eos_token
-    if setup.pad_token is not None and setup.pad_token not in tokenizer.get_vocab():
-        raise InputError(f"pad_token {setup.pad_token!r} is not in the tokenizer's vocabulary; fix the config.",
-                         setup.source or ref.spec)

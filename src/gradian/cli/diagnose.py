@@ -73,6 +73,9 @@ def _print_table(result: DiagnoseResult) -> None:
         console.print(table)
     if result.tokenizer_source is not None:
         console.print(f"[dim]Tokenizer: {result.tokenizer_source.describe()}[/dim]", highlight=False)
+    if result.setup.framework_version:
+        console.print(f"[dim]{result.setup.framework} {result.setup.framework_version}: "
+                      f"{result.setup.version_source}[/dim]")
     if result.setup.assumed:
         console.print(f"[dim]Assumed framework defaults for: {', '.join(result.setup.assumed)}[/dim]")
     for line in result.run.unreadable if result.run else []:

@@ -89,7 +89,7 @@ def _gradian_version() -> str:
 
 
 def _finding(finding: Finding) -> dict[str, Any]:
-    return {**finding.to_dict(), "n_examples": len(finding.example_ids)}
+    return finding.to_dict()
 
 
 def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
