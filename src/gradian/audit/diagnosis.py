@@ -20,6 +20,7 @@ from gradian.data.render import Rendered, render_dataset
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import apply_training_tokens
+from gradian.errors import InputError
 
 if TYPE_CHECKING:
     from gradian.regression.capabilities import Capability

@@ -115,7 +115,7 @@ def _read_folder(path: Path) -> RunInfo:
     newest = checkpoints[-1] if checkpoints else path
     if (newest / "optimizer.pt").exists():
         run.optimizer_path = newest / "optimizer.pt"
-    run.tokenizer_dir = _newest_with(path, checkpoints, "tokenizer_config.json")
+    run.tokenizer_dir = newest_with(path, checkpoints, "tokenizer_config.json")
     run.training_args = _training_args(run, path, checkpoints)
     return run
 
