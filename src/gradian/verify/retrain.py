@@ -29,6 +29,8 @@ from gradian.files import atomic_write
 from gradian.verify.recipe import Recipe, training_kwargs
 
 MARKER = "retrain.json"
+# Part of every retrain's key: bumped when how Gradian retrains changes, so older retrains are not reused.
+RETRAIN_VERSION = 2
 # Collators a recipe may name that Gradian can rebuild; TRL's own is used when the run named none.
 TRL_COLLATORS = ("trl.DataCollatorForLanguageModeling", "trl.trainer.sft_trainer.DataCollatorForLanguageModeling")
 PAD_MASKING = ("transformers.DataCollatorForLanguageModeling",
@@ -49,7 +51,7 @@ class Retrain:
         """What the trained weights depend on; a finished retrain with another key is retrained."""
         spec = {"rows": [[e.id, e.fields] for e in self.rows], "seed": self.seed, "changes": self.changes,
                 "recipe": {"training": recipe.training, "lora": recipe.lora, "collator": recipe.collator},
-                "max_steps": max_steps}
+                "max_steps": max_steps, "version": RETRAIN_VERSION}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -104,6 +106,8 @@ def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, devic
     tokenizer = AutoTokenizer.from_pretrained(base.path, **base.kwargs())
     model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32, **base.kwargs())
     settings = {**training_kwargs(recipe), **job.changes}
+    if settings.get("pad_token"):
+        tokenizer.pad_token = settings["pad_token"]  # before the collator is built: it masks this pad id
     if max_steps is not None:
         settings["max_steps"] = max_steps
     if device == "cpu":
