@@ -83,7 +83,7 @@ def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleane
         drop = set(top.example_ids)
         jobs.insert(0, ("removal", Retrain("without-top-group", [e for e in examples if e.id not in drop], recipe.seed)))
         primary, removed = "without-top-group", len(drop)
-    size = removed or (0 if primary == "fix" else max(1, round(NULL_REMOVAL_SHARE * len(examples))))
+    size = removed or (0 if verdict["kind"] == "setup" else max(1, round(NULL_REMOVAL_SHARE * len(examples))))
     for k in range(1, controls + 1 if size else 1):
         drop = set(np.random.default_rng([seed, k]).choice([e.id for e in examples], size=size, replace=False))
         jobs.append(("control", Retrain(f"control-{k}", [e for e in examples if e.id not in drop], recipe.seed)))

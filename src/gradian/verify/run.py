@@ -69,7 +69,7 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     adapter = used.get("adapter") or (str(run.adapter_dir) if run.adapter_dir else None)
     recipe = read_recipe(run, read_adapter_config(Path(adapter)) if adapter else None)
     for name, value in recipe.defaults.items():
-        say(f"recipe: the run does not record {name}; using {value!r}")
+        say(f"recipe: the run does not record {name}; using the default, {value!r}")
     if recipe.unmapped:
         say(f"recipe: not applied (no TRL equivalent): {', '.join(recipe.unmapped)}")
     device = str(pick_device_dtype(settings.device, None)[0])

@@ -133,11 +133,12 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     random_high = v["random_recovery_ci"][1] if v["random_recovery_ci"] else float("-inf")
     random_mean = v["random_recovery"] if v["random_recovery"] is not None else float("-inf")
     what = "the fix" if primary["kind"] == "fix" else f"removing the {v['removed']} rows"
+    against = "random removal and seed noise" if v["random_recovery_ci"] else "seed noise"
     if low > max(random_high, noise):
-        return "confirmed", f"{what} recovers more than random removal and seed noise (its CI lies above both)"
+        return "confirmed", f"{what} recovers more than {against} (its CI lies above)"
     if high <= max(random_mean, noise):
-        return "not-confirmed", f"{what} recovers no more than random removal or seed noise"
-    return "inconclusive", f"the recovery of {what} overlaps the controls' or seed noise"
+        return "not-confirmed", f"{what} recovers no more than {against}"
+    return "inconclusive", f"the recovery of {what} overlaps {against}"
 
 
 def write_verification(report_dir: Path, verification: dict[str, Any], report: dict[str, Any]) -> dict[str, Path]:
