@@ -24,7 +24,7 @@ from gradian.cli.main import _register, cli
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings
 from gradian.verify import VerifySettings, verify
-from gradian.verify.retrain import MARKER
+from gradian.verify.retrain import MARKER, PROGRESS
 
 pytestmark = pytest.mark.slow  # attributes three scenarios and retrains each a few times (minutes on 2 cores)
 
@@ -44,9 +44,13 @@ def run_verify(report: Path, **options) -> dict:
 
 
 @pytest.fixture(scope="module")
-def truncated(scenario, tmp_path_factory):
-    report = report_of(scenario, "truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
-    return report, run_verify(report, controls=2)
+def truncated_report(scenario, tmp_path_factory):
+    return report_of(scenario, "truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
+
+
+@pytest.fixture(scope="module")
+def truncated(truncated_report):
+    return truncated_report, run_verify(truncated_report, controls=2)
 
 
 def test_removing_the_culprits_recovers_and_random_removal_does_not(truncated):
@@ -114,8 +118,15 @@ def test_a_null_run_shows_no_change_beyond_seed_noise(scenario, tmp_path):
     assert verification["status"] == "confirmed", verification["status_reason"]
 
 
-def test_a_retrain_killed_mid_training_resumes(truncated, tmp_path):
-    source, _ = truncated
+def step_of(staging: Path) -> int:
+    try:
+        return json.loads((staging / PROGRESS).read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def test_a_retrain_killed_mid_training_resumes(truncated_report, tmp_path):
+    source = truncated_report
     report = tmp_path / "report"
     shutil.copytree(source, report, ignore=shutil.ignore_patterns("verify", "gradients*", "verification.json"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -123,11 +134,10 @@ def test_a_retrain_killed_mid_training_resumes(truncated, tmp_path):
                "--controls", "0", "--max-steps", "60", "--device", "cpu"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     staging = report / "verify" / "without-culprits.partial"
-    deadline = time.monotonic() + 300
-    while not staging.is_dir() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(3)  # model loaded, trainer stepping
-    assert process.poll() is None and staging.is_dir(), "the retrain finished before it could be killed"
+    deadline = time.monotonic() + 600
+    while step_of(staging) < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None and 5 <= step_of(staging) < 60, "the retrain was not caught mid-training"
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (report / "verify" / "without-culprits" / MARKER).exists()
@@ -137,8 +147,8 @@ def test_a_retrain_killed_mid_training_resumes(truncated, tmp_path):
     assert not any(r["reused"] for r in verification["retrains"])
 
 
-def test_a_missing_base_model_is_one_sentence_and_exit_2(truncated, tmp_path, cli_runner):
-    source, _ = truncated
+def test_a_missing_base_model_is_one_sentence_and_exit_2(truncated_report, tmp_path, cli_runner):
+    source = truncated_report
     report = json.loads((source / "report.json").read_text())
     report["settings"]["base_model"] = str(tmp_path / "gone")
     (tmp_path / "report.json").write_text(json.dumps(report))

@@ -2,7 +2,8 @@
 
     DIR/verify/<name>/            adapter_model.safetensors, adapter_config.json, tokenizer files, trainer_state.json
     DIR/verify/<name>/retrain.json  the done marker, written last: the job's key, steps, wall time, capped or not
-    DIR/verify/<name>.partial/    a retrain in progress; renamed to <name>/ once finished
+    DIR/verify/<name>.partial/    a retrain in progress (progress.json: the last step done); renamed to <name>/
+                                  once finished
 
 A finished retrain whose marker holds the same key (same rows, recipe, seed, fix and step cap) is reused; a killed
 one leaves only `<name>.partial/`, which the next run deletes and starts again (a retrain of the tiny scenario
@@ -29,6 +30,7 @@ from gradian.files import atomic_write
 from gradian.verify.recipe import Recipe, training_kwargs
 
 MARKER = "retrain.json"
+PROGRESS = "progress.json"
 # Part of every retrain's key: bumped when how Gradian retrains changes, so older retrains are not reused.
 RETRAIN_VERSION = 2
 # Collators a recipe may name that Gradian can rebuild; TRL's own is used when the run named none.
@@ -83,7 +85,7 @@ def retrain(
     shutil.rmtree(staging, ignore_errors=True)  # a killed retrain restarts from the start
     staging.mkdir(parents=True)
     started = time.monotonic()
-    state = _train(job, recipe, base, staging, device=device, max_steps=max_steps, steps=steps)
+    state = _train(job, recipe, base, staging, device=device, max_steps=max_steps, steps=_recorded(staging, steps))
     marker = {"key": key, "name": job.name, "rows": len(job.rows), "seed": job.seed, "changes": job.changes,
               "device": device, "max_steps": max_steps, "capped": max_steps is not None,
               "global_step": state.global_step, "wall_s": round(time.monotonic() - started, 3),
@@ -95,7 +97,7 @@ def retrain(
 
 
 def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, device: str, max_steps: int | None,
-           steps: Steps | None) -> Any:
+           steps: Steps) -> Any:
     """The loop itself is TRL's: SFTConfig from the recipe, LoraConfig from adapter_config.json, the run's collator."""
     import datasets
     import torch
@@ -125,7 +127,7 @@ def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, devic
     try:
         trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list([e.fields for e in job.rows]),
                              processing_class=tokenizer, peft_config=lora, data_collator=_collator(recipe, tokenizer),
-                             callbacks=[StepCallback(steps)] if steps is not None else None)
+                             callbacks=[StepCallback(steps)])
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
@@ -135,6 +137,17 @@ def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, devic
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     shutil.rmtree(out / "trainer", ignore_errors=True)
     return trainer.state
+
+
+def _recorded(staging: Path, steps: Steps | None) -> Steps:
+    """`steps`, plus `PROGRESS` in the staging folder: how far a retrain in progress (or a killed one) got."""
+
+    def record(done: int, total: int) -> None:
+        atomic_write(staging / PROGRESS, json.dumps({"step": done, "max_steps": total}) + "\n")
+        if steps is not None:
+            steps(done, total)
+
+    return record
 
 
 def _collator(recipe: Recipe, tokenizer: Any) -> Any:
