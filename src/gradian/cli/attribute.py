@@ -38,7 +38,9 @@ def settings_options(command: typing.Callable) -> typing.Callable:
 @click.command("attribute")
 @settings_options
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout instead of the answer.")
-def attribute_command(as_json: bool, **options: typing.Any) -> None:
+@click.option("--verify", "then_verify", is_flag=True,
+              help="Then run `gradian verify` on the report: retrain without the culprits (or with the fix).")
+def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -> None:
     """Measure the regression, trace it to training rows through LoRA gradients, and write a report.
 
     Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
@@ -50,6 +52,12 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     result = attribute(settings, say=say, bar=bar)
+    if then_verify:
+        from gradian.cli.verify import print_summary
+        from gradian.verify import VerifySettings, verify
+
+        verification = verify(VerifySettings(report=settings.out, device=settings.device), say=say, bar=bar)
+        result.report["verification"] = verification
     if as_json:
         click.echo(json.dumps(result.report, indent=2, default=str))
         return
@@ -58,3 +66,5 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
     click.echo(result.verdict.summary)
     click.echo(f"Next: {result.verdict.next_action}")
     click.echo(f"Report: {result.paths.get('report.html', settings.out_dir)}")
+    if then_verify:
+        print_summary(result.report["verification"])

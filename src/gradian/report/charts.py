@@ -94,3 +94,17 @@ def share_bars(clusters: list[dict[str, Any]]) -> dict[str, Any]:
             "text": f"{pct(cluster['harm_share'])} of harm, {pct(cluster['size_share'])} of rows",
         })
     return {"width": WIDTH, "height": 16 + row_height * len(rows), "left": left, "right": right, "rows": rows}
+
+
+def verification_chart(verification: dict[str, Any]) -> dict[str, Any]:
+    """Capability of the base, the fine-tune and every retrain (after, controls, reseeded) as bars on one axis."""
+    left, right, bar_height, step = 190, WIDTH - 80, 20, 28
+    span = right - left
+    rows = [("base model", verification.get("base_rate"), "#4e79a7"),
+            ("fine-tuned", verification.get("finetuned_rate"), "#c0392b")]
+    tints = {"removal": "#59a14f", "fix": "#59a14f", "control": "#bab0ac", "reseeded": "#9c755f", "group": "#76b7b2"}
+    rows += [(r["name"], r["rate"], tints.get(r["kind"], "#888888")) for r in verification.get("retrains", [])]
+    bars = [{"label": label, "text": pct(value), "x": left, "y": 8 + i * step, "height": bar_height, "fill": fill,
+             "width": span * max(0.0, min(1.0, float(value or 0.0))), "span": span}
+            for i, (label, value, fill) in enumerate(rows)]
+    return {"width": WIDTH, "height": 16 + step * len(rows), "left": left, "right": right, "bars": bars}

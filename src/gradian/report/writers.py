@@ -113,6 +113,8 @@ def render_html(report: dict[str, Any]) -> str:
         figures["map"] = charts.cluster_map(chart_data["cluster_map"]["points"], names)
     if report["clusters"]:
         figures["shares"] = charts.share_bars(report["clusters"])
+    if report.get("verification"):
+        figures["verification"] = charts.verification_chart(report["verification"])
     template = _environment(True).get_template("report.html.j2")
     return template.render(report=report, figures=figures, color=charts.color)
 

@@ -1,0 +1,56 @@
+"""`gradian verify`: retrain without the culprits (or with the fix) and show whether the capability comes back."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import click
+
+from gradian.cli.progress import bar, console, say
+
+
+@click.command("verify")
+@click.option("--report", "report", required=True, type=click.Path(file_okay=False),
+              help="The report folder `gradian attribute` wrote (its --out).")
+@click.option("--controls", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Random-removal controls of the same size as the culprits.")
+@click.option("--groups", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Also retrain without each of the G most harmful candidate groups.")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when present, else cpu.")
+@click.option("--max-steps", "max_steps", default=None, type=click.IntRange(min=1),
+              help="Cap each retrain at N optimizer steps (the verification then says it was capped).")
+@click.option("--json", "as_json", is_flag=True, help="Print verification.json on stdout instead of the summary.")
+def verify_command(as_json: bool, **options: typing.Any) -> None:
+    """Retrain the run with its own recipe without the named rows (or with the named fix) and measure again.
+
+    Writes DIR/verify/ (one folder per retrain, resumable) and DIR/verification.json, and adds a verification
+    section to the report. Exit code 0 when verification.json is written, 2 on bad input or a run Gradian cannot
+    retrain faithfully.
+    """
+    from gradian.verify import VerifySettings, verify
+
+    try:
+        settings = VerifySettings(**options)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    verification = verify(settings, say=say, bar=bar)
+    if as_json:
+        click.echo(json.dumps(verification, indent=2))
+        return
+    print_summary(verification)
+
+
+def print_summary(verification: dict[str, typing.Any]) -> None:
+    """The status and the numbers behind it, one line each."""
+    from gradian.report.verdict import pct
+
+    console.print()
+    console.print(f"[bold]Verification: {verification['status']}[/bold]")
+    click.echo(verification["status_reason"] + ".")
+    for row in verification["retrains"]:
+        recovered = "" if row["recovery"] is None else \
+            f", recovery {pct(row['recovery'])} (CI {pct(row['recovery_ci'][0])} to {pct(row['recovery_ci'][1])})"
+        click.echo(f"  {row['name']}: {pct(row['rate'])} {verification['capability']}{recovered}")
+    if verification["capped"]:
+        click.echo(f"  (each retrain capped at {verification['max_steps']} steps)")

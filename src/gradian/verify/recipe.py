@@ -1,0 +1,242 @@
+"""The run's recipe, read back: the LoRA config, the training settings and the seed `verify` retrains with.
+
+Sources, highest first: the training config (a TRL `SFTConfig` YAML/JSON as passed to `trl sft --config`, or an
+axolotl YAML mapped to the same SFTConfig names), the fields of `training_args.bin` read without running code
+(`data/training_args.py`), `trainer_state.json`, and SFTConfig's own defaults. The LoRA settings come from the
+adapter's `adapter_config.json` (what PEFT actually built), else from the config. Every field the run did not
+record is named in `defaults` with the value used instead; axolotl keys Gradian cannot map are listed in
+`unmapped`. A run Gradian cannot retrain faithfully (another trainer, no recorded settings, a non-LoRA adapter)
+raises `InputError` with one sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.data.run_folder import RunInfo, detect_framework, setup_fields
+from gradian.errors import InputError
+
+# SFTConfig fields read from training_args.bin (which records every field, derived ones included, so only the ones
+# that shape training are taken) and the fields a recipe always names, with their default when the run is silent.
+TRAINING_FIELDS = (
+    "max_length", "truncation_mode", "completion_only_loss", "assistant_only_loss", "packing", "dataset_text_field",
+    "eos_token", "pad_token", "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
+    "weight_decay", "max_grad_norm", "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "bf16", "fp16",
+    "gradient_checkpointing", "neftune_noise_alpha", "padding_free", "loss_type", "label_smoothing_factor",
+)
+# SFTConfig fields that only say where a run logs, saves or runs: they never change the trained weights.
+RUN_ONLY = {
+    "output_dir", "report_to", "run_name", "project", "disable_tqdm", "use_cpu", "do_train", "do_eval", "do_predict",
+    "overwrite_output_dir", "resume_from_checkpoint", "per_device_eval_batch_size", "load_best_model_at_end",
+    "metric_for_best_model", "greater_is_better", "local_rank", "deepspeed", "debug", "skip_memory_metrics",
+    "seed", "data_seed", "trust_remote_code", "model_init_kwargs", "dataset_num_proc", "prediction_loss_only",
+    "include_for_metrics", "batch_eval_metrics", "tf32", "torch_compile", "torch_compile_backend",
+    "torch_compile_mode", "use_liger_kernel", "liger_kernel_config", "accelerator_config", "parallelism_config",
+}
+RUN_ONLY_PREFIXES = ("logging_", "log_", "save_", "eval_", "hub_", "push_to_hub", "ddp_", "fsdp", "dataloader_",
+                     "trackio_", "bf16_full", "fp16_full")
+# `trl sft --config` keys beside SFTConfig's (ScriptArguments, ModelConfig) and the ones Gradian adds.
+TRL_SCRIPT_KEYS = {"model_name_or_path", "dataset_name", "dataset_config", "dataset_train_split", "use_peft",
+                   "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "data_collator",
+                   "collator_masks_pad", "torch_dtype", "dtype", "attn_implementation", "model_revision"}
+# axolotl keys mapped to SFTConfig names here (setup_fields maps sequence_len, train_on_inputs, sample_packing,
+# special_tokens, learning_rate, num_epochs, micro_batch_size and gradient_accumulation_steps).
+AXOLOTL_NAMES = {"lr_scheduler": "lr_scheduler_type", "warmup_steps": "warmup_steps", "warmup_ratio": "warmup_ratio",
+                 "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm", "optimizer": "optim",
+                 "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2", "adam_epsilon": "adam_epsilon",
+                 "bf16": "bf16", "fp16": "fp16", "gradient_checkpointing": "gradient_checkpointing",
+                 "max_steps": "max_steps", "neftune_noise_alpha": "neftune_noise_alpha"}
+AXOLOTL_SHARED = {"sequence_len", "excess_length_strategy", "train_on_inputs", "datasets", "sample_packing",
+                  "special_tokens", "chat_template_jinja", "learning_rate", "num_epochs", "micro_batch_size",
+                  "gradient_accumulation_steps", "seed", "base_model", "adapter", "lora_r", "lora_alpha",
+                  "lora_dropout", "lora_target_modules", "lora_target_linear", "data_collator", "collator_masks_pad"}
+AXOLOTL_IGNORED = {"output_dir", "base_model_config", "model_type", "tokenizer_type", "strict", "logging_steps",
+                   "dataset_prepared_path", "flash_attention", "sdp_attention", "xformers_attention", "resume_from_checkpoint",
+                   "local_rank", "debug", "deepspeed", "saves_per_epoch", "evals_per_epoch", "save_steps", "eval_steps",
+                   "early_stopping_patience", "tf32", "hub_model_id", "save_total_limit", "is_llama_derived_model"}
+AXOLOTL_IGNORED_PREFIXES = ("wandb_", "mlflow_", "comet_", "hub_", "save_", "eval_", "logging_")
+# The LoRA settings of adapter_config.json that shape what PEFT builds.
+LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules", "rank_pattern", "alpha_pattern", "use_rslora",
+               "use_dora", "bias", "modules_to_save", "layers_to_transform", "exclude_modules", "fan_in_fan_out",
+               "init_lora_weights")
+SFT_TRAINERS = ("SFTConfig", "TrainingArguments", "Seq2SeqTrainingArguments")
+DEFAULT_SEED = 42  # transformers' TrainingArguments.seed
+
+
+@dataclass
+class Recipe:
+    """What `verify` retrains with: SFTConfig keyword arguments, LoraConfig keyword arguments, collator, seed."""
+
+    training: dict[str, Any]
+    lora: dict[str, Any]
+    seed: int
+    collator: str | None = None
+    framework: str = "trl"
+    sources: dict[str, str] = field(default_factory=dict, metadata={"help": "field → the file it was read from"})
+    defaults: dict[str, Any] = field(default_factory=dict, metadata={"help": "fields the run did not record"})
+    unmapped: list[str] = field(default_factory=list, metadata={"help": "config keys Gradian could not map"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> Recipe:
+    """The recipe of `run` (from `read_run`); `adapter_config` (adapter_config.json) gives the LoRA settings."""
+    _check_trainer(run)
+    config = run.config or {}
+    framework = detect_framework(config) if config else "trl"
+    config_name = str(run.config_path) if run.config_path else "config"
+    layers: list[tuple[str, dict[str, Any]]] = [
+        ("trainer_state.json", _state_fields(run.trainer_state)),
+        ("training_args.bin", _training_args_fields(run.training_args)),
+        (config_name, _axolotl_training(config) if framework == "axolotl" else _trl_training(config, run.config_path)),
+    ]
+    training: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, values in layers:
+        training.update(values)
+        sources.update(dict.fromkeys(values, source))
+    seed, seed_source = _seed(run, config)
+    if seed_source:
+        sources["seed"] = seed_source
+    lora, lora_source = _lora(adapter_config or run.adapter_config, config, framework, config_name)
+    sources.update(dict.fromkeys(lora, lora_source))
+    defaults = _defaults(training, framework)
+    if seed_source is None:
+        defaults["seed"] = seed
+    return Recipe(training={**training}, lora=lora, seed=seed, collator=_collator(config), framework=framework,
+                  sources=sources, defaults=defaults, unmapped=_unmapped(config, framework))
+
+
+def _check_trainer(run: RunInfo) -> None:
+    kind = str(run.training_args.get("__class__", "")) if run.training_args else ""
+    name = kind.rpartition(".")[2]
+    if kind and name not in SFT_TRAINERS:
+        raise InputError(f"the run was trained with {name} ({kind}), not supervised fine-tuning; Gradian retrains "
+                         "TRL SFTTrainer / transformers Trainer runs only, so it cannot verify this one.",
+                         run.path / "training_args.bin" if run.path else None)
+    if not run.config and not run.training_args:
+        raise InputError("the run records no training settings (no training config, no training_args.bin), so "
+                         "Gradian cannot retrain it faithfully; pass --config with the run's SFTConfig or axolotl YAML "
+                         "to `attribute`.", run.path)
+
+
+def _state_fields(state: dict[str, Any] | None) -> dict[str, Any]:
+    if not state:
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(state.get("num_train_epochs"), (int, float)):
+        out["num_train_epochs"] = state["num_train_epochs"]
+    if isinstance(state.get("train_batch_size"), int):
+        out["per_device_train_batch_size"] = state["train_batch_size"]
+    return out
+
+
+def _training_args_fields(args: dict[str, Any]) -> dict[str, Any]:
+    out = {name: args[name] for name in TRAINING_FIELDS if name in args}
+    if "max_seq_length" in args and "max_length" not in args:
+        out["max_length"] = args["max_seq_length"]
+    if out.get("warmup_ratio") is None:
+        out.pop("warmup_ratio", None)
+    return out
+
+
+def _trl_training(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    """Every SFTConfig field the config sets (names as SFTConfig spells them), minus where-to-log-and-save ones."""
+    from trl import SFTConfig
+
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    out = {key: value for key, value in config.items() if key in known and not _run_only(key)}
+    shared = setup_fields(config, "trl", path)  # validated: max_seq_length → max_length, numbers as numbers
+    out.update({key: value for key, value in shared.items() if key in known})
+    return out
+
+
+def _axolotl_training(config: dict[str, Any]) -> dict[str, Any]:
+    shared = setup_fields(config, "axolotl")
+    out = {key: value for key, value in shared.items() if key in TRAINING_FIELDS and key != "truncation_mode"}
+    for key, name in AXOLOTL_NAMES.items():
+        if key in config and config[key] is not None:
+            out[name] = config[key]
+    return out
+
+
+def _run_only(key: str) -> bool:
+    return key in RUN_ONLY or key.startswith(RUN_ONLY_PREFIXES)
+
+
+def _seed(run: RunInfo, config: dict[str, Any]) -> tuple[int, str | None]:
+    if isinstance(config.get("seed"), int) and not isinstance(config["seed"], bool):
+        return config["seed"], str(run.config_path)
+    if isinstance(run.training_args.get("seed"), int):
+        return run.training_args["seed"], "training_args.bin"
+    return DEFAULT_SEED, None
+
+
+def _lora(adapter: dict[str, Any], config: dict[str, Any], framework: str, config_name: str
+          ) -> tuple[dict[str, Any], str]:
+    if adapter:
+        kind = adapter.get("peft_type", "LORA")
+        if str(kind).upper() != "LORA":
+            raise InputError(f"the adapter is {kind}, not LoRA; Gradian retrains LoRA adapters only.",
+                             "adapter_config.json")
+        lora = {name: adapter[name] for name in LORA_FIELDS if name in adapter and adapter[name] is not None}
+        if isinstance(lora.get("target_modules"), list):
+            lora["target_modules"] = sorted(lora["target_modules"])
+        return lora, "adapter_config.json"
+    if framework == "axolotl":
+        targets = "all-linear" if config.get("lora_target_linear") else config.get("lora_target_modules")
+        if str(config.get("adapter", "lora")).lower() != "lora":
+            raise InputError(f"adapter: {config.get('adapter')} is not plain LoRA; Gradian retrains LoRA runs only.",
+                             config_name)
+    else:
+        targets = config.get("lora_target_modules")
+    lora = {"r": config.get("lora_r"), "lora_alpha": config.get("lora_alpha"),
+            "lora_dropout": config.get("lora_dropout", 0.0), "target_modules": targets}
+    missing = [key for key, value in lora.items() if value is None]
+    if missing:
+        raise InputError(f"no adapter_config.json and the config does not set {', '.join(missing)}; Gradian cannot "
+                         "rebuild the LoRA adapter faithfully.", config_name)
+    return lora, config_name
+
+
+def _collator(config: dict[str, Any]) -> str | None:
+    name = config.get("data_collator")
+    if isinstance(name, str) and name:
+        return name
+    return "transformers.DataCollatorForLanguageModeling" if config.get("collator_masks_pad") is True else None
+
+
+def _defaults(training: dict[str, Any], framework: str) -> dict[str, Any]:
+    """The recipe fields the run left unset, with the value training will use (SFTConfig's default)."""
+    from trl import SFTConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(SFTConfig) if f.name in TRAINING_FIELDS}
+    if framework == "axolotl":
+        defaults.update(max_length=512, completion_only_loss=True)  # axolotl's own: sequence_len 512, no input loss
+    missing = {name: defaults.get(name) for name in TRAINING_FIELDS if name not in training}
+    return {name: value for name, value in missing.items() if value is not dataclasses.MISSING}
+
+
+def _unmapped(config: dict[str, Any], framework: str) -> list[str]:
+    """Config keys that may change training but have no SFTConfig equivalent Gradian applies."""
+    if framework == "axolotl":
+        known = AXOLOTL_SHARED | set(AXOLOTL_NAMES) | AXOLOTL_IGNORED
+        keys = sorted(key for key in config if key not in known and not key.startswith(AXOLOTL_IGNORED_PREFIXES))
+        if str(config.get("excess_length_strategy", "drop")).lower() != "truncate":
+            keys.append("excess_length_strategy (axolotl drops rows longer than sequence_len; TRL truncates them)")
+        return keys
+    from trl import SFTConfig
+
+    known = {f.name for f in dataclasses.fields(SFTConfig)} | TRL_SCRIPT_KEYS
+    return sorted(key for key in config if key not in known)
+
+
+def training_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """SFTConfig keyword arguments: the recorded fields, plus axolotl's defaults where an axolotl run was silent."""
+    extra = {k: v for k, v in recipe.defaults.items() if k in ("max_length", "completion_only_loss")}
+    return {**(extra if recipe.framework == "axolotl" else {}), **recipe.training}

@@ -1,0 +1,152 @@
+"""`verify`: retrain with the run's own recipe without the named rows (or with the named fix) and measure again.
+
+A thin facade over the stages (the CLI calls `verify(settings, say=..., bar=...)`): read the report and the
+recipe, plan the retrains, train each (resumable) in `DIR/verify/`, measure each on the report's eval prompts,
+write `DIR/verification.json` and the report's verification section.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
+from gradian.data.examples import read_dataset
+from gradian.data.run_folder import read_run
+from gradian.errors import InputError
+from gradian.lock import output_lock
+from gradian.regression.capabilities import get_capability
+from gradian.regression.loading import pick_device_dtype, read_adapter_config
+from gradian.verify.measure import measure_adapter, read_original
+from gradian.verify.plan import plan
+from gradian.verify.recipe import read_recipe
+from gradian.verify.retrain import retrain
+from gradian.verify.verification import summarize, write_verification
+
+Say = Callable[[str], None]
+Bar = Callable[[Iterable, str], Iterable]
+
+
+@dataclass
+class VerifySettings:
+    report: str = field(metadata={"help": "the report folder `gradian attribute` wrote (its --out)"})
+    controls: int = field(default=2, metadata={"help": "random-removal controls of the same size"})
+    groups: int = field(default=0, metadata={"help": "also retrain without each of the G most harmful groups"})
+    device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
+    max_steps: int | None = field(default=None, metadata={"help": "cap each retrain at N optimizer steps"})
+    batch_size: int = field(default=16, metadata={"help": "generation batch size"})
+
+    def __post_init__(self) -> None:
+        for name in ("controls", "groups"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, not {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, not {self.max_steps}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None = None) -> dict[str, Any]:
+    """Run every retrain of the plan and return verification.json as a dict."""
+    folder = Path(settings.report)
+    if not (folder / "report.json").is_file():
+        raise InputError("holds no report.json; run `gradian attribute --out` into it first.", folder)
+    with output_lock(folder):
+        return _verify(settings, folder, say or (lambda _: None), bar)
+
+
+def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -> dict[str, Any]:
+    report = _read_report(folder)
+    used = report.get("settings") or {}
+    base = _base(used)
+    run = read_run(used.get("run") or used.get("adapter"), used.get("config"))
+    adapter = used.get("adapter") or (str(run.adapter_dir) if run.adapter_dir else None)
+    recipe = read_recipe(run, read_adapter_config(Path(adapter)) if adapter else None)
+    for name, value in recipe.defaults.items():
+        say(f"recipe: the run does not record {name}; using the default, {value!r}")
+    if recipe.unmapped:
+        say(f"recipe: not applied (no TRL equivalent): {', '.join(recipe.unmapped)}")
+    device = str(pick_device_dtype(settings.device, None)[0])
+    capability = get_capability(used.get("capability", "json_formatting"))
+    original = read_original(folder, capability)
+    examples = read_dataset(used["dataset"])
+    cleaned_file = folder / "train.cleaned.jsonl"
+    cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
+    seed = int(used.get("seed", 0))
+    todo = plan(report, recipe, examples, cleaned, load_tokenizer(base), controls=settings.controls,
+                groups=settings.groups, seed=seed)
+    if todo.primary is None and todo.fix_note:
+        say(f"verify: {todo.fix_note}")
+    scores, markers = {}, {}
+    root = folder / "verify"
+    for number, (_, job) in enumerate(todo.jobs, start=1):
+        say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows, seed {job.seed})")
+        path, markers[job.name] = retrain(job, recipe, base, root, device=device, max_steps=settings.max_steps,
+                                          steps=_steps(bar, f"training {job.name}"))
+        ticks = bar(range(len(original.ids)), f"measuring {job.name}") if bar is not None else None
+        scores[job.name] = measure_adapter(path, base, original, capability, device=device,
+                                           batch_size=settings.batch_size, progress=_ticker(ticks))
+        getattr(ticks, "close", lambda: None)()
+    verification = summarize(todo, original, scores, markers, recipe, report, seed=seed, device=device,
+                             max_steps=settings.max_steps, original_train_s=_train_runtime(run.log_history))
+    write_verification(folder, verification, report)
+    return verification
+
+
+def _read_report(folder: Path) -> dict[str, Any]:
+    try:
+        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"is not a readable report ({error}); rerun `gradian attribute`.", folder / "report.json") \
+            from None
+    if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
+        raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
+                         folder / "report.json")
+    return report
+
+
+def _base(used: dict[str, Any]) -> BaseModelRef:
+    spec = used.get("base_model")
+    if not spec:
+        raise InputError("the report names no base model, so Gradian cannot retrain the run faithfully.")
+    try:
+        return resolve_base_model(spec)
+    except InputError as error:
+        raise InputError(f"the run's base model is missing ({error.message}), so Gradian cannot retrain it.",
+                         error.path) from None
+
+
+def _train_runtime(log: list[dict[str, Any]]) -> float | None:
+    times = [row["train_runtime"] for row in log if isinstance(row.get("train_runtime"), (int, float))]
+    return float(times[-1]) if times else None
+
+
+def _steps(bar: Bar | None, label: str) -> Callable[[int, int], None] | None:
+    """A step callback that draws `bar(range(total), label)` and advances it to each step reported."""
+    if bar is None:
+        return None
+    state: dict[str, Any] = {"ticks": None, "done": 0}
+
+    def advance(done: int, total: int) -> None:
+        if state["ticks"] is None:
+            state["ticks"] = iter(bar(range(total), label))
+        for _ in range(done - state["done"]):
+            next(state["ticks"], None)
+        state["done"] = done
+        if done >= total:
+            next(state["ticks"], None)  # past the last item: the bar closes
+
+    return advance
+
+
+def _ticker(ticks: Iterable | None) -> Callable[[int], Any] | None:
+    if ticks is None:
+        return None
+    steps = iter(ticks)
+    return lambda n=1: [next(steps, None) for _ in range(n)]

@@ -1,0 +1,106 @@
+"""The recipe `verify` retrains with, read back from a scenario's run: it must equal what the scenario trained with."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from transformers import LlamaForCausalLM
+
+from gradian.data.run_folder import RunInfo, read_run
+from gradian.errors import InputError
+from gradian.regression.loading import read_adapter_config
+from gradian.scenarios.catalog import CATALOG
+from gradian.verify.recipe import read_recipe, training_kwargs
+
+
+def linear_modules(base_dir) -> list[str]:
+    """What PEFT's `all-linear` resolves to: every nn.Linear but the output head."""
+    model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    return sorted(name for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Linear) and name != "lm_head")
+
+
+def assert_trained_with(recipe, scenario_name: str) -> None:
+    scenario = CATALOG[scenario_name]
+    sft = scenario.sft_config()
+    assert {key: training_kwargs(recipe)[key] for key in sft} == sft
+    assert recipe.collator == scenario.collator
+
+
+@pytest.mark.parametrize("name", ["pad-eos", "truncated-cluster"])
+def test_recipe_from_the_run_folder_is_the_scenarios(scenario, name):
+    folder = scenario(name, 0)
+    recipe = read_recipe(read_run(folder / "run"), read_adapter_config(folder / "run"))
+    assert_trained_with(recipe, name)
+    assert recipe.seed == 0, "the seed comes from training_args.bin (sft_config.yaml does not hold it)"
+    assert recipe.sources["seed"] == "training_args.bin"
+    assert recipe.sources["learning_rate"].endswith("sft_config.yaml")
+    lora = CATALOG[name].lora_config()
+    assert {k: recipe.lora[k] for k in ("r", "lora_alpha", "lora_dropout")} == \
+        {k: lora[k] for k in ("r", "lora_alpha", "lora_dropout")}
+    assert recipe.lora["target_modules"] == linear_modules(folder / "base")  # all-linear, as PEFT resolved it
+    assert recipe.unmapped == []
+
+
+def test_recipe_from_the_trl_config_alone(scenario):
+    folder = scenario("pad-eos", 0)
+    recipe = read_recipe(read_run(None, folder / "run" / "sft_config.yaml"))
+    assert_trained_with(recipe, "pad-eos")
+    assert recipe.lora == {k: CATALOG["pad-eos"].lora_config()[k] for k in ("r", "lora_alpha", "lora_dropout",
+                                                                           "target_modules")}
+    assert recipe.defaults["seed"] == 42, "a config without the seed names the default used"
+    assert "optim" in recipe.defaults
+
+
+def test_recipe_from_an_equivalent_axolotl_yaml(scenario, tmp_path):
+    folder = scenario("pad-eos", 0)
+    scenario_sft, lora = CATALOG["pad-eos"].sft_config(), CATALOG["pad-eos"].lora_config()
+    axolotl = {
+        "base_model": str(folder / "base"), "adapter": "lora", "datasets": [{"path": "train.jsonl", "type": "completion"}],
+        "sequence_len": scenario_sft["max_length"], "excess_length_strategy": "truncate", "train_on_inputs": False,
+        "learning_rate": scenario_sft["learning_rate"], "num_epochs": scenario_sft["num_train_epochs"],
+        "micro_batch_size": scenario_sft["per_device_train_batch_size"],
+        "gradient_accumulation_steps": scenario_sft["gradient_accumulation_steps"],
+        "lr_scheduler": scenario_sft["lr_scheduler_type"], "warmup_steps": scenario_sft["warmup_steps"],
+        "weight_decay": scenario_sft["weight_decay"], "max_grad_norm": scenario_sft["max_grad_norm"],
+        "special_tokens": {"pad_token": scenario_sft["pad_token"]},
+        "data_collator": CATALOG["pad-eos"].collator,
+        "lora_r": lora["r"], "lora_alpha": lora["lora_alpha"], "lora_dropout": lora["lora_dropout"],
+        "lora_target_linear": True, "seed": 0, "output_dir": "./out", "wandb_project": "x",
+        "shuffle_merged_datasets": False,
+    }
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(yaml.safe_dump(axolotl))
+    recipe = read_recipe(read_run(None, path))
+    assert recipe.framework == "axolotl"
+    assert_trained_with(recipe, "pad-eos")
+    assert recipe.seed == 0
+    assert recipe.lora == {k: lora[k] for k in ("r", "lora_alpha", "lora_dropout", "target_modules")}
+    assert recipe.unmapped == ["shuffle_merged_datasets"], "keys with no TRL equivalent are listed, logging ones not"
+
+
+def test_axolotl_dropping_overlong_rows_is_listed(tmp_path):
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(yaml.safe_dump({"sequence_len": 256, "train_on_inputs": False, "lora_r": 8, "lora_alpha": 16,
+                                    "lora_target_linear": True}))
+    recipe = read_recipe(read_run(None, path))
+    assert training_kwargs(recipe)["max_length"] == 256
+    assert any(item.startswith("excess_length_strategy") for item in recipe.unmapped)
+
+
+def test_another_trainer_is_refused():
+    run = RunInfo(path=None, training_args={"__class__": "trl.trainer.dpo_config.DPOConfig", "seed": 0})
+    with pytest.raises(InputError, match="DPOConfig"):
+        read_recipe(run, {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})
+
+
+def test_a_run_without_recorded_settings_is_refused():
+    with pytest.raises(InputError, match="cannot retrain it faithfully"):
+        read_recipe(RunInfo(path=None), {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})
+
+
+def test_a_non_lora_adapter_is_refused():
+    run = RunInfo(path=None, config={"learning_rate": 1e-4})
+    with pytest.raises(InputError, match="not LoRA"):
+        read_recipe(run, {"peft_type": "IA3", "target_modules": ["q_proj"]})
