@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gradian.attribute import attribute
+from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.settings import AttributeSettings
 
@@ -24,7 +25,8 @@ def run(folder: Path, out: Path, **options) -> tuple[dict, dict]:
         capability="json_formatting", out=str(out), **options,
     )
     result = attribute(settings)
-    return result.report, json.loads((folder / "truth.json").read_text())
+    report = {**result.report, "examples": read_examples(out)}  # the per-row results, from examples.jsonl
+    return report, json.loads((folder / "truth.json").read_text())
 
 
 def effect_of(report: dict) -> tuple[np.ndarray, list[str]]:

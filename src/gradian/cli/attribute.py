@@ -15,10 +15,10 @@ CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints
            "proj_budget": PROJ_BUDGETS}
 
 
-def settings_options(command: typing.Callable) -> typing.Callable:
-    """One click option per `AttributeSettings` field: the same settings object from CLI to artifact."""
-    hints = typing.get_type_hints(AttributeSettings)
-    for spec in reversed(dataclasses.fields(AttributeSettings)):
+def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:
+    """One click option per field of `cls` (`AttributeSettings`): the same settings object from CLI to artifact."""
+    hints = typing.get_type_hints(cls)
+    for spec in reversed(dataclasses.fields(cls)):
         flag = "--" + spec.name.replace("_", "-")
         required = spec.default is dataclasses.MISSING
         kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
@@ -44,12 +44,16 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
     Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
     """
     from gradian.attribute import attribute
+    from gradian.gradients.distributed import join
 
     try:
         settings = AttributeSettings(**options)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    result = attribute(settings, say=say, bar=bar)
+    ranks = join()  # under torchrun / accelerate launch: this process's rank; rank 0 alone speaks and reports
+    result = attribute(settings, say=say if ranks.is_main else None, bar=bar if ranks.is_main else None, ranks=ranks)
+    if result is None:
+        return
     if as_json:
         click.echo(json.dumps(result.report, indent=2, default=str))
         return

@@ -11,6 +11,9 @@ ALL.append(diagnose_command)
 from gradian.cli.attribute import attribute_command  # noqa: E402
 
 ALL.append(attribute_command)
+from gradian.cli.extract import extract_command  # noqa: E402
+
+ALL.append(extract_command)
 from gradian.cli.demo import demo_command  # noqa: E402
 
 ALL.append(demo_command)
