@@ -44,6 +44,8 @@ class AttributeSettings:
     batch_size: int = field(default=16, metadata={"help": "generation and gradient batch size"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     seed: int = field(default=0, metadata={"help": "seeds projections, bootstraps and clustering"})
+    shard_rows: int = field(default=16384, metadata={
+        "help": "rows per feature-store file; under torchrun each process writes whole files"})
 
     def __post_init__(self) -> None:
         if self.query not in QUERY_KINDS:
@@ -60,7 +62,7 @@ class AttributeSettings:
             raise ValueError(f"damping must be above 0, not {self.damping}")
         if not 0 <= self.min_effect <= 1:
             raise ValueError("min_effect is a rate between 0 and 1")
-        for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters"):
+        for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters", "shard_rows"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, not {value}")
@@ -76,7 +78,7 @@ class AttributeSettings:
 
 
 EXTRACT_FIELDS = ("base_model", "adapter", "dataset", "out", "run", "config", "preconditioner", "checkpoints",
-                  "proj_dim", "proj_budget", "batch_size", "device", "seed")
+                  "proj_dim", "proj_budget", "batch_size", "device", "seed", "shard_rows")
 
 
 @dataclass
@@ -96,6 +98,8 @@ class ExtractSettings:
     batch_size: int = field(default=16, metadata={"help": "gradient batch size"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     seed: int = field(default=0, metadata={"help": "seeds the projection"})
+    shard_rows: int = field(default=16384, metadata={
+        "help": "rows per feature-store file; under torchrun each process writes whole files"})
 
     def __post_init__(self) -> None:
         if self.preconditioner not in PRECONDITIONERS:
@@ -104,8 +108,8 @@ class ExtractSettings:
             raise ValueError(f"proj_budget must be one of {PROJ_BUDGETS}, not {self.proj_budget!r}")
         if self.checkpoints not in CHECKPOINT_MODES:
             raise ValueError(f"checkpoints must be one of {CHECKPOINT_MODES}, not {self.checkpoints!r}")
-        if self.batch_size < 1 or (self.proj_dim is not None and self.proj_dim < 1):
-            raise ValueError("batch_size and proj_dim must be at least 1")
+        if self.batch_size < 1 or self.shard_rows < 1 or (self.proj_dim is not None and self.proj_dim < 1):
+            raise ValueError("batch_size, shard_rows and proj_dim must be at least 1")
 
     @property
     def out_dir(self) -> Path:

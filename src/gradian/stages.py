@@ -107,7 +107,8 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     out = settings.out_dir
     scale, checkpoints, skipped = prepared or prepare(settings, audit, model)
     gradient = GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
-                                GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size)
+                                GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
+                                shard_rows=settings.shard_rows)
 
     def shares() -> tuple[GradientSettings, Any]:
         shared, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget, scale=scale,

@@ -294,7 +294,7 @@ def extract_train_features(
             batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
             features = compute(batch)  # (B, k)
             writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
-    return FeatureStore(store_dir)
+    return FeatureStore(store_dir, meta=json.loads(json.dumps(meta)), ids=ids)  # as settings.json reads back
 
 
 def store_meta(model: nn.Module, rendered: list[Rendered], settings: GradientSettings,

@@ -131,13 +131,14 @@ class ShardWriter:
 class FeatureStore:
     """Read side of a store: rows in `ids` order, read in chunks so memory stays flat."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, meta: dict[str, Any] | None = None, ids: list[str] | None = None) -> None:
+        """Open the store at `root`; a writer passes the `meta` and `ids` it wrote (rank 0 may not have yet)."""
         self.root = Path(root)
         settings_path = self.root / "settings.json"
-        if not settings_path.exists():
+        if meta is None and not settings_path.exists():
             raise InputError("no feature store here (settings.json missing); run gradient extraction first", root)
-        self.meta = json.loads(settings_path.read_text())
-        self.ids: list[str] = json.loads((self.root / "ids.json").read_text())
+        self.meta = meta if meta is not None else json.loads(settings_path.read_text())
+        self.ids: list[str] = ids if ids is not None else json.loads((self.root / "ids.json").read_text())
         key, shard_rows = fingerprint(self.meta), int(self.meta["gradient"]["shard_rows"])
         self._files: list[tuple[int, int, Path | None, np.ndarray]] = []
         for index in range(n_files(len(self.ids), shard_rows)):
