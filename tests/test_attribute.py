@@ -47,7 +47,8 @@ def test_truncated_cluster_is_a_data_cluster(truncated):
     assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
     culprits = set(truth["culprit_ids"])
     top = report["clusters"][0]
-    planted_in_top = len(culprits & set(top["example_ids"])) / len(culprits)
+    members = {row["id"] for row in report["examples"] if row["cluster"] == top["id"]}
+    planted_in_top = len(culprits & members) / len(culprits)
     named = {json.loads(line)["_gradian"]["id"] for line in (out / "culprits.jsonl").read_text().splitlines()}
     assert named == set(report["verdict"]["culprit_ids"])
     assert planted_in_top >= 0.8, f"top cluster holds {planted_in_top:.0%} of the planted culprits"

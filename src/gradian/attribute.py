@@ -22,7 +22,6 @@ from gradian.gradients.distributed import Ranks, join
 from gradian.lock import output_lock
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
-from gradian.regression.measure import measure_regression
 from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
@@ -31,7 +30,7 @@ from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: 
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
 from gradian.settings import AttributeSettings, ExtractSettings
-from gradian.stages import Clusters, cluster, extract, prepare, run_audit, score_rows
+from gradian.stages import Clusters, cluster, extract, prepare, regression, run_audit, score
 
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
@@ -56,7 +55,6 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
 
 
 def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | None) -> AttributeResult | None:
-    out = settings.out_dir
     capability = get_capability(settings.capability)
 
     say("audit: rendering the rows as trained and running the checks")
@@ -67,18 +65,10 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
     prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
 
     def regress() -> tuple[Any, dict[str, Any]]:
-        ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
-        try:
-            regression = measure_regression(
-                model, tokenizer, audit.eval_examples or [], capability, audit.setup, out,
-                max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                progress=_ticker(ticks), seed=settings.seed, min_effect=settings.min_effect,
-            )
-        finally:
-            getattr(ticks, "close", lambda: None)()
-        return regression, regression.summary.to_dict()
+        measured = regression(settings, audit, model, tokenizer, bar=bar)
+        return measured, measured.summary.to_dict()
 
-    regression, summary = ranks.main_only(regress) or (None, {})
+    measured, summary = ranks.main_only(regress) or (None, {})
     if not ranks.broadcast(summary.get("significant") or settings.force):
         if not ranks.is_main:
             return None
@@ -86,7 +76,7 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         return _finish(settings, audit, summary, None, None, None)
 
     def queries() -> list[QueryPair]:
-        pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup,
+        pairs = query_pairs(measured, capability, audit.eval_examples or [], tokenizer, audit.setup,
                             settings.query, model)
         if not pairs:
             raise InputError("no failing eval row has a correct answer to contrast with (no reference, and the base "
@@ -104,7 +94,7 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
     over = f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else ""
     say(f"scores: {len(pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} preconditioner"
         f"{over}")
-    scores = score_rows(settings, extraction, model, audit, pairs, bar=bar)
+    scores = score(settings, extraction, model, audit, pairs, bar=bar)
 
     say("clusters: grouping and naming the training rows")
     clusters = cluster(settings, audit, extraction.store, scores.effects)
@@ -160,12 +150,3 @@ def _writable(out: Path) -> Path:
     except OSError as error:
         raise InputError(f"cannot write there ({error.strerror}); choose another --out folder.", out) from None
     return out
-
-
-def _ticker(ticks: Iterable | None) -> Callable[[int], Any] | None:
-    """measure_regression reports how many answers each batch finished; advance one bar by that many."""
-    if ticks is None:
-        return None
-    steps = iter(ticks)
-    return lambda n=1: [next(steps, None) for _ in range(n)]
-

@@ -1,11 +1,16 @@
 """The stages of `attribute` as functions a notebook or a cluster job calls: plain objects in, plain objects out.
 
-    audit = run_audit(settings)                                   # findings.json
-    model, tokenizer = load_models(...)
-    regression = measure(settings, audit, model, tokenizer)       # generations.jsonl (rank 0)
-    extraction = extract(ExtractSettings.of(settings), audit, model, ranks=ranks)   # gradients/ (every rank)
-    scores = score_rows(settings, extraction, model, audit, pairs)                  # scores.npy (memory map)
-    clustering = cluster(settings, audit, extraction.store, scores.effects)
+    audit = run_audit(settings)                                         # findings.json
+    model, tokenizer = load_models(audit.base_ref, settings.adapter)
+    measured = regression(settings, audit, model, tokenizer)            # generations.jsonl (rank 0)
+    pairs = query_pairs(measured, capability, audit.eval_examples, tokenizer, audit.setup, settings.query, model)
+    extraction = extract(ExtractSettings.of(settings), audit, model)    # gradients/ (every rank)
+    scores = score(settings, extraction, model, audit, pairs)           # scores.npy (memory map)
+    clusters = cluster(settings, audit, extraction.store, scores.effects)
+    result = report(settings, audit, measured.summary.to_dict(), scores, clusters, extraction)  # report.*
+
+(`from gradian import attribute` runs them all; `from gradian.stages import regression, extract, score, cluster,
+report` one at a time.)
 
 Each stage writes its resumable artifact into the output folder; under torch.distributed (`gradients.distributed`)
 `extract` is the one stage every process runs, the others run on rank 0.
@@ -17,7 +22,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,12 +43,18 @@ from gradian.gradients.extract import (
 )
 from gradian.gradients.factors import fit_factors
 from gradian.gradients.store import FeatureStore
+from gradian.regression.capabilities import get_capability
+from gradian.regression.measure import RegressionResult, measure_regression
 from gradian.scores.pairs import base_kind
 from gradian.scores.preconditioners import Preconditioner, adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
-from gradian.scores.scoring import effects_file, publish, score
+from gradian.scores.scoring import effects_file, publish
+from gradian.scores.scoring import score as score_features
 from gradian.scores.tracin import Checkpoint, checkpoint_stores, checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings, ExtractSettings
+
+if TYPE_CHECKING:
+    from gradian.attribute import AttributeResult
 
 Bar = Callable[[Iterable, str], Iterable]
 FIT_CLUSTER_ROWS = 20000  # rows the clusters are fitted on; every row is then assigned (clusters.cluster)
@@ -96,6 +107,22 @@ def prepare(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult
     return (parameter_scale(settings, audit, model), *tracin_checkpoints(settings, audit))
 
 
+def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tokenizer: Any, *,
+               bar: Bar | None = None) -> RegressionResult:
+    """Generate with the base and the fine-tuned model on the eval rows and measure the capability's drop."""
+    ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
+    steps = iter(ticks) if ticks is not None else None
+    try:
+        return measure_regression(
+            model, tokenizer, audit.eval_examples or [], get_capability(settings.capability), audit.setup,
+            settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            progress=(lambda n=1: [next(steps, None) for _ in range(n)]) if steps is not None else None,
+            seed=settings.seed, min_effect=settings.min_effect,
+        )
+    finally:
+        getattr(ticks, "close", lambda: None)()
+
+
 def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ranks: Ranks | None = None,
             bar: Bar | None = None, prepared: Prepared | None = None) -> Extraction:
     """The training rows' features (final adapter, then every TracIn-CP checkpoint), this process's shard of each.
@@ -127,7 +154,7 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     return Extraction(store, gradient, scale, checkpoints, stores, skipped)
 
 
-def score_rows(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult,
+def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult,
                pairs: list[QueryPair], *, bar: Bar | None = None) -> Scores:
     """(Q, N) effects streamed into scores.npy (a memory map), with scores.json beside it."""
     out, store = settings.out_dir, extraction.store
@@ -140,7 +167,8 @@ def score_rows(settings: AttributeSettings, extraction: Extraction, model: Any, 
     else:
         queries = query_features(model, pairs, kind=kind, settings=extraction.gradient)
         preconditioner = preconditioner_of(settings, model, audit, extraction.gradient, bar)
-        score(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train, out=effects)
+        score_features(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
+                       out=effects)
     effects = publish(effects, out / "scores.npy")
     write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
                                      "query": settings.query, "preconditioner": settings.preconditioner,
@@ -161,6 +189,15 @@ def cluster(settings: AttributeSettings, audit: DiagnoseResult, features: Featur
     ids = [example.id for example in examples]
     summaries = summarize_clusters(ids, fitted.labels, effects, names, audit.findings, seed=settings.seed)
     return Clusters(fitted.labels, summaries, fitted.embedding)
+
+
+def report(settings: AttributeSettings, audit: DiagnoseResult, summary: dict[str, Any], scores: Scores | None = None,
+           clusters: Clusters | None = None, extraction: Extraction | None = None) -> AttributeResult:
+    """The verdict and the report files (report.json / .md / .html, examples.jsonl, culprits) of `attribute`."""
+    from gradian.attribute import _finish  # attribute's last step; imported here, attribute imports this module
+
+    return _finish(settings, audit, summary, scores.effects if scores is not None else None, clusters,
+                   scores.pairs if scores is not None else None, extraction.tracin if extraction is not None else None)
 
 
 def parameter_scale(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult,
