@@ -91,8 +91,9 @@ def test_attribute_under_torchrun_gives_the_scores_of_one_process(scenario, tmp_
             "--run", str(folder / "run"), "--dataset", str(folder / "train.jsonl"),
             "--eval-dataset", str(folder / "eval.jsonl"), "--capability", "json_formatting", "--shard-rows", "64"]
     gradian = [sys.executable, "-c", "from gradian.cli.main import main; main()"]
+    # `--` before the command: torchrun's argparse would take `--run` as an abbreviation of its `--run-path`
     results = {}
-    for name, command in (("one", gradian), ("two", torchrun(2, "--no-python", *gradian))):
+    for name, command in (("one", gradian), ("two", torchrun(2, "--no-python", "--", *gradian))):
         out = tmp_path / name
         done = subprocess.run([*command, *args, "--out", str(out)], env=ENV, capture_output=True, text=True,
                               timeout=900)

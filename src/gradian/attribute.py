@@ -76,6 +76,7 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         return _finish(settings, audit, summary, None, None, None)
 
     def queries() -> list[QueryPair]:
+        assert measured is not None  # rank 0 measured it
         pairs = query_pairs(measured, capability, audit.eval_examples or [], tokenizer, audit.setup,
                             settings.query, model)
         if not pairs:

@@ -112,11 +112,16 @@ def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, t
     """Generate with the base and the fine-tuned model on the eval rows and measure the capability's drop."""
     ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
     steps = iter(ticks) if ticks is not None else None
+
+    def advance(n: int = 1) -> None:  # measure_regression says how many answers each batch finished
+        for _ in range(n):
+            next(steps, None)  # type: ignore[arg-type]
+
     try:
         return measure_regression(
             model, tokenizer, audit.eval_examples or [], get_capability(settings.capability), audit.setup,
             settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-            progress=(lambda n=1: [next(steps, None) for _ in range(n)]) if steps is not None else None,
+            progress=advance if steps is not None else None,
             seed=settings.seed, min_effect=settings.min_effect,
         )
     finally:
@@ -229,20 +234,20 @@ def tracin_checkpoints(settings: AttributeSettings | ExtractSettings,
     """
     if settings.checkpoints == "off":
         return [], None
-    has_run = audit.run is not None and audit.run.path is not None
+    run_path = audit.run.path if audit.run is not None else None
     if settings.checkpoints == "auto":
         if settings.preconditioner != "identity":
             return [], f"TracIn-CP uses the identity preconditioner, not {settings.preconditioner}"
-        if not has_run or not audit.run.checkpoints:
+        if run_path is None or audit.run is None or not audit.run.checkpoints:
             return [], "no run folder with checkpoint-*/ folders"
         try:
-            return checkpoint_weights(audit.run.path), None
+            return checkpoint_weights(run_path), None
         except InputError as error:
             return [], str(error)
-    if not has_run:
+    if run_path is None:
         raise InputError("--checkpoints on needs the run folder with its checkpoint-*/ folders; pass --run DIR.",
                          settings.adapter)
-    return checkpoint_weights(audit.run.path), None
+    return checkpoint_weights(run_path), None
 
 
 def write_json(path: Path, data: Any) -> None:

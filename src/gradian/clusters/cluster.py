@@ -59,7 +59,8 @@ CHUNK_ROWS = 8192
 class Rows(Protocol):
     """Gradient features by row: an (N, k) array or a `FeatureStore` (its `take` reads only the rows asked for)."""
 
-    shape: Any
+    @property
+    def shape(self) -> Any: ...
 
     def __len__(self) -> int: ...
 

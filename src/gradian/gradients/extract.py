@@ -145,7 +145,8 @@ def example_gradients(
         if scale is not None:
             grads = grads * scale.tensors[index].to(grads)  # diagonal preconditioner, before projection
         flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
-        parts[index] = flat if parts[index] is None else parts[index] + flat  # a module called twice adds up
+        previous = parts[index]
+        parts[index] = flat if previous is None else previous + flat  # a module called twice adds up
 
     def compute(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = {key: value.to(device) for key, value in batch.items()}

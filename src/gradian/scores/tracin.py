@@ -141,7 +141,7 @@ def load_checkpoint(model: nn.Module, checkpoint: Checkpoint | str | Path) -> No
     path = folder / ADAPTER_FILE
     adapter = _adapter_name(model)
     try:
-        result = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
+        result: Any = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
     except Exception as error:  # a size mismatch: the checkpoint is from another adapter configuration
         raise InputError(f"does not fit the loaded adapter ({reason(error)}); is the checkpoint from this run?",
                          path) from None
@@ -201,7 +201,7 @@ def checkpoint_stores(
             load_checkpoint(model, checkpoint)
         for checkpoint in checkpoints:
             load_checkpoint(model, checkpoint)  # θ ← θ_c
-            if _same_features(final_store, model, settings):
+            if final_store is not None and _same_features(final_store, model, settings):
                 stores.append(final_store)
                 continue
             root = Path(store_root) / f"checkpoint-{checkpoint.step}"
