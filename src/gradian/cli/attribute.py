@@ -42,9 +42,11 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
     """Measure the regression, trace it to training rows through LoRA gradients, and write a report.
 
     Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
+    Over N processes: `torchrun --nproc-per-node N --no-python -- gradian attribute ...` (extraction is
+    sharded over them; rank 0 scores and reports).
     """
     from gradian.attribute import attribute
-    from gradian.gradients.distributed import join
+    from gradian.gradients.distributed import join, leave
 
     try:
         settings = AttributeSettings(**options)
@@ -52,6 +54,7 @@ def attribute_command(as_json: bool, **options: typing.Any) -> None:
         raise click.UsageError(str(error)) from None
     ranks = join()  # under torchrun / accelerate launch: this process's rank; rank 0 alone speaks and reports
     result = attribute(settings, say=say if ranks.is_main else None, bar=bar if ranks.is_main else None, ranks=ranks)
+    leave(ranks)
     if result is None:
         return
     if as_json:

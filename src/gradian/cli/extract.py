@@ -22,8 +22,11 @@ from gradian.settings import ExtractSettings
 def extract_command(**options: typing.Any) -> None:
     """Compute and store the per-example gradient features of the training rows (resumable; shards over processes).
 
-    Exit code 0 when every store is complete, 2 on bad input.
+    Exit code 0 when every store is complete, 2 on bad input. Over N processes or machines:
+    `torchrun --nproc-per-node N --no-python -- gradian extract ...` (the `--` keeps torchrun from reading
+    `--run` as its own `--run-path`); `gradian attribute` runs the same way.
     """
+    from gradian.attribute import _writable, main_lock
     from gradian.gradients.distributed import join, leave
     from gradian.regression.loading import load_models
     from gradian.stages import extract, run_audit
@@ -33,13 +36,14 @@ def extract_command(**options: typing.Any) -> None:
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     ranks = join()
-    settings.out_dir.mkdir(parents=True, exist_ok=True)
     speak = say if ranks.is_main else (lambda _: None)
-    speak("audit: rendering the rows as trained")
-    audit = run_audit(settings, write=False)
-    model, _ = load_models(audit.base_ref, settings.adapter, device=ranks.device(settings.device))
-    speak(f"gradients: {len(audit.rendered)} training rows" + (f", {ranks.world} processes" if ranks.world > 1 else ""))
-    extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None)
+    with main_lock(ranks, _writable(settings.out_dir)):  # rank 0 holds the folder's lock, as attribute does
+        speak("audit: rendering the rows as trained")
+        audit = run_audit(settings, write=False)
+        model, _ = load_models(audit.base_ref, settings.adapter, device=ranks.device(settings.device))
+        speak(f"gradients: {len(audit.rendered)} training rows"
+              + (f", {ranks.world} processes" if ranks.world > 1 else ""))
+        extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None)
     leave(ranks)
     if ranks.is_main:
         stores = [extraction.store, *extraction.checkpoint_stores]
