@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradian.attribute import base_kind, query_pairs
 from gradian.gradients.energy import share_budget
 from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.scoring import total_effect
 from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings

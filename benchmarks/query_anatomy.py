@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradian.attribute import query_pairs
 from gradian.audit import diagnose
 from gradian.data.render import IGNORE
 from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
+from gradian.scores.pairs import query_pairs
 from gradian.scores.queries import first_divergence, query_features
 
 PARTS = ("prefix", "split", "tail")

@@ -35,7 +35,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from gradian import __version__
-from gradian.attribute import attribute, base_kind, query_pairs
+from gradian.attribute import attribute
 from gradian.audit import diagnose
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
@@ -43,8 +43,10 @@ from gradian.gradients.factors import fit_factors
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
+from gradian.report.rows import read_examples
 from gradian.scenarios import SCENARIOS, build
 from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
@@ -198,7 +200,10 @@ def planted_cluster_first(report: dict, truth: dict) -> bool:
     if not report["clusters"]:
         return False
     culprits = set(truth["culprit_ids"])
-    holder = max(report["clusters"], key=lambda c: len(culprits & set(c["example_ids"])))
+    members: dict[int, set[str]] = {}
+    for row in report["examples"]:
+        members.setdefault(row["cluster"], set()).add(row["id"])
+    holder = max(report["clusters"], key=lambda c: len(culprits & members.get(c["id"], set())))
     return holder["id"] == report["clusters"][0]["id"]
 
 
@@ -210,7 +215,7 @@ def run_scenarios(args) -> tuple[list[dict], list[dict]]:
             truth = json.loads((folder / "truth.json").read_text())
             out = args.root / "reports" / f"{name}-seed{seed}"
             start = time.perf_counter()
-            report = attribute(settings_for(folder, out)).report
+            report = {**attribute(settings_for(folder, out)).report, "examples": read_examples(out)}
             row = {"scenario": name, "seed": seed, "expected": expected_verdict(folder, truth),
                    "verdict": report["verdict"]["kind"], "cause_found": cause_found(report, truth),
                    "build_s": build_seconds, "attribute_s": time.perf_counter() - start,

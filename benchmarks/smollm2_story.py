@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradian.attribute import attribute, base_kind, query_pairs
+from gradian.attribute import attribute
 from gradian.gradients.extract import make_projector
 from gradian.gradients.factors import fit_factors
+from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import culprit_metrics
+from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.preconditioners import make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score, total_effect
@@ -74,7 +76,7 @@ def main() -> None:
     start = time.perf_counter()
     report = attribute(settings).report
     seconds = time.perf_counter() - start
-    ids = [row["id"] for row in report["examples"]]
+    ids = [row["id"] for row in read_examples(settings.out_dir)]
     effects = query_kinds(settings) if report["clusters"] else {}
     rows = [(method, culprit_metrics(effect, ids, truth, truth["seed"])) for method, effect in effects.items()]
     category, base, tuned = truth["affected_category"], measured["base"], measured["finetuned"]

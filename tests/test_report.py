@@ -23,6 +23,7 @@ from gradian.regression.capabilities import get_capability
 from gradian.regression.generation import Generation
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
+from gradian.report.rows import ExampleRows, read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
 from gradian.report.verdict import decide
 from gradian.report.writers import markdown_cell, write_report
@@ -101,7 +102,8 @@ def run(tmp_path):
     joined_report = build_report(regression=SIGNIFICANT, verdict=joined, findings=findings, examples=examples,
                                  effects=effects, labels=labels, clusters=groups.clusters, features=features,
                                  symptoms=symptoms, groups=groups)
-    return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out",
+    rows = ExampleRows.of(ids, effects.mean(axis=0), labels, findings, verdict.culprit_ids)
+    return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out", rows=rows,
                 joined=joined_report)
 
 
@@ -116,8 +118,9 @@ def failing_rows() -> list[RegressionRow]:
 
 
 def test_write_report_produces_every_file_and_json_round_trips(run):
-    written = write_report(run["out"], run["report"], run["examples"])
-    assert set(written) == {"report.json", "report.md", "report.html", "culprits.jsonl", "train.cleaned.jsonl"}
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
+    assert set(written) == {"report.json", "report.md", "report.html", "examples.jsonl", "culprits.jsonl",
+                            "train.cleaned.jsonl"}
     assert all(path.is_file() and path.stat().st_size > 0 for path in written.values())
     loaded = json.loads(written["report.json"].read_text(encoding="utf-8"))
     assert loaded == run["report"]
@@ -125,9 +128,13 @@ def test_write_report_produces_every_file_and_json_round_trips(run):
     assert loaded["verdict"]["kind"] == "data-cluster"
     assert set(loaded["verdict"]["culprit_ids"]) == run["culprits"]
     top = loaded["clusters"][0]
-    assert {"id", "name", "example_ids", "size_share", "harm_share", "harm_share_ci", "lift", "flag_rates"} <= set(top)
+    assert {"id", "name", "size", "size_share", "harm_share", "harm_share_ci", "lift", "flag_rates"} <= set(top)
     assert "invoice" in top["name"]
-    assert {"id", "effect", "cluster", "flags"} <= set(loaded["examples"][0])
+    lines = read_examples(run["out"])
+    assert [row["id"] for row in lines] == [e.id for e in run["examples"]] and loaded["n_examples"] == len(lines)
+    assert {"id", "effect", "cluster", "flags", "culprit"} <= set(lines[0])
+    assert {row["id"] for row in lines if row["culprit"]} == run["culprits"]
+    assert np.allclose([row["effect"] for row in lines], run["rows"].effect)
     assert {"edges", "counts"} <= set(loaded["charts"]["effect_histogram"])
 
 
@@ -135,7 +142,7 @@ def test_report_files_have_the_permissions_of_any_new_file(tmp_path, run):
     """The team reads the report: files follow the umask (0644 under 022), not a private temporary file's 0600."""
     previous = os.umask(0o022)
     try:
-        written = write_report(tmp_path / "shared", run["report"], run["examples"])
+        written = write_report(tmp_path / "shared", run["report"], run["examples"], run["rows"])
     finally:
         os.umask(previous)
     assert {name: stat.S_IMODE(path.stat().st_mode) for name, path in written.items()} == dict.fromkeys(written, 0o644)
@@ -143,7 +150,7 @@ def test_report_files_have_the_permissions_of_any_new_file(tmp_path, run):
 
 
 def test_culprits_carry_raw_row_and_cleaned_is_original_minus_culprits(run):
-    written = write_report(run["out"], run["report"], run["examples"])
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     original = run["dataset"].read_text(encoding="utf-8").splitlines(keepends=True)
     culprit_rows = [json.loads(line) for line in written["culprits.jsonl"].read_text(encoding="utf-8").splitlines()]
     assert {row["id"] for row in culprit_rows} == run["culprits"]
@@ -158,7 +165,7 @@ def test_culprits_carry_raw_row_and_cleaned_is_original_minus_culprits(run):
 
 def test_cleaned_falls_back_to_rows_when_source_changed(run):
     run["dataset"].write_text("", encoding="utf-8")
-    written = write_report(run["out"], run["report"], run["examples"])
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     cleaned = [json.loads(line) for line in written["train.cleaned.jsonl"].read_text(encoding="utf-8").splitlines()]
     assert cleaned == [e.raw for e in run["examples"] if e.id not in run["culprits"]]
 
@@ -186,7 +193,7 @@ def renderings(value) -> set[str]:
 
 
 def test_every_number_in_markdown_is_in_report_json(run):
-    written = write_report(run["out"], run["report"], run["examples"])
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     allowed = set().union(*(renderings(v) for v in json_leaves(run["report"])))
     markdown = written["report.md"].read_text(encoding="utf-8")
     shown = NUMBER.findall(markdown)
@@ -196,7 +203,7 @@ def test_every_number_in_markdown_is_in_report_json(run):
 
 
 def test_html_is_self_contained_and_escapes_user_text(run):
-    written = write_report(run["out"], run["report"], run["examples"])
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     html = written["report.html"].read_text(encoding="utf-8")
     assert "<script>alert" not in html and "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
     assert html.count("<script>") == 1  # the page's own status script, nothing else
@@ -216,7 +223,7 @@ def test_no_regression_report_has_the_refusal_and_no_clusters(tmp_path, run):
     verdict = decide(NOISE, [], None, None, [])
     report = build_report(regression=NOISE, verdict=verdict, findings=[], examples=run["examples"])
     written = write_report(tmp_path / "refusal", report, run["examples"])
-    assert set(written) == {"report.json", "report.md", "report.html"}
+    assert set(written) == {"report.json", "report.md", "report.html", "examples.jsonl"}
     assert report["clusters"] == [] and report["top_rows"] == [] and report["charts"] == {}
     markdown = written["report.md"].read_text(encoding="utf-8")
     assert "noise band" in markdown and "does not attribute" in markdown
@@ -234,7 +241,7 @@ def test_json_is_strict_even_with_nan_inputs(tmp_path, run):
 
 
 def test_every_number_shown_in_html_is_in_report_json(run):
-    written = write_report(run["out"], run["report"], run["examples"])
+    written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     html = written["report.html"].read_text(encoding="utf-8")
     visible = re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)
     visible = unescape(re.sub(r"<[^>]+>", " ", visible))  # text and <title> tooltips, not SVG geometry
@@ -270,7 +277,7 @@ def test_schema_doc_names_every_field(run):
     names |= set(joined["verdict"]["evidence"]["gradients"]["top_cluster"]) | set(joined["verdict"]["evidence"]["symptom"])
     names |= set(report["symptoms"]) | set(report["groups"][0]) | set(report["failure_sites"])
     names |= set(report) | set(report["verdict"]) | set(report["verdict"]["evidence"]) | set(report["clusters"][0])
-    names |= set(report["examples"][0]) | set(report["top_rows"][0]) | set(report["effects"]) | set(report["findings"][0])
+    names |= set(run["rows"].row(0)) | set(report["top_rows"][0]) | set(report["effects"]) | set(report["findings"][0])
     names |= {f"effect_histogram.{k}" for k in report["charts"]["effect_histogram"]}
     names |= {f"cluster_map.{k}" for k in report["charts"]["cluster_map"]}
     assert sorted(name for name in names if f"`{name}`" not in doc) == []

@@ -1,9 +1,9 @@
-"""One writer per output folder: an exclusive lock file, so two runs into the same `--out` never interleave.
+"""One writer per output folder: an exclusive lock, so two runs into the same `--out` never interleave.
 
-`output_lock(folder)` creates `folder/.gradian.lock` with O_CREAT|O_EXCL (atomic on local file systems),
-holding the owner's pid and host. A second run finds it and stops with one sentence. A lock left by a
-process that no longer exists (killed with -9, a crash) is stale: it is taken over, so a killed run can
-be resumed by simply running it again.
+`output_lock(folder)` holds `folder/.gradian.lock` with `filelock` (an OS lock on the open file, flock on Unix):
+the OS drops it when its process ends, however it ends, so a killed run (-9, a crash) leaves nothing to take over
+and is resumed by simply running it again. The holder writes its pid and host into the file, so a second run can
+say who holds it; it stops at once with one sentence, never waits. Under torch.distributed only rank 0 holds it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from gradian.errors import InputError
 
 LOCK_NAME = ".gradian.lock"
@@ -23,33 +25,22 @@ LOCK_NAME = ".gradian.lock"
 def output_lock(folder: str | Path) -> Iterator[Path]:
     """Hold `folder`'s lock for the duration of the block; `InputError` if another live run holds it."""
     path = Path(folder) / LOCK_NAME
-    _acquire(path)
+    lock = FileLock(path, timeout=0, thread_local=False)
     try:
+        lock.acquire()
+    except Timeout:
+        owner = _owner(path)
+        who = f"process {owner[0]} on {owner[1]}" if owner else "another process"
+        raise InputError(f"another Gradian run ({who}) is writing to this folder; wait for it to finish "
+                         "or choose another --out.", path.parent) from None
+    except OSError as error:
+        raise InputError(f"cannot write there ({error.strerror}); choose another --out folder.", path.parent) \
+            from None
+    try:
+        path.write_text(f"{os.getpid()} {socket.gethostname()}\n")  # another descriptor: the lock stays held
         yield path
     finally:
-        if _owner(path) == (os.getpid(), socket.gethostname()):
-            path.unlink(missing_ok=True)
-
-
-def _acquire(path: Path) -> None:
-    for _ in range(3):  # a stale lock is removed and creation retried; a live one stops the run
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            owner = _owner(path)
-            if owner is not None and _is_stale(*owner):
-                path.unlink(missing_ok=True)
-                continue
-            who = f"process {owner[0]} on {owner[1]}" if owner else "another process"
-            raise InputError(f"another Gradian run ({who}) is writing to this folder; wait for it to finish, "
-                             f"choose another --out, or delete {LOCK_NAME} if no run is active.", path.parent) from None
-        except OSError as error:
-            raise InputError(f"cannot write there ({error.strerror}); choose another --out folder.", path.parent) \
-                from None
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"{os.getpid()} {socket.gethostname()}\n")
-        return
-    raise InputError(f"could not take the lock {LOCK_NAME}; another run keeps replacing it.", path.parent)
+        lock.release()
 
 
 def _owner(path: Path) -> tuple[int, str] | None:
@@ -59,16 +50,3 @@ def _owner(path: Path) -> tuple[int, str] | None:
         return int(pid), host
     except (OSError, ValueError):
         return None
-
-
-def _is_stale(pid: int, host: str) -> bool:
-    """True when the owner ran on this host and its process is gone; a lock from another host is never stale."""
-    if host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

@@ -44,6 +44,8 @@ class AttributeSettings:
     batch_size: int = field(default=16, metadata={"help": "generation and gradient batch size"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     seed: int = field(default=0, metadata={"help": "seeds projections, bootstraps and clustering"})
+    shard_rows: int = field(default=16384, metadata={
+        "help": "rows per feature-store file; under torchrun each process writes whole files"})
 
     def __post_init__(self) -> None:
         if self.query not in QUERY_KINDS:
@@ -60,7 +62,7 @@ class AttributeSettings:
             raise ValueError(f"damping must be above 0, not {self.damping}")
         if not 0 <= self.min_effect <= 1:
             raise ValueError("min_effect is a rate between 0 and 1")
-        for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters"):
+        for name in ("batch_size", "max_new_tokens", "proj_dim", "n_clusters", "shard_rows"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, not {value}")
@@ -70,6 +72,53 @@ class AttributeSettings:
     @property
     def out_dir(self) -> Path:
         return Path(self.out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+EXTRACT_FIELDS = ("base_model", "adapter", "dataset", "out", "run", "config", "preconditioner", "checkpoints",
+                  "proj_dim", "proj_budget", "batch_size", "device", "seed", "shard_rows")
+
+
+@dataclass
+class ExtractSettings:
+    """`gradian extract`: the training rows' features into `out`, as `attribute` computes them (it reuses them)."""
+
+    base_model: str = field(metadata={"help": "local folder, .gguf file or hub id in the local cache"})
+    adapter: str = field(metadata={"help": "PEFT adapter folder (adapter_config.json + weights)"})
+    dataset: str = field(metadata={"help": "the training JSONL the adapter was trained on"})
+    out: str = field(metadata={"help": "output folder; `gradian attribute --out` the same folder reuses the features"})
+    run: str | None = field(default=None, metadata={"help": "training run folder (trainer_state.json, checkpoints)"})
+    config: str | None = field(default=None, metadata={"help": "training config file (TRL SFTConfig or axolotl)"})
+    preconditioner: str = field(default="identity", metadata={"help": f"one of {', '.join(PRECONDITIONERS)}"})
+    checkpoints: str = field(default="auto", metadata={"help": "TracIn-CP checkpoints: auto, on or off"})
+    proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
+    proj_budget: str = field(default="energy", metadata={"help": "energy or size, as for attribute"})
+    batch_size: int = field(default=16, metadata={"help": "gradient batch size"})
+    device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
+    seed: int = field(default=0, metadata={"help": "seeds the projection"})
+    shard_rows: int = field(default=16384, metadata={
+        "help": "rows per feature-store file; under torchrun each process writes whole files"})
+
+    def __post_init__(self) -> None:
+        if self.preconditioner not in PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
+        if self.proj_budget not in PROJ_BUDGETS:
+            raise ValueError(f"proj_budget must be one of {PROJ_BUDGETS}, not {self.proj_budget!r}")
+        if self.checkpoints not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoints must be one of {CHECKPOINT_MODES}, not {self.checkpoints!r}")
+        if self.batch_size < 1 or self.shard_rows < 1 or (self.proj_dim is not None and self.proj_dim < 1):
+            raise ValueError("batch_size, shard_rows and proj_dim must be at least 1")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    @classmethod
+    def of(cls, settings: AttributeSettings) -> ExtractSettings:
+        """The extraction part of an `attribute` run's settings."""
+        return cls(**{name: getattr(settings, name) for name in EXTRACT_FIELDS})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

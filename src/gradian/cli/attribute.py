@@ -15,10 +15,10 @@ CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints
            "proj_budget": PROJ_BUDGETS}
 
 
-def settings_options(command: typing.Callable) -> typing.Callable:
-    """One click option per `AttributeSettings` field: the same settings object from CLI to artifact."""
-    hints = typing.get_type_hints(AttributeSettings)
-    for spec in reversed(dataclasses.fields(AttributeSettings)):
+def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:
+    """One click option per field of `cls` (`AttributeSettings`): the same settings object from CLI to artifact."""
+    hints = typing.get_type_hints(cls)
+    for spec in reversed(dataclasses.fields(cls)):
         flag = "--" + spec.name.replace("_", "-")
         required = spec.default is dataclasses.MISSING
         kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
@@ -44,14 +44,21 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     """Measure the regression, trace it to training rows through LoRA gradients, and write a report.
 
     Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
+    Over N processes: `torchrun --nproc-per-node N --no-python -- gradian attribute ...` (extraction is
+    sharded over them; rank 0 scores and reports).
     """
     from gradian.attribute import attribute
+    from gradian.gradients.distributed import join, leave
 
     try:
         settings = AttributeSettings(**options)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    result = attribute(settings, say=say, bar=bar)
+    ranks = join()  # under torchrun / accelerate launch: this process's rank; rank 0 alone speaks and reports
+    result = attribute(settings, say=say if ranks.is_main else None, bar=bar if ranks.is_main else None, ranks=ranks)
+    leave(ranks)
+    if result is None:
+        return
     if then_verify:
         from gradian.cli.verify import print_summary
         from gradian.verify import VerifySettings, verify

@@ -14,6 +14,9 @@ ALL.append(attribute_command)
 from gradian.cli.verify import verify_command  # noqa: E402
 
 ALL.append(verify_command)
+from gradian.cli.extract import extract_command  # noqa: E402
+
+ALL.append(extract_command)
 from gradian.cli.demo import demo_command  # noqa: E402
 
 ALL.append(demo_command)

@@ -117,11 +117,16 @@ def harm_shares(effect: np.ndarray, membership: np.ndarray) -> np.ndarray:
 
 
 def harm_share_ci(
-    effects: np.ndarray, membership: np.ndarray, *, seed: int = 0, n_resamples: int = N_RESAMPLES
+    effects: np.ndarray, membership: np.ndarray, *, seed: int = 0, n_resamples: int = N_RESAMPLES,
+    chunk_rows: int = 16384,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap CI of every cluster's harm share, resampling eval queries (rows of `effects`)."""
-    n_queries = effects.shape[0]
-    point = harm_shares(effects.mean(axis=0), membership)
+    """Percentile bootstrap CI of every cluster's harm share, resampling eval queries (rows of `effects`).
+
+    Each resample's harm is summed per cluster a chunk of training rows at a time, so memory holds a
+    (resamples, chunk) block, never (resamples, N): `effects` may be the memory-mapped scores.npy.
+    """
+    n_queries, n_rows = effects.shape
+    point = harm_shares(total_mean(effects, chunk_rows), membership)
     if n_queries < 2:  # one query: nothing to resample, the share is all we know
         return point.copy(), point.copy()
 
@@ -129,8 +134,14 @@ def harm_share_ci(
         query_rows = np.atleast_2d(query_rows)  # (B, Q) resampled query indices
         counts = np.zeros((query_rows.shape[0], n_queries))
         np.add.at(counts, (np.arange(query_rows.shape[0])[:, None], query_rows), 1.0)  # (B, Q)
-        resampled = counts @ effects / n_queries  # (B, N): mean effect under each resample
-        return harm_shares(resampled, membership).T  # (C, B)
+        per_cluster = np.zeros((query_rows.shape[0], len(membership)))  # (B, C) Σ harm inside each cluster
+        total = np.zeros((query_rows.shape[0], 1))  # (B, 1) Σ harm of every row
+        for start in range(0, n_rows, chunk_rows):
+            span = slice(start, start + chunk_rows)
+            harm = np.maximum(-(counts @ np.asarray(effects[:, span], dtype=np.float64) / n_queries), 0.0)  # (B, c)
+            per_cluster += harm @ np.asarray(membership[:, span], dtype=np.float64).T
+            total += harm.sum(axis=1, keepdims=True)
+        return np.divide(per_cluster, total, out=np.zeros_like(per_cluster), where=total > 0).T  # (C, B)
 
     result = bootstrap(
         (np.arange(n_queries),), statistic, vectorized=True, n_resamples=n_resamples, batch=200,
@@ -138,6 +149,13 @@ def harm_share_ci(
     )
     low, high = result.confidence_interval
     return np.minimum(np.atleast_1d(low), point), np.maximum(np.atleast_1d(high), point)
+
+
+def total_mean(effects: np.ndarray, chunk_rows: int = 16384) -> np.ndarray:
+    """(N,) mean effect over the queries of (Q, N) `effects`, read a chunk of rows at a time."""
+    return np.concatenate([np.asarray(effects[:, start : start + chunk_rows], dtype=np.float64).mean(axis=0)
+                           for start in range(0, effects.shape[1], chunk_rows)]) if effects.shape[1] else \
+        np.zeros(0)
 
 
 def flagged_ids(findings: list[Finding]) -> dict[str, set[str]]:

@@ -31,17 +31,19 @@ from gradian.gradients.hooks import (
 )
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.store import FeatureStore, ShardWriter, shard_bounds
+from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
 
 __all__ = [
     "GradientSettings",
     "ParameterScale",
+    "ProjectedSample",
     "SampledGradients",
     "collate",
     "example_gradients",
     "extract_train_features",
     "make_projector",
     "per_example_gradients",
+    "project_sample",
 ]
 
 Progress = Callable[[Iterable], Iterable]
@@ -143,7 +145,8 @@ def example_gradients(
         if scale is not None:
             grads = grads * scale.tensors[index].to(grads)  # diagonal preconditioner, before projection
         flat = grads.flatten(1) if projector is None else projector.project(index, grads)  # (B, k_m)
-        parts[index] = flat if parts[index] is None else parts[index] + flat  # a module called twice adds up
+        previous = parts[index]
+        parts[index] = flat if previous is None else previous + flat  # a module called twice adds up
 
     def compute(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = {key: value.to(device) for key, value in batch.items()}
@@ -250,50 +253,41 @@ def extract_train_features(
     shard: tuple[int, int] = (0, 1),
     progress: Progress | None = None,
     scale: ParameterScale | None = None,
-    sampled: SampledGradients | None = None,
+    sampled: SampledGradients | ProjectedSample | None = None,
 ) -> FeatureStore:
     """Write the features of shard `shard` = (rank, world) of `rendered` into `store_dir`; resumes a stopped run.
 
-    Rows marked `dropped` (never trained) get zero features. Different settings than an existing store
-    → that shard is recomputed from scratch (its old files are removed). The rows of `sampled` (the energy
-    pass's, see `gradients.energy`) are projected from their exact gradients instead of computed again.
+    Process `rank` writes its block of the store's files (`store.owned_files`); batches are planned inside each
+    file, so any number of processes writes the same bytes. Rows marked `dropped` (never trained) get zero
+    features. Different settings than an existing store → it is recomputed from scratch (old files removed).
+    The rows of `sampled` (the energy pass's, see `gradients.energy`) are projected from their exact gradients
+    instead of computed again; pass a `ProjectedSample` (`project_sample`) when every process should write the
+    same projected rows.
     """
     rank, world = shard
     matrices = lora_matrices(model)
     projector = make_projector(model, settings, matrices)
     ids = [row.example_id for row in rendered]
-    meta = {
-        "version": 1,
-        "gradient": settings.to_dict(),
-        "projection": projector.to_dict(),
-        "world_size": world,
-        "scale": scale.name if scale is not None else "identity",
-        "n_rows": len(ids),
-        "matrices": [m.name for m in matrices],
-        "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
-        "rows_sha": rows_sha(rendered),
-        "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
-    }
+    meta = store_meta(model, rendered, settings, projector, scale, matrices)
     writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
-    start, stop = shard_bounds(len(ids), rank, world)
-    dropped = [i for i in range(start, stop) if rendered[i].dropped]
+    dropped = [i for i in range(writer.start, writer.stop) if rendered[i].dropped]
     if dropped and not writer.is_done(dropped):
         writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
-    lengths = {i: len(rendered[i].input_ids) for i in range(start, stop) if not rendered[i].dropped}
-    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is far slower
+    lengths = {i: len(rendered[i].input_ids) for i in range(writer.start, writer.stop) if not rendered[i].dropped}
     if sampled is not None:
-        if sampled.key != SampledGradients.key_of(model, rendered, sampled.rows, scale):
+        projected = sampled if isinstance(sampled, ProjectedSample) else \
+            project_sample(model, rendered, sampled, settings, scale, projector)
+        if projected.key != SampledGradients.key_of(model, rendered, projected.rows, scale):
             raise ValueError("the sampled gradients are of another adapter, scaling or rows than these features")
-        mine = [j for j, i in enumerate(sampled.rows) if i in lengths]  # this shard's, as positions in `sampled`
-        for chunk in (mine[c : c + settings.batch_size] for c in range(0, len(mine), settings.batch_size)):
-            rows = [sampled.rows[j] for j in chunk]
-            if not writer.is_done(rows):  # a batch at a time: no second copy of every sampled gradient
-                flat = sampled.flat[chunk].to(next(model.parameters()).device)  # (B, Σ LoRA sizes)
-                writer.write(rows, projector.project_exact(flat).to(store_dtype).cpu().numpy())
-            for i in rows:
-                del lengths[i]
+        mine = [j for j, i in enumerate(projected.rows) if i in lengths]  # this process's, as positions
+        if mine and not writer.is_done([projected.rows[j] for j in mine]):
+            writer.write([projected.rows[j] for j in mine], projected.features[mine])
+        for j in mine:
+            del lengths[projected.rows[j]]
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
-    batches = plan_batches(lengths, settings)
+    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
+    batches = [batch for file in writer.files for batch in plan_batches(
+        {i: n for i, n in lengths.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
     with example_gradients(model, projector, scale, matrices) as compute:
         for rows in progress(batches) if progress is not None else batches:
             if writer.is_done(rows):
@@ -301,4 +295,50 @@ def extract_train_features(
             batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
             features = compute(batch)  # (B, k)
             writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
-    return FeatureStore(store_dir)
+    return FeatureStore(store_dir, meta=json.loads(json.dumps(meta)), ids=ids)  # as settings.json reads back
+
+
+def store_meta(model: nn.Module, rendered: list[Rendered], settings: GradientSettings,
+               projector: KroneckerProjector, scale: ParameterScale | None,
+               matrices: list[LoraMatrix]) -> dict[str, object]:
+    """What a store's features mean; its hash names the files, so a change in any of it recomputes them."""
+    ids = [row.example_id for row in rendered]
+    return {
+        "version": 1,
+        "layout": LAYOUT_VERSION,
+        "gradient": settings.to_dict(),
+        "projection": projector.to_dict(),
+        "scale": scale.name if scale is not None else "identity",
+        "n_rows": len(ids),
+        "matrices": [m.name for m in matrices],
+        "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+        "rows_sha": rows_sha(rendered),
+        "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
+    }
+
+
+@dataclass
+class ProjectedSample:
+    """The energy pass's rows already projected into the store's space: small, so it is broadcast to every rank."""
+
+    rows: list[int]  # indices into the rendered rows
+    features: np.ndarray  # (n, k) in the store dtype
+    key: dict[str, str]  # as `SampledGradients.key`
+
+
+def project_sample(
+    model: nn.Module, rendered: list[Rendered], sampled: SampledGradients, settings: GradientSettings,
+    scale: ParameterScale | None = None, projector: KroneckerProjector | None = None,
+) -> ProjectedSample:
+    """Project the sampled exact gradients under `settings`, a batch at a time (no second copy of all of them)."""
+    if sampled.key != SampledGradients.key_of(model, rendered, sampled.rows, scale):
+        raise ValueError("the sampled gradients are of another adapter, scaling or rows than these features")
+    projector = projector or make_projector(model, settings)
+    device = next(model.parameters()).device
+    store_dtype = getattr(torch, settings.store_dtype)
+    parts = []
+    for start in range(0, len(sampled.rows), settings.batch_size):
+        flat = sampled.flat[start : start + settings.batch_size].to(device)  # (B, Σ LoRA sizes)
+        parts.append(projector.project_exact(flat).to(store_dtype).cpu().numpy())
+    features = np.concatenate(parts) if parts else np.zeros((0, projector.dim), settings.store_dtype)
+    return ProjectedSample(list(sampled.rows), features, dict(sampled.key))

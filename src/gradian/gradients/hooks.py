@@ -14,6 +14,7 @@ memory holds one module's gradients at a time. The scaling s is inside g already
 from __future__ import annotations
 
 import hashlib
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ def lora_matrices(model: nn.Module) -> list[LoraMatrix]:
                 f"parameter {name} is not a plain LoRA matrix; Gradian attributes plain LoRA adapters "
                 "on Linear layers only (no DoRA, lora_bias, embeddings or modules_to_save)"
             )
-        matrices.append(LoraMatrix(name, module, tuple(param.shape)))
+        matrices.append(LoraMatrix(name, module, (int(param.shape[0]), int(param.shape[1]))))
     if not matrices:
         raise InputError(f"the model has no LoRA matrices of adapter {adapter!r}; load a LoRA adapter with PEFT")
     return matrices
@@ -119,8 +120,9 @@ def gradient_roots(matrices: list[LoraMatrix]) -> Iterator[list[torch.Tensor]]:
 
     def pre_hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         if torch.is_grad_enabled() and not inputs[0].requires_grad and not module.weight.requires_grad:
-            module.weight.requires_grad_(True)
-            roots.append(module.weight)
+            weight = typing.cast(torch.Tensor, module.weight)
+            weight.requires_grad_(True)
+            roots.append(weight)
 
     for param in params:
         param.requires_grad_(False)

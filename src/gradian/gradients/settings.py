@@ -19,14 +19,16 @@ class GradientSettings:
     max_tokens: int = field(default=16384, metadata={"help": "most padded tokens (rows × longest row) in one batch"})
     store_dtype: str = field(default="float16", metadata={"help": "dtype of features on disk: float16 | float32"})
     padding_side: str = field(default="right", metadata={"help": "right | left; results agree up to rounding"})
+    shard_rows: int = field(default=16384, metadata={
+        "help": "rows per store file; a file has one writer, so processes split the rows file by file"})
     budget_weights: tuple[float, ...] | None = field(default=None, metadata={
         "help": "share of proj_dim per LoRA matrix, PEFT's order (gradient energy, see gradients.energy); None: equal"})
 
     def __post_init__(self) -> None:
         if self.proj_dim is not None and self.proj_dim < 1:
             raise ValueError(f"proj_dim must be a positive number of floats or None, got {self.proj_dim}")
-        if self.batch_size < 1 or self.max_tokens < 1:
-            raise ValueError("batch_size and max_tokens must be at least 1")
+        if self.batch_size < 1 or self.max_tokens < 1 or self.shard_rows < 1:
+            raise ValueError("batch_size, max_tokens and shard_rows must be at least 1")
         if self.store_dtype not in STORE_DTYPES:
             raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {self.store_dtype!r}")
         if self.padding_side not in ("left", "right"):

@@ -12,14 +12,15 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.clusters.cluster import map_coordinates
+from gradian.clusters.cluster import Embedding, embed_examples
 from gradian.clusters.groups import CandidateGroups
-from gradian.clusters.summary import ClusterSummary, examples_flags
+from gradian.clusters.summary import ClusterSummary, examples_flags, total_mean
 from gradian.data.examples import Example
 from gradian.regression.symptoms import Symptoms
+from gradian.report.rows import EXAMPLES_FILE
 from gradian.report.verdict import Verdict
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "2.1"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -39,6 +40,7 @@ def build_report(
     labels: np.ndarray | None = None,
     clusters: list[ClusterSummary] | None = None,
     features: np.ndarray | None = None,
+    embedding: Embedding | None = None,
     settings: dict[str, Any] | None = None,
     artifacts: dict[str, Any] | None = None,
     run: dict[str, Any] | None = None,
@@ -49,12 +51,14 @@ def build_report(
     """Everything the report shows, as plain JSON-ready data.
 
     `effects` is (Q, N) per eval query and training row (None when attribution did not run: no-regression, or a
-    setup verdict reached before it); `labels` (N,) the cluster of each row; `features` (N, k) for the cluster map.
+    setup verdict reached before it); `labels` (N,) the cluster of each row; `embedding` the space the clusters
+    were fitted in, for the cluster map (else it is fitted here on `features` (N, k) and the texts). Per-row
+    results go to examples.jsonl (`report.rows.ExampleRows`), not into this dict.
     `symptoms` classify the failing answers; `groups` hold the per-row finding groups and where the failures sit.
     """
     examples = examples or []
     ids = [e.id for e in examples]
-    effect = None if effects is None else np.atleast_2d(np.asarray(effects, dtype=np.float64)).mean(axis=0)  # (N,)
+    effect = None if effects is None else total_mean(np.atleast_2d(effects))  # (N,)
     flags = examples_flags(ids, findings)
     culprits = set(verdict.culprit_ids)
     report = {
@@ -64,14 +68,16 @@ def build_report(
         "verdict": verdict.to_dict(),
         "regression": dict(regression),
         "findings": [_finding(f) for f in by_severity(findings)],
-        "examples": _examples(ids, effect, labels, flags, culprits),
+        "examples_file": EXAMPLES_FILE,
+        "n_examples": len(ids),
         "clusters": [_cluster(c) for c in clusters or []] if effect is not None else [],
         "symptoms": symptoms.to_dict() if symptoms is not None else {},
         "groups": [g.to_dict() for g in groups.groups] if groups is not None else [],
         "failure_sites": groups.sites() if groups is not None else {},
         "effects": _effects_summary(effects, effect),
         "top_rows": _top_rows(examples, effect, labels, flags, culprits),
-        "charts": _charts(examples, effect, labels, features, culprits, verdict, seed),
+        "charts": _charts(examples, effect, labels, embedding or _embedding(examples, features, labels, seed),
+                          culprits, verdict, seed),
         "settings": settings or {},
         "artifacts": artifacts or {},
         "run": run or {},
@@ -93,20 +99,16 @@ def _finding(finding: Finding) -> dict[str, Any]:
 
 
 def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
-    return {**cluster.to_dict(), "size": cluster.size}
+    data = cluster.to_dict()
+    del data["example_ids"]  # members are in examples.jsonl (`cluster`): report.json stays small in N
+    return {**data, "size": cluster.size}
 
 
-def _examples(ids, effect, labels, flags, culprits) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": example_id,
-            "effect": None if effect is None else float(effect[i]),
-            "cluster": None if labels is None else int(labels[i]),
-            "flags": flags[example_id],
-            "culprit": example_id in culprits,
-        }
-        for i, example_id in enumerate(ids)
-    ]
+def _embedding(examples: list[Example], features: np.ndarray | None, labels: np.ndarray | None,
+               seed: int) -> Embedding | None:
+    if labels is None or not examples:
+        return None
+    return embed_examples([(e.prompt_text, e.completion_text) for e in examples], features, seed=seed)
 
 
 def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> dict[str, Any]:
@@ -140,7 +142,7 @@ def _clip(text: str) -> str:
     return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + " \u2026"
 
 
-def _charts(examples, effect, labels, features, culprits, verdict, seed) -> dict[str, Any]:
+def _charts(examples, effect, labels, embedding, culprits, verdict, seed) -> dict[str, Any]:
     """Data behind the HTML charts: the effect histogram and the 2-D cluster map."""
     if effect is None or effect.size == 0:
         return {}
@@ -149,15 +151,15 @@ def _charts(examples, effect, labels, features, culprits, verdict, seed) -> dict
     charts: dict[str, Any] = {
         "effect_histogram": {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold},
     }
-    if labels is not None:
-        coordinates = map_coordinates([(e.prompt_text, e.completion_text) for e in examples], features, seed=seed)  # (N, 2)
+    if labels is not None and embedding is not None:
         keep = _map_sample(examples, culprits, seed)
+        coordinates = embedding.coordinates(np.asarray(keep, dtype=np.int64))  # (len(keep), 2)
         charts["cluster_map"] = {
-            "method": "pca" if features is None else "pca of text and gradient features",
+            "method": embedding.method,
             "points": [
-                {"id": examples[i].id, "x": float(coordinates[i, 0]), "y": float(coordinates[i, 1]),
+                {"id": examples[i].id, "x": float(coordinates[j, 0]), "y": float(coordinates[j, 1]),
                  "cluster": int(labels[i]), "culprit": examples[i].id in culprits}
-                for i in keep
+                for j, i in enumerate(keep)
             ],
         }
     return charts

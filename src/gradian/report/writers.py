@@ -17,13 +17,18 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from gradian.data.examples import Example
 from gradian.files import atomic_write
 from gradian.report import charts
+from gradian.report.rows import EXAMPLES_FILE, ExampleRows
 from gradian.report.verdict import number, pct
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
 
 
-def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Example]) -> dict[str, Path]:
-    """Write every report file into `out_dir` (created if needed); returns `{name: path}` of what was written."""
+def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Example],
+                 rows: ExampleRows | None = None) -> dict[str, Path]:
+    """Write every report file into `out_dir` (created if needed); returns `{name: path}` of what was written.
+
+    `rows` are the per-row results written to examples.jsonl (without them: ids and flags only, no effects).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {
@@ -33,8 +38,10 @@ def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Exa
         "report.html": atomic_write(out / "report.html", render_html(report)),
     }
     culprits = set(report["verdict"].get("culprit_ids") or [])
+    rows = rows if rows is not None else ExampleRows.of([e.id for e in examples], None, None, [], sorted(culprits))
+    written[EXAMPLES_FILE] = rows.write(out / EXAMPLES_FILE)
     if culprits:
-        by_id = {row["id"]: row for row in report["examples"]}
+        by_id = {row["id"]: row for row in rows if row["culprit"]}
         written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl", _culprit_lines(examples, culprits, by_id))
         written["train.cleaned.jsonl"] = atomic_write(out / "train.cleaned.jsonl", cleaned_text(examples, culprits))
     return written

@@ -18,11 +18,14 @@ scale-free and a block with a tiny spectrum is not inverted into noise. Rows who
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
 
 from gradian.gradients.factors import KroneckerFactors
 from gradian.gradients.projection import KroneckerProjector
+
+Damped = TypeVar("Damped", bound="KFAC")
 
 
 class KFAC:
@@ -44,7 +47,7 @@ class KFAC:
         self.eigenvalues = [np.outer(vals_s, vals_a) for vals_s, _, vals_a, _ in self.bases]
         return self._damp()
 
-    def _damp(self) -> KFAC:
+    def _damp(self: Damped) -> Damped:
         self.damping = [self.damping_ratio * float(lam.mean()) or 1e-12 for lam in self.eigenvalues]
         return self
 

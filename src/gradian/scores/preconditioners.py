@@ -89,14 +89,27 @@ class GaussNewton:
         self.damping: float | None = None
 
     def fit(self, chunks: Iterable[np.ndarray]) -> GaussNewton:
-        parts = [np.asarray(chunk, dtype=np.float64) for chunk in chunks]
-        n, k = sum(len(p) for p in parts), parts[0].shape[1]
+        """Accumulate ΦᵀΦ one chunk at a time: memory O(k²) whatever N (Φ itself is kept only while N < k)."""
+        gram_k: np.ndarray | None = None  # (k, k) Σ ΦᵀΦ
+        kept: list[np.ndarray] | None = []  # Φ's chunks, dropped once N reaches k (then the primal form is used)
+        n = 0
+        for chunk in chunks:
+            part = np.asarray(chunk, dtype=np.float64)  # (C, k)
+            gram_k = part.T @ part if gram_k is None else gram_k + part.T @ part
+            n += len(part)
+            if kept is not None:
+                kept.append(part)
+                if n >= part.shape[1]:
+                    kept = None
+        if gram_k is None:
+            raise ValueError("gauss-newton needs at least one training row")
+        k = gram_k.shape[0]
         self.n, self.k = n, k
-        if n < k:  # kernel form: keep Φ (n, k)
-            self.phi = np.concatenate(parts)
+        if kept is not None:  # n < k, kernel form: keep Φ (n, k)
+            self.phi = np.concatenate(kept)
             gram = self.phi @ self.phi.T / n  # (n, n), same non-zero spectrum as ΦᵀΦ/N
         else:
-            gram = sum(p.T @ p for p in parts) / n  # (k, k)
+            gram = gram_k / n  # (k, k)
         eigenvalues, vectors = np.linalg.eigh(gram)
         self.damping = self.damping_ratio * float(np.trace(gram)) / min(n, k) or 1e-12
         self.eigenvalues, self.vectors = np.clip(eigenvalues, 0, None), vectors

@@ -136,7 +136,7 @@ def load_checkpoint(model: nn.Module, checkpoint: Checkpoint | str | Path) -> No
     path = folder / ADAPTER_FILE
     adapter = _adapter_name(model)
     try:
-        result = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
+        result: Any = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
     except Exception as error:  # a size mismatch: the checkpoint is from another adapter configuration
         raise InputError(f"does not fit the loaded adapter ({reason(error)}); is the checkpoint from this run?",
                          path) from None
@@ -172,6 +172,40 @@ def restored_weights(model: nn.Module) -> Iterator[None]:
         set_peft_model_state_dict(model, saved, adapter_name=adapter)
 
 
+def checkpoint_stores(
+    model: nn.Module,
+    rendered: list[Rendered],
+    checkpoints: list[Checkpoint],
+    store_root: str | Path,
+    *,
+    settings: GradientSettings,
+    shard: tuple[int, int] = (0, 1),
+    progress: Progress | None = None,
+    final_store: FeatureStore | None = None,
+    barrier: Callable[[], None] = lambda: None,
+) -> list[FeatureStore]:
+    """The training features at every checkpoint, `store_root/checkpoint-<step>`, this process writing `shard`.
+
+    A checkpoint with the very weights of `final_store` (usually the last one) reads that store instead. Every
+    checkpoint is loaded once before any gradient is computed, so a bad one stops the run at once. `barrier`
+    waits for the other processes after each checkpoint's extraction (torch.distributed).
+    """
+    stores = []
+    with restored_weights(model):
+        for checkpoint in checkpoints:
+            load_checkpoint(model, checkpoint)
+        for checkpoint in checkpoints:
+            load_checkpoint(model, checkpoint)  # θ ← θ_c
+            if final_store is not None and _same_features(final_store, model, settings):
+                stores.append(final_store)
+                continue
+            root = Path(store_root) / f"checkpoint-{checkpoint.step}"
+            extract_train_features(model, rendered, root, settings=settings, shard=shard, progress=progress)
+            barrier()
+            stores.append(FeatureStore(root))  # (N, k) g_{c,i}, opened once every process has written its part
+    return stores
+
+
 def tracin_cp_effects(
     model: nn.Module,
     rendered: list[Rendered],
@@ -184,12 +218,13 @@ def tracin_cp_effects(
     unit_norm_train: bool = True,
     progress: Progress | None = None,
     final_store: FeatureStore | None = None,
+    stores: list[FeatureStore] | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """(Q, N) TracIn-CP effects: Σ_c η_c · (effects at checkpoint c) / Σ_c η_c, identity preconditioner.
 
-    Training features of checkpoint c are stored (resumably) in `store_root/checkpoint-<step>`; a checkpoint
-    with the very weights of `final_store` (usually the last one) reads that store instead. Every checkpoint
-    is loaded once before any gradient is computed, so a bad one stops the run at once.
+    Training features come from `stores` (one per checkpoint) or are extracted by `checkpoint_stores`. The sum
+    is accumulated into `out` (e.g. the memory-mapped scores.npy) a chunk of rows at a time when given.
     """
     if not checkpoints:
         raise InputError("no checkpoints to sum over; pass a run folder with checkpoint-*/ folders.", store_root)
@@ -197,20 +232,17 @@ def tracin_cp_effects(
     if not total_weight > 0:
         raise InputError("the checkpoints' learning rates sum to zero, so TracIn-CP has nothing to weigh.",
                          checkpoints[0].path.parent)
-    total = None
+    if stores is None:
+        stores = checkpoint_stores(model, rendered, checkpoints, store_root, settings=settings, progress=progress,
+                                   final_store=final_store)
     with restored_weights(model):
-        for checkpoint in checkpoints:
-            load_checkpoint(model, checkpoint)
-        for checkpoint in checkpoints:
+        for index, (checkpoint, store) in enumerate(zip(checkpoints, stores, strict=True)):
             load_checkpoint(model, checkpoint)  # θ ← θ_c
-            store = final_store if _same_features(final_store, model, settings) else extract_train_features(
-                model, rendered, Path(store_root) / f"checkpoint-{checkpoint.step}", settings=settings,
-                progress=progress,
-            )  # (N, k) g_{c,i}
             queries = query_features(model, pairs, kind=kind, settings=settings)  # (Q, k) q̂_c, unit norm
-            effects = score(store, queries, unit_norm_train=unit_norm_train)  # (Q, N) −q̂_cᵀ ĝ_{c,i}
-            total = checkpoint.weight * effects if total is None else total + checkpoint.weight * effects
-    return total / total_weight
+            out = score(store, queries, unit_norm_train=unit_norm_train, out=out, add=index > 0,
+                        weight=checkpoint.weight / total_weight)  # (Q, N) += −η_c q̂_cᵀ ĝ_{c,i} / Σ η
+    assert out is not None
+    return out
 
 
 def _same_features(store: FeatureStore | None, model: nn.Module, settings: GradientSettings) -> bool:

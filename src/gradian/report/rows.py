@@ -1,0 +1,66 @@
+"""Per-row results: `examples.jsonl`, one line per training row, beside report.json (which keeps the top rows).
+
+A line is `{"id", "effect", "cluster", "flags", "culprit"}` in dataset order (documented in docs/report-schema.md).
+The rows are held as columns (arrays and one flags list), not one dict per row, and the file is written a line at
+a time, so a report over millions of rows stays flat in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradian.audit.finding import Finding
+from gradian.clusters.summary import examples_flags
+
+EXAMPLES_FILE = "examples.jsonl"
+
+
+@dataclass
+class ExampleRows:
+    """Columns of the per-row results: `effect` and `labels` are None when attribution did not run."""
+
+    ids: list[str]
+    effect: np.ndarray | None  # (N,) mean effect over the queries
+    labels: np.ndarray | None  # (N,) cluster of each row
+    flags: dict[str, list[str]]  # {id: checks flagging it}
+    culprits: set[str]
+
+    @classmethod
+    def of(cls, ids: list[str], effect: np.ndarray | None, labels: np.ndarray | None, findings: list[Finding],
+           culprit_ids: list[str]) -> ExampleRows:
+        return cls(ids, effect, labels, examples_flags(ids, findings), set(culprit_ids))
+
+    def row(self, i: int) -> dict[str, Any]:
+        example_id = self.ids[i]
+        return {
+            "id": example_id,
+            "effect": None if self.effect is None or not np.isfinite(self.effect[i]) else float(self.effect[i]),
+            "cluster": None if self.labels is None else int(self.labels[i]),
+            "flags": self.flags.get(example_id, []),
+            "culprit": example_id in self.culprits,
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self.row(i) for i in range(len(self.ids)))
+
+    def write(self, path: Path) -> Path:
+        """Write examples.jsonl through a temporary file (a reader never sees half of it)."""
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(temporary, "w", encoding="utf-8") as stream:
+            for row in self:
+                stream.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        os.replace(temporary, path)
+        return path
+
+
+def read_examples(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of `out_dir/examples.jsonl` (for tests and notebooks; a reader of millions should stream it)."""
+    with open(Path(out_dir) / EXAMPLES_FILE, encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream]
