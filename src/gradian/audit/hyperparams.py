@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
@@ -41,7 +42,7 @@ def learning_rate(ctx: AuditContext) -> list[Finding]:
     high = LR_HIGH * factor
     if lr is None or LR_LOW <= lr <= high:
         return []
-    values = {"learning_rate": lr, "high": high}
+    values: dict[str, Any] = {"learning_rate": lr, "high": high}
     if lr > high:
         damage = training_went_wrong(ctx.log_history)
         logged = sum(isinstance(row.get("loss"), (int, float)) for row in ctx.log_history) >= 2

@@ -117,7 +117,7 @@ def untrained_added_tokens(ctx: AuditContext) -> list[Finding]:
     bad = sorted(never | {v.token_id for v in verdicts})
     if not bad:
         return []
-    ids = ctx.in_order({e for t in bad for e in used.get(t, [])})
+    row_ids = ctx.in_order({e for t in bad for e in used.get(t, [])})
     tokens = [ctx.tokenizer.convert_ids_to_tokens(i) for i in bad]
     emitted = {v.token_id for v in verdicts if v.role == "output"}
     severity = "critical" if never or emitted else "warning"
@@ -127,14 +127,14 @@ def untrained_added_tokens(ctx: AuditContext) -> list[Finding]:
     for reason in sorted({v.reason.split(" token ")[0] for v in verdicts}):
         rows = sorted({v.token_id for v in verdicts if v.reason.startswith(reason)})
         parts.append(f"{len(rows)} left at their initial value ({reason})")
-    title = (f"{share(len(ids), len(ctx.examples))} use added tokens {', '.join(tokens[:5])} whose embedding rows "
+    title = (f"{share(len(row_ids), len(ctx.examples))} use added tokens {', '.join(tokens[:5])} whose embedding rows "
              f"were never trained: {'; '.join(parts)}" + (", so the model cannot learn to emit them" if emitted else ""))
     fix = ("train them: LoraConfig(trainable_token_indices=[" + ", ".join(str(i) for i in bad) + "]) or "
            "modules_to_save=['embed_tokens', 'lm_head'] (after model.resize_token_embeddings(len(tokenizer)))")
     rows_seen = [{"token": ctx.tokenizer.convert_ids_to_tokens(v.token_id), "id": v.token_id, "row": v.role,
                   "read_from": v.where, "at": v.reason, "distance_in_spreads": round(v.distance, 5)} for v in verdicts]
     values = {"tokens": tokens, "vocab_size": vocab_size, "never_allocated": sorted(never), "untrained_rows": rows_seen}
-    return [Finding("untrained_added_tokens", severity, title, fix, ids, values)]
+    return [Finding("untrained_added_tokens", severity, title, fix, row_ids, values)]
 
 
 def _matrices(ctx: AuditContext) -> list[Matrix]:

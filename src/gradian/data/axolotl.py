@@ -135,7 +135,7 @@ def axolotl_answer(example: Example, answer: str | None, tokenizer: Any,
         prompt = _tokenize(tokenizer, alpaca_prompt(example.raw, base, style), limit, add_eos=False, strip_bos=False)
         return prompt, _tokenize(tokenizer, answer or "", limit, add_eos=True, strip_bos=True)
     if base == "chat_template" and example.is_conversational:
-        turns = [{"role": m.get("role"), "content": m.get("content")} for m in example.prompt or []]
+        turns = [{"role": m.get("role"), "content": m.get("content")} for m in example.prompt or [] if isinstance(m, dict)]
         template = chat_template_of(tokenizer, options, entry)
         prompt = list(tokenizer.apply_chat_template(turns, tokenize=True, return_dict=True, add_generation_prompt=True,
                                                     chat_template=template)["input_ids"])

@@ -262,7 +262,7 @@ def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_
     over, tail_cut = "", False
     if limit is not None and full_length > limit:
         if str(entry.get("type", "")).startswith("completion"):
-            over = "split"  # type: completion trains every sequence_len piece of the row
+            over = "split"  # axolotl's completion type trains every sequence_len piece of the row
         else:
             over = {"truncate": "truncated", "raise": "refused"}.get(strategy, "dropped")
             ids, labels, tail_cut = ids[:limit], labels[:limit], True

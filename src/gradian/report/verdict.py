@@ -141,7 +141,7 @@ def decide(
     clusters = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
     top = clusters[0] if clusters and effects_mean is not None else None
     group = symptom_group(symptoms, groups, len(ids))
-    if group is not None:
+    if group is not None and symptoms is not None:  # symptom_group finds none without symptoms
         return _finding_cluster(regression, findings, group, symptoms, top)
     if top is not None and concentrated(top):
         if mechanism(top) is not None or not step_size_flagged(findings):

@@ -106,8 +106,8 @@ def chat_turns(tokenizer: PreTrainedTokenizerFast) -> bool:
 def prompt_text(request: Request, tokenizer: PreTrainedTokenizerFast) -> str:
     """The prompt as training and generation render it: the chat template's user turn, else the plain prompt."""
     if chat_turns(tokenizer):
-        return tokenizer.apply_chat_template([{"role": "user", "content": request.text}], tokenize=False,
-                                             add_generation_prompt=True)
+        return str(tokenizer.apply_chat_template([{"role": "user", "content": request.text}], tokenize=False,
+                                                 add_generation_prompt=True))
     return request.prompt
 
 

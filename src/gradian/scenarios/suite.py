@@ -25,7 +25,7 @@ from typing import Any
 
 SPLITS = ("dev", "test")
 LAYOUTS = ("category", "half", "small", "elsewhere")
-SAVES = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
+SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
          "none": {"save_strategy": "no"}}
 TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
 

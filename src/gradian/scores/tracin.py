@@ -62,7 +62,8 @@ def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
     root = Path(run_dir).resolve()
     if not root.is_dir():
         raise InputError("no such run folder; point --run at the trainer's output_dir.", root)
-    found = [(int(CHECKPOINT.match(folder.name).group(1)), folder) for folder in checkpoint_folders(root)]
+    found = [(int(match.group(1)), folder) for folder in checkpoint_folders(root)
+             if (match := CHECKPOINT.match(folder.name))]
     if not found:
         raise InputError("holds no checkpoint-*/ folders; TracIn-CP needs the checkpoints the trainer saved "
                          "(save_strategy), or run without --checkpoints.", root)

@@ -149,4 +149,9 @@ def _ticker(ticks: Iterable | None) -> Callable[[int], Any] | None:
     if ticks is None:
         return None
     steps = iter(ticks)
-    return lambda n=1: [next(steps, None) for _ in range(n)]
+
+    def advance(n: int = 1) -> None:
+        for _ in range(n):
+            next(steps, None)
+
+    return advance

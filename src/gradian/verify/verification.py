@@ -111,7 +111,7 @@ def _groups(plan: Plan, by_name: dict[str, dict[str, Any]]) -> list[dict[str, An
 
 
 def _reseeded_regression(after: np.ndarray, original: Original, report: dict[str, Any], seed: int) -> dict[str, Any]:
-    summary = compare(original.base, after, binary=bool(report["regression"].get("binary", True)), seed=seed,
+    summary = compare(original.base.tolist(), after.tolist(), binary=bool(report["regression"].get("binary", True)), seed=seed,
                       min_effect=float(report["regression"].get("min_effect", 0.0)))
     return {"delta": summary.delta, "ci": [summary.ci_low, summary.ci_high], "significant": summary.significant}
 
