@@ -33,6 +33,7 @@ from gradian.regression.measure import RegressionResult, RegressionRow, measure_
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
+from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.departure import departure_answers
 from gradian.scores.preconditioners import Preconditioner, adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
@@ -119,9 +120,12 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
                                       "query": settings.query, "preconditioner": settings.preconditioner,
                                       "checkpoints": tracin["checkpoints"], "checkpoints_skipped": skipped})
 
+    ranking = rank_rows(settings.rank, effects, model, audit, regression, pairs, batch_size=settings.batch_size)
+    _write_json(out / "ranking.json", ranking.to_dict())
+
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    return _finish(settings, audit, summary, effects, features, pairs, tracin)
+    return _finish(settings, audit, summary, ranking.effects, features, pairs, tracin, ranking)
 
 
 def _finish(
@@ -132,6 +136,7 @@ def _finish(
     features: np.ndarray | None,
     pairs: list[QueryPair] | None,
     tracin: dict[str, Any] | None = None,
+    ranking: Ranking | None = None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
     labels, clusters, effect = None, None, None
@@ -143,7 +148,7 @@ def _finish(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
         run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
-        seed=settings.seed,
+        seed=settings.seed, ranking=ranking,
     )
     paths = write_report(settings.out_dir, report, audit.examples)
     return AttributeResult(verdict, report, paths)

@@ -17,7 +17,7 @@ from gradian.clusters.summary import ClusterSummary, examples_flags
 from gradian.data.examples import Example
 from gradian.report.verdict import Verdict
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -41,11 +41,13 @@ def build_report(
     artifacts: dict[str, Any] | None = None,
     run: dict[str, Any] | None = None,
     seed: int = 0,
+    ranking: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
     `effects` is (Q, N) per eval query and training row (None when attribution did not run: no-regression, or a
     setup verdict reached before it); `labels` (N,) the cluster of each row; `features` (N, k) for the cluster map.
+    `ranking` (a `gradian.scores.combine.Ranking`) adds each row's gradient effect, relevances and rank score.
     """
     examples = examples or []
     ids = [e.id for e in examples]
@@ -59,7 +61,7 @@ def build_report(
         "verdict": verdict.to_dict(),
         "regression": dict(regression),
         "findings": [_finding(f) for f in by_severity(findings)],
-        "examples": _examples(ids, effect, labels, flags, culprits),
+        "examples": _examples(ids, effect, labels, flags, culprits, ranking),
         "clusters": [_cluster(c) for c in clusters or []] if effect is not None else [],
         "effects": _effects_summary(effects, effect),
         "top_rows": _top_rows(examples, effect, labels, flags, culprits),
@@ -67,6 +69,7 @@ def build_report(
         "settings": settings or {},
         "artifacts": artifacts or {},
         "run": run or {},
+        "ranking": {"rank": ranking.rank, "checks": ranking.checks} if ranking is not None else {},
     }
     return jsonable(report)
 
@@ -88,7 +91,8 @@ def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
     return {**cluster.to_dict(), "size": cluster.size}
 
 
-def _examples(ids, effect, labels, flags, culprits) -> list[dict[str, Any]]:
+def _examples(ids, effect, labels, flags, culprits, ranking=None) -> list[dict[str, Any]]:
+    extra = ranking.row_fields() if ranking is not None else {}  # name -> (N,)
     return [
         {
             "id": example_id,
@@ -96,6 +100,7 @@ def _examples(ids, effect, labels, flags, culprits) -> list[dict[str, Any]]:
             "cluster": None if labels is None else int(labels[i]),
             "flags": flags[example_id],
             "culprit": example_id in culprits,
+            **{name: float(values[i]) for name, values in extra.items()},
         }
         for i, example_id in enumerate(ids)
     ]
