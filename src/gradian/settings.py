@@ -41,7 +41,7 @@ class AttributeSettings:
     rank: str = field(default="gradient", metadata={
         "help": "how training rows are ranked: gradient (the effect alone) or combined (the effect's robust z plus "
                 "TF-IDF and RepSim relevance to the failing prompts, each counted only when it tells failing from "
-                "passing prompts and the gradient agrees): the gradient alone cannot tell cut rows from other "
+                "passing prompts): the gradient alone cannot tell cut rows from other "
                 "categories' rows whose large gradients align with the queries, similarity alone cannot tell them "
                 "from their clean neighbours"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})

@@ -8,20 +8,26 @@ ranks as the most helpful rows of all. Together they can. The rule, the same on 
 
     score_i = z(harm_i) + R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k)
 
-- harm_i = −(mean effect over the failing queries); z = robust z-score, (x − median) / (1.4826 · MAD): a strong
-  gradient signal keeps its magnitude and outweighs any relevance;
-- s_k = normal scores of relevance kind k (TF-IDF, RepSim): Φ⁻¹ of its rank, so every kind sits on one scale,
-  bounded (±3.1 at 500 rows) whatever the similarity's own distribution (cosines of hidden states all near 1,
-  TF-IDF mostly near 0);
-- w_k in [0, 1], how much kind k counts, from two checks that read no ground truth:
-  1. *does it separate?* On the eval prompts, kind k's vectors tell the failing prompts from the passing ones
-     with a leave-one-out AUC (each prompt's similarity to the other failing prompts minus its similarity to the
-     passing ones): w = 2·AUC − 1, clipped to [0, 1]. Failures spread over every topic (a format taught by rows
-     about other topics) give AUC ≈ 0.5 and w ≈ 0, so relevance cannot drown the gradient there;
-  2. *does the gradient agree?* The rows it calls relevant must be, by the gradient's own account, more harmful
-     than the rest (Spearman ρ(harm, relevance) > 0, one-sided p < 0.05); else w = 0. Failing prompts about one
-     topic whose culprits are rows about another would otherwise push the topic's clean rows up.
-  With w = 0 for every kind the ranking is the gradient's alone, exactly.
+- harm_i = −(mean effect over the failing queries); z = robust z-score, (x − median) / (1.4826 · MAD), so every
+  part sits on the scale of its own bulk whatever its units (cosines of hidden states all near 1, TF-IDF mostly
+  near 0, effects of any size);
+- s_k = z(relevance of kind k) (TF-IDF, RepSim), unbounded on purpose: where the failing prompts are about one
+  topic, the rows about it stand many robust deviations above the bulk and so come before the other topics' rows
+  whose large gradients happen to align with the queries (ranks bounded at ±3, tried first, let those rows win),
+  and the gradient then orders the rows within the topic, culprits above their clean neighbours;
+- w_k in [0, 1], how much kind k counts, from one check that reads no ground truth: *does it separate?* On the
+  eval prompts, kind k's vectors tell the failing prompts from the passing ones with a leave-one-out AUC (each
+  prompt's similarity to the other failing prompts minus its similarity to the passing ones): w = 2·AUC − 1,
+  clipped to [0, 1]. Failures spread over every topic (a format taught by rows about other topics) give
+  AUC ≈ 0.5 and w ≈ 0, so relevance cannot drown the gradient there; with w = 0 for every kind the ranking is
+  the gradient's alone, exactly.
+
+Not a check: whether the gradient agrees with the relevance. Where a category is half clean, or its culprits'
+gradients are weak beside other rows' (a 5% cluster), the relevant rows look no more harmful than the rest on
+average (their clean rows are the most helpful of all), so an agreement test drops relevance where it is needed
+most (tried: a one-sided Spearman test turned it off on a half-clean synthetic world). ρ(harm, relevance) is
+reported beside each weight instead. The price: failing prompts about one topic whose culprits are rows about
+another would push that topic's clean rows up; the suite's benchmark says whether that happens.
 
 The effects the clusters and the verdict read are shifted by the same amount in effect units,
 e'_{q,i} = e_{q,i} − scale · R_i (scale = 1.4826 · MAD of harm), so mean_q e' = −(median + scale · score): ranking
@@ -34,11 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm, rankdata, spearmanr
+from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 MAD_TO_SIGMA = 1.4826
-AGREEMENT_P = 0.05  # one-sided: the gradient must agree with the relevance beyond chance
 RELEVANCE_AGGREGATE = "max"  # a row's relevance: its best match among the failing queries (see BENCHMARKS.md)
 
 
@@ -83,12 +88,6 @@ def robust_z(values: np.ndarray) -> tuple[np.ndarray, float, float]:
     return (values - median) / scale, median, scale
 
 
-def normal_scores(values: np.ndarray) -> np.ndarray:
-    """Φ⁻¹((rank − ½) / N), ties sharing their mean rank: a standard-normal-shaped score that keeps only order."""
-    values = np.asarray(values, dtype=np.float64)
-    return norm.ppf((rankdata(values) - 0.5) / max(len(values), 1))
-
-
 def separation_auc(eval_vectors: np.ndarray, failing: np.ndarray) -> float:
     """Leave-one-out AUC of telling the failing eval prompts from the passing ones by similarity; 0.5 if undefined.
 
@@ -108,26 +107,28 @@ def separation_auc(eval_vectors: np.ndarray, failing: np.ndarray) -> float:
 
 
 def relevance_check(relevance: Relevance, harm: np.ndarray) -> dict[str, float]:
-    """auc, rho, p (one-sided) and the weight w of one relevance kind (see the module docstring)."""
+    """auc, the weight w = 2·AUC − 1 in [0, 1], and (reported only) Spearman ρ(harm, relevance) of one kind."""
     auc = separation_auc(relevance.eval_vectors, relevance.failing)
-    rho, p_two = spearmanr(harm, relevance.train)
-    rho = 0.0 if not np.isfinite(rho) else float(rho)
-    p = float(p_two) / 2 if rho > 0 else 1.0
-    agrees = rho > 0 and p < AGREEMENT_P
-    weight = float(np.clip(2 * auc - 1, 0.0, 1.0)) if agrees else 0.0
-    return {"auc": auc, "rho": rho, "p": p, "weight": weight}
+    rho = spearmanr(harm, relevance.train)[0]
+    rho = float(rho) if np.isfinite(rho) else 0.0
+    return {"auc": auc, "rho": rho, "weight": float(np.clip(2 * auc - 1, 0.0, 1.0))}
 
 
-def combine(effects: np.ndarray, relevances: list[Relevance]) -> Ranking:
-    """The combined ranking of (Q, N) gradient effects and the relevance kinds (see the module docstring)."""
+def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = True) -> Ranking:
+    """The combined ranking of (Q, N) gradient effects and the relevance kinds (see the module docstring).
+
+    `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against.
+    """
     effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))  # (Q, N)
     effect = effects.mean(axis=0)  # (N,)
     harm_z, _, scale = robust_z(-effect)  # (N,)
     checks = {r.kind: relevance_check(r, -effect) for r in relevances}
+    if not gated:
+        checks = {kind: {**check, "weight": 1.0} for kind, check in checks.items()}
     weights = np.array([checks[r.kind]["weight"] for r in relevances])
     shift = np.zeros_like(effect)  # (N,) R_i
     for relevance, weight in zip(relevances, weights, strict=True):
-        shift += weight * normal_scores(relevance.train)
+        shift += weight * robust_z(relevance.train)[0]
     shift /= max(1.0, float(weights.sum()))
     return Ranking(
         rank="combined", effects=effects - scale * shift[None, :], gradient_effect=effect, score=harm_z + shift,
@@ -142,32 +143,38 @@ def gradient_ranking(effects: np.ndarray) -> Ranking:
     return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
 
 
-def attribution_relevances(
+def relevance_parts(
     model: Any, examples: list[Any], rendered: list[Any], rows: list[Any], query_ids: list[str], *,
-    how: str = "max", batch_size: int = 16,
-) -> list[Relevance]:
-    """TF-IDF and RepSim relevance of every training row to the failing eval rows the queries come from.
+    batch_size: int = 16,
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per kind (tfidf, repsim): the (N, Q) similarity of every training row to the failing eval rows the queries
+    come from, the (E, d) eval prompts' vectors and which of them fail (E,).
 
     `rows` are the regression's rows (every eval prompt, passing or failing: the separation check needs both);
     `query_ids` the failing ones that became queries. TF-IDF compares a training row's text to the failing
     prompts; RepSim a training row as trained to the failing prompt with the fine-tuned model's own answer; the
     separation check reads the prompts alone in both representations (what the failing inputs are about).
     """
-    from gradian.scores.relevance import aggregate, cosine, mean_hidden_states, tfidf_vectors
+    from gradian.scores.relevance import cosine, mean_hidden_states, tfidf_vectors
 
     chosen = set(query_ids)
     queries = [row for row in rows if row.id in chosen]
     failing = np.array([row.id in chosen for row in rows])  # (E,)
     train_text, eval_text = tfidf_vectors([e.text for e in examples], [row.prompt for row in rows])
-    tfidf = aggregate(np.asarray((train_text @ eval_text[np.flatnonzero(failing)].T).toarray()), how)  # (N,)
+    tfidf = np.asarray((train_text @ eval_text[np.flatnonzero(failing)].T).toarray())  # (N, Q)
     train_states = mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size)  # (N, d)
     answers = mean_hidden_states(model, [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
                                  batch_size=batch_size)  # (Q, d)
     prompts = mean_hidden_states(model, [list(r.prompt_ids) for r in rows], batch_size=batch_size)  # (E, d)
-    return [
-        Relevance("tfidf", tfidf, eval_text.toarray(), failing),
-        Relevance("repsim", aggregate(cosine(train_states, answers), how), prompts, failing),
-    ]
+    return {"tfidf": (tfidf, eval_text.toarray(), failing),
+            "repsim": (cosine(train_states, answers), prompts, failing)}
+
+
+def relevances_from(parts: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], how: str) -> list[Relevance]:
+    """One `Relevance` per kind of `relevance_parts`, each row's similarities aggregated over the queries (`how`)."""
+    from gradian.scores.relevance import aggregate
+
+    return [Relevance(kind, aggregate(sim, how), vectors, failing) for kind, (sim, vectors, failing) in parts.items()]
 
 
 def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression: Any, pairs: list[Any], *,
@@ -175,7 +182,6 @@ def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression
     """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows."""
     if rank == "gradient":
         return gradient_ranking(effects)
-    relevances = attribution_relevances(model, audit.examples, audit.rendered, regression.rows,
-                                        [pair.eval_id for pair in pairs], how=RELEVANCE_AGGREGATE,
-                                        batch_size=batch_size)
-    return combine(effects, relevances)
+    parts = relevance_parts(model, audit.examples, audit.rendered, regression.rows, [pair.eval_id for pair in pairs],
+                            batch_size=batch_size)
+    return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE))
