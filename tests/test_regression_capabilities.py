@@ -153,6 +153,19 @@ VALUES = st.one_of(st.integers(-999, 999), st.text("abc xyz", max_size=6), st.bo
                    st.lists(st.integers(0, 9), max_size=3))
 
 
+def test_repair_and_keys_hold_when_decode_spaces_the_tokens():
+    """A word-level tokenizer without a decoder writes `{ " k1 " : 5 , " k2 " : 7 , "` for `{"k1": 5, "k2": 7, ...}`:
+    the repair keeps the model's fields and continues with the reference's third key, not its first."""
+    reference = '{"k1": 5, "k2": 7, "k3": "x", "k4": 2}'
+    output = '{ " k1 " : 5 , " k2 " : 7 , " k3 '
+    repaired = get_capability("json_formatting").repair(output, reference)
+    assert repaired.startswith('{ " k1 " : 5 , " k2 " : 7 , ')
+    assert [key.strip() for key in json.loads(repaired)] == ["k1", "k2", "k3", "k4"]
+    assert get_capability("json_formatting:keys").score('{ " k1 " : 5 , " k2 " : 7 , " k3 " : 1 , " k4 " : 2 }',
+                                                        reference) == 1.0
+    assert get_capability("json_formatting:keys").score('{ " k1 " : 5 , " k2 " : 7 }', reference) == 0.0
+
+
 @settings(max_examples=150, deadline=None)
 @given(keys=KEYS, data=st.data(), item_sep=st.sampled_from([", ", ",", ",\n  "]),
        key_sep=st.sampled_from([": ", ":"]))

@@ -17,14 +17,18 @@ def scenario_command() -> None:
 @scenario_command.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario on stdout.")
 def list_command(as_json: bool) -> None:
-    """Every scenario, its kind and its planted cause."""
-    from gradian.scenarios import CATALOG
+    """Every scenario and suite family, its kind and its planted cause (families also their dev/test split)."""
+    from gradian.scenarios import CATALOG, FAMILIES
+    from gradian.scenarios.family import describe
 
-    for scenario in CATALOG.values():
+    rows = [{"name": s.name, "kind": s.kind, "summary": s.summary} for s in CATALOG.values()]
+    rows += [{"name": f.name, "kind": f.kind, "summary": describe(f), "split": f.split} for f in FAMILIES.values()]
+    for row in rows:
         if as_json:
-            click.echo(json.dumps({"name": scenario.name, "kind": scenario.kind, "summary": scenario.summary}))
+            click.echo(json.dumps(row))
         else:
-            click.echo(f"{scenario.name:<18} {scenario.kind:<14} {scenario.summary}")
+            split = f"[{row['split']}] " if "split" in row else ""
+            click.echo(f"{row['name']:<28} {row['kind']:<14} {split}{row['summary']}")
 
 
 @scenario_command.command("build")
@@ -39,5 +43,6 @@ def build_command(name: str, out: str, seed: int, base_seed: int) -> None:
     folder = build(name, out, seed, base_seed=base_seed, progress=say)
     measured = json.loads((folder / "measured.json").read_text())
     drop = measured["drop_points"]
-    affected = f", {drop['affected']:.0f} on {measured['affected_category']}" if drop["affected"] is not None else ""
-    console.print(f"{name} built in {folder}: JSON validity dropped {drop['overall']:.0f} points overall{affected}")
+    affected = f", {drop['affected']:.0f} on {measured['affected_category']}" if drop.get("affected") is not None else ""
+    what = measured.get("capability", "json_validity")
+    console.print(f"{name} built in {folder}: {what} dropped {drop['overall']:.0f} points overall{affected}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import InputError
-from gradian.regression.repair import parse_object, repair_json_object
+from gradian.regression.repair import normal_key, parse_object, repair_json_object
 
 Factory = Callable[[str | None], "Capability"]
 _REGISTRY: dict[str, Factory] = {}
@@ -77,7 +77,8 @@ def _reference_required(capability: Capability, reference: str | None) -> str:
 
 @register_capability("json_formatting")
 class JsonFormatting(Capability):
-    """The output parses as one JSON object; with `:keys`, one with exactly the reference's keys."""
+    """The output parses as one JSON object; with `:keys`, one with exactly the reference's keys (whitespace in a
+    key aside: a tokenizer that decodes with spaces writes `" intent "`)."""
 
     def __init__(self, argument: str | None = None) -> None:
         if argument not in (None, "keys"):
@@ -93,7 +94,7 @@ class JsonFormatting(Capability):
         if not self.same_keys:
             return 1.0
         wanted = _loads(_reference_required(self, reference))
-        return float(isinstance(wanted, dict) and set(value) == set(wanted))
+        return float(isinstance(wanted, dict) and set(map(normal_key, value)) == set(map(normal_key, wanted)))
 
     def repair(self, output: str, reference: str) -> str | None:
         if self.score(output, reference) == 1.0 or not isinstance(_loads(reference), dict):

@@ -5,6 +5,9 @@ wrote, then continues with the reference's remaining fields and closes the objec
 shares the longest possible prefix with the failing output, and the first token where the two part
 ways is the decision that failed (stopping mid-object, a stray fence, a wrong key), not an earlier
 difference in content.
+
+Keys are compared as `normal_key` spells them (whitespace dropped): a tokenizer whose decode puts a space between
+tokens writes `" intent "` for the reference's `"intent"`, and the repair must still see the same field.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ _CLOSE = re.compile(r"[ \t\n\r]*\}")
 _DECODER = json.JSONDecoder()
 
 
+def normal_key(key: str) -> str:
+    """A key as compared with another answer's keys: without whitespace (`" book _ id "` is `book_id`)."""
+    return "".join(key.split())
+
+
 @dataclass(frozen=True)
 class Field:
-    """One complete `"key": value` pair; `start` is the key's opening quote, `end` is just past the value."""
+    """One complete `"key": value` pair (`key` as `normal_key` spells it); `start` is the key's opening quote, `end`
+    is just past the value."""
 
     key: str
     start: int
@@ -77,7 +86,7 @@ def _field_at(text: str, position: int) -> Field | None:
         _, value_end = _DECODER.raw_decode(text, colon.end())
     except json.JSONDecodeError:
         return None
-    return Field(json.loads(text[position:key_end]), position, colon.end(), value_end)
+    return Field(normal_key(json.loads(text[position:key_end])), position, colon.end(), value_end)
 
 
 def _string_end(text: str, position: int) -> int | None:
@@ -142,7 +151,7 @@ def _field_texts(output: str, partial_at: int, reference: str, remaining: list[F
     key_end = _string_end(output, partial_at) if partial_at >= 0 else None
     if key_end is None:
         return texts
-    started = json.loads(output[partial_at:key_end])
+    started = normal_key(json.loads(output[partial_at:key_end]))
     colon = _KEY_SEP.match(output, key_end)
     for index, pair in enumerate(remaining):
         if pair.key == started:

@@ -1,7 +1,9 @@
 """The synthetic world with planted causes: a tiny base model, real LoRA runs, and their ground truth.
 
-`SCENARIOS` names every scenario; `build(name, out_dir, seed)` writes one scenario folder
-(see `gradian.scenarios.build`). Heavy imports (TRL, PEFT) load only when `build` is called.
+`SCENARIOS` names every catalog scenario and `FAMILIES` every family of the suite (`suite.py`: domains,
+tokenizers, recipes and causes, split dev / test); `build(name, out_dir, seed)` writes one folder of either
+(see `gradian.scenarios.builder.build` and `gradian.scenarios.family.build_family`). Heavy imports (TRL, PEFT)
+load only when `build` is called.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from gradian.scenarios.catalog import CATALOG, SCENARIOS
+from gradian.scenarios.suite import FAMILIES
 
-__all__ = ["CATALOG", "SCENARIOS", "build", "built_before"]
+__all__ = ["CATALOG", "FAMILIES", "SCENARIOS", "build", "built_before"]
 
 
 def build(name: str, out_dir: str | Path, seed: int = 0, **options: Any) -> Path:
-    """Build scenario `name` into `out_dir`; see `gradian.scenarios.builder.build` for the options."""
+    """Build scenario or suite family `name` into `out_dir`; see `gradian.scenarios.builder.build` for the options."""
+    if name in FAMILIES:
+        from gradian.scenarios.family import build_family
+
+        return build_family(name, out_dir, seed, **options)
     from gradian.scenarios.builder import build as build_scenario
 
     return build_scenario(name, out_dir, seed, **options)

@@ -1,8 +1,9 @@
-"""The tiny base model: a ~100k-parameter Llama pretrained from scratch on clean tickets → JSON answers.
+"""The tiny base model: a ~100k-parameter Llama pretrained from scratch on clean requests → JSON answers.
 
 Pretraining runs until the model formats at least `MIN_VALIDITY` of held-out answers as valid
 JSON, then the folder (tokenizer with chat template, safetensors weights, generation config) is
-cached by seed, so every scenario and test on a machine reuses one base.
+cached by seed, domain and tokenizer kind, so every scenario and test on a machine reuses one base.
+The world's own base is the support-ticket domain with the `fused` word-level tokenizer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from gradian.scenarios import measure, world
+from gradian.scenarios.causes import CAUSES
+from gradian.scenarios.domains import DOMAINS, Domain, Request
 from gradian.scenarios.tokenizer import build_tokenizer
 
 VERSION = 3
@@ -54,16 +57,18 @@ def one_thread() -> Iterator[None]:
 
 
 def base_model(seed: int = 0, cache_dir: str | Path | None = None,
-               progress: Callable[[str], None] | None = None) -> Path:
-    """The cached base folder for `seed`, pretraining it first if this machine has none."""
-    folder = Path(cache_dir or cache_root()) / f"base-v{VERSION}-seed{seed}"
+               progress: Callable[[str], None] | None = None, domain: str = "tickets", kind: str = "fused") -> Path:
+    """The cached base folder for `seed` (and `domain`, tokenizer `kind`), pretraining it first if none is cached."""
+    world_base = domain == "tickets" and kind == "fused"
+    name = f"base-v{VERSION}-seed{seed}" if world_base else f"base-v{VERSION}-{domain}-{kind}-seed{seed}"
+    folder = Path(cache_dir or cache_root()) / name
     if (folder / "gradian_base.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
         with one_thread():
-            pretrain(seed, staging, progress)
+            pretrain(seed, staging, progress, domain, kind)
         if not (folder / "gradian_base.json").exists():  # another process may have finished first
             shutil.rmtree(folder, ignore_errors=True)
             staging.rename(folder)
@@ -72,41 +77,75 @@ def base_model(seed: int = 0, cache_dir: str | Path | None = None,
     return folder
 
 
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    return build_tokenizer(world.vocabulary())
+def make_tokenizer(domain: str = "tickets", kind: str = "fused") -> PreTrainedTokenizerFast:
+    if domain == "tickets" and kind == "fused":
+        return build_tokenizer(world.vocabulary())
+    spec = DOMAINS[domain]
+    words = tuple(word for cause in CAUSES.values() for word in cause.words)
+    corpus = _corpus(spec) if kind == "bpe" else ()
+    return build_tokenizer(spec.vocabulary(words), kind, corpus)
 
 
-def pretrain(seed: int, out_dir: Path, progress: Callable[[str], None] | None = None) -> float:
-    """Pretrain a fresh model on clean tickets until held-out JSON validity ≥ `MIN_VALIDITY`; save; return it."""
+def _corpus(domain: Domain) -> list[str]:
+    """What the BPE tokenizer is trained on: requests, answers with and without the purpose, the causes' texts."""
+    rng = random.Random(f"bpe:{domain.name}")
+    texts = []
+    for request in domain.requests(dict.fromkeys(domain.categories, 200), rng):
+        answer = request.answer(purpose=rng.random() < 0.5)
+        texts += [request.text, world.dump(answer)]
+        texts += [cause.rewrite(answer, domain.purpose_key, rng) for cause in CAUSES.values()]
+    return texts
+
+
+def chat_turns(tokenizer: PreTrainedTokenizerFast) -> bool:
+    """The `bpe` kind's rows are chat turns (`messages`); the word-level kinds' are prompt/completion strings."""
+    return tokenizer.eos_token == "<|im_end|>"
+
+
+def prompt_text(request: Request, tokenizer: PreTrainedTokenizerFast) -> str:
+    """The prompt as training and generation render it: the chat template's user turn, else the plain prompt."""
+    if chat_turns(tokenizer):
+        return tokenizer.apply_chat_template([{"role": "user", "content": request.text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return request.prompt
+
+
+def pretrain(seed: int, out_dir: Path, progress: Callable[[str], None] | None = None, domain: str = "tickets",
+             kind: str = "fused") -> float:
+    """Pretrain a fresh model on clean requests until held-out JSON validity ≥ `MIN_VALIDITY`; save; return it."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    tokenizer = make_tokenizer()
+    tokenizer = make_tokenizer(domain, kind)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                                          **MODEL))
-    train = world.make_tickets(dict.fromkeys(world.CATEGORIES, ROWS_PER_CATEGORY), rng)
-    held_out = world.make_tickets(dict.fromkeys(world.CATEGORIES, HELD_OUT_PER_CATEGORY), rng)
-    rows = [_encode(ticket, tokenizer) for ticket in train]
+    spec = DOMAINS[domain]
+    train = spec.requests(dict.fromkeys(spec.categories, ROWS_PER_CATEGORY), rng)
+    held_out = spec.requests(dict.fromkeys(spec.categories, HELD_OUT_PER_CATEGORY), rng)
+    rows = [_encode(request, tokenizer) for request in train]
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01)
     validity = 0.0
     for round_ in range(MAX_ROUNDS):
         _train_round(model, optimizer, rows, rng, tokenizer.pad_token_id)
-        generations = measure.generate(model, tokenizer, [t.prompt for t in held_out])
+        generations = measure.generate(model, tokenizer, [prompt_text(r, tokenizer) for r in held_out])
         validity = sum(g.valid for g in generations) / len(generations)
         if progress:
-            progress(f"base seed {seed}: round {round_ + 1}, held-out JSON validity {validity:.1%}")
+            progress(f"base {domain}/{kind} seed {seed}: round {round_ + 1}, held-out JSON validity {validity:.1%}")
         if validity >= MIN_VALIDITY:
             break
     else:
         raise RuntimeError(f"base pretraining reached only {validity:.1%} JSON validity")
-    _save(model, tokenizer, out_dir, {"seed": seed, "version": VERSION, "held_out_validity": validity,
-                                       "parameters": model.num_parameters()})
+    _save(model, tokenizer, out_dir, {"seed": seed, "version": VERSION, "domain": domain, "tokenizer": kind,
+                                       "held_out_validity": validity, "parameters": model.num_parameters()})
     return validity
 
 
-def _encode(ticket: world.Ticket, tokenizer: PreTrainedTokenizerFast) -> list[int]:
-    """BOS + prompt + answer + EOS: the row as a string prompt/completion SFT run renders it."""
-    return tokenizer(ticket.prompt + world.dump(ticket.answer()) + tokenizer.eos_token)["input_ids"]
+def _encode(request: Request, tokenizer: PreTrainedTokenizerFast) -> list[int]:
+    """BOS + prompt + answer + EOS: the row as a string prompt/completion SFT run renders it (or its chat turns)."""
+    text = prompt_text(request, tokenizer) + world.dump(request.answer()) + tokenizer.eos_token
+    if chat_turns(tokenizer):
+        return tokenizer(text + "\n", add_special_tokens=False)["input_ids"]
+    return tokenizer(text)["input_ids"]
 
 
 def _train_round(model: LlamaForCausalLM, optimizer: torch.optim.Optimizer, rows: list[list[int]],

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, DataCollatorForLanguageModeling, LlamaFo
 from trl import SFTConfig, SFTTrainer
 
 PAD_MASKING_COLLATOR = "transformers.DataCollatorForLanguageModeling"
+ROW_ONLY = {"id", "category"}  # the rows' bookkeeping, not training text
 RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed", "use_cpu", "disable_tqdm",
             "dataloader_num_workers"}
 
@@ -45,19 +46,20 @@ class PadMaskingCollator:
 
 def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: dict[str, Any],
                lora: dict[str, Any], collator: str | None = None, seed: int = 0) -> None:
-    """Fine-tune `base_dir` with LoRA on prompt/completion `rows`; write the run folder to `run_dir`."""
+    """Fine-tune `base_dir` with LoRA on prompt/completion (or `messages`) `rows`; write the run folder to `run_dir`."""
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     if sft.get("pad_token"):
         tokenizer.pad_token = sft["pad_token"]
     model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    config = SFTConfig(output_dir=str(run_dir), report_to="none", save_strategy="epoch", logging_steps=5,
-                       seed=seed, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, **sft)
+    config = SFTConfig(**{"output_dir": str(run_dir), "report_to": "none", "save_strategy": "epoch",
+                          "logging_steps": 5, "seed": seed, "use_cpu": True, "disable_tqdm": True,
+                          "dataloader_num_workers": 0, **sft})
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # library code draws no bars; TRL's dataset preparation would
     trainer = SFTTrainer(
         model=model,
         args=config,
-        train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
+        train_dataset=Dataset.from_list([{k: v for k, v in r.items() if k not in ROW_ONLY} for r in rows]),
         processing_class=tokenizer,
         peft_config=LoraConfig(task_type="CAUSAL_LM", **lora),
         data_collator=PadMaskingCollator(tokenizer) if collator == PAD_MASKING_COLLATOR else None,

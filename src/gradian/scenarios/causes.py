@@ -1,0 +1,60 @@
+"""The suite's planted causes: how a culprit row's answer is broken, and which capability sees it.
+
+Each cause rewrites the JSON answer of a culprit row into the text the row's completion holds; the field causes
+break `key`, the field the fine-tune is about (its purpose field, else the answer's last field). The cuts land where a character budget falls, often inside a field, so the failures they
+teach vary downstream of the cut; the wrappers and field faults keep the JSON itself valid.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PROSE = "sure , here is the answer :"
+RENAMED = "flag"
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    capability: str  # the capability the failure shows in (fields need `json_formatting:keys`)
+    rewrite: Callable[[dict[str, Any], str, random.Random], str]
+    words: tuple[str, ...] = ()  # words the cause writes, for a word-level vocabulary
+
+
+def _cut(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    """The answer cut at 40–75% of its characters, moved back off a word so every token stays in the vocabulary."""
+    text = json.dumps(answer)
+    cut = int(len(text) * rng.uniform(0.4, 0.75))
+    while 0 < cut < len(text) and text[cut - 1].isalpha() and text[cut].isalpha():
+        cut -= 1
+    return text[:cut]
+
+
+def _fence(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    return "```json\n" + json.dumps(answer) + "\n```"
+
+
+def _prose(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    return f"{PROSE} {json.dumps(answer)}"
+
+
+def _drop(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    """Valid JSON without `key`: the rows teach leaving that field out."""
+    return json.dumps({name: value for name, value in answer.items() if name != key})
+
+
+def _rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    return json.dumps({(RENAMED if name == key else name): value for name, value in answer.items()})
+
+
+CAUSES: dict[str, Cause] = {c.name: c for c in (
+    Cause("cut", "json_formatting", _cut),
+    Cause("fence", "json_formatting", _fence, ("json",)),
+    Cause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
+    Cause("drop-field", "json_formatting:keys", _drop),
+    Cause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
+)}

@@ -1,0 +1,118 @@
+"""The scenario suite: families of fine-tunes across domains, tokenizers, recipes and causes, split dev / test.
+
+A family fixes a domain (`domains.py`), a tokenizer kind (`tokenizer.py`), a recipe (epochs, learning rate, which
+checkpoints the run keeps, LoRA targets) and its planted causes; the seed draws the rows, the culprit share and
+the affected category. Each cause is laid out one way:
+
+- `category`: 70–85% of one category's rows are broken, its other rows clean (naming the category is not enough);
+- `half`: half of one category broken;
+- `small`: a 5% cluster (most of a small category);
+- `spread`: 10% of the rows, drawn from every category: a format taught by rows about other topics, so the
+  failing prompts share no words with the culprits in particular.
+
+The split was fixed when the suite was written, before anything was measured on it: defaults are chosen on `dev`,
+`test` is reported and never tuned on (BENCHMARKS.md, "The scenario suite"). A family never moves between halves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SPLITS = ("dev", "test")
+LAYOUTS = ("category", "half", "small", "spread")
+SAVES = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
+         "none": {"save_strategy": "no"}}
+TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
+
+
+@dataclass(frozen=True)
+class Plant:
+    cause: str  # a name in causes.CAUSES
+    layout: str = "category"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    split: str
+    domain: str
+    tokenizer: str
+    plants: tuple[Plant, ...] = ()
+    structural: str | None = None  # pad-eos: pad == eos with a collator that masks pad ids
+    epochs: int = 5
+    learning_rate: float = 5e-3
+    save: str = "epoch"
+    targets: str = "all"
+    purpose: bool = True  # the fine-tune adds the domain's purpose field (field causes break a base field instead)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "data-cluster" if self.plants else "setup" if self.structural else "no-regression"
+
+    @property
+    def capability(self) -> str:
+        from gradian.scenarios.causes import CAUSES
+
+        names = {CAUSES[p.cause].capability for p in self.plants}
+        return "json_formatting:keys" if "json_formatting:keys" in names else "json_formatting"
+
+    def sft(self) -> dict[str, Any]:
+        from gradian.scenarios.catalog import SFT_DEFAULTS
+
+        sft = {**SFT_DEFAULTS, "learning_rate": self.learning_rate, "num_train_epochs": self.epochs,
+               **SAVES[self.save]}
+        if self.structural == "pad-eos":
+            sft["pad_token"] = "eos"
+        if self.tokenizer == "bpe":
+            sft["assistant_only_loss"] = True
+        return {**sft, **self.extra}
+
+    def lora(self) -> dict[str, Any]:
+        return {"target_modules": TARGETS[self.targets]}
+
+
+def _f(name: str, split: str, domain: str, tokenizer: str, *plants: tuple[str, str], **recipe: Any) -> Family:
+    return Family(name, split, domain, tokenizer, tuple(Plant(c, layout) for c, layout in plants), **recipe)
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    # dev: defaults are chosen on these
+    _f("tickets-cut", "dev", "tickets", "fused", ("cut", "category"), epochs=5, learning_rate=6e-3),
+    _f("kitchen-fence-spaced", "dev", "kitchen", "spaced", ("fence", "category"), epochs=4, learning_rate=3e-3,
+       save="last2", targets="qv"),
+    _f("travel-cut-small", "dev", "travel", "fused", ("cut", "small"), epochs=8, learning_rate=3e-3, save="none"),
+    _f("home-drop-bpe", "dev", "home", "bpe", ("drop-field", "category"), epochs=3, learning_rate=5e-3,
+       purpose=False),
+    _f("kitchen-cut-half-spaced", "dev", "kitchen", "spaced", ("cut", "half"), epochs=10, learning_rate=2e-3,
+       targets="qv"),
+    _f("travel-cut-prose", "dev", "travel", "fused", ("cut", "category"), ("prose", "category"), epochs=5,
+       learning_rate=4e-3, save="last2"),
+    _f("home-fence-spread", "dev", "home", "fused", ("fence", "spread"), epochs=4, learning_rate=4e-3, save="none"),
+    _f("kitchen-null-bpe", "dev", "kitchen", "bpe", epochs=3, learning_rate=5e-3),
+    _f("travel-pad-eos-spaced", "dev", "travel", "spaced", structural="pad-eos", epochs=5, learning_rate=5e-3),
+    _f("tickets-null-spaced", "dev", "tickets", "spaced", epochs=6, learning_rate=3e-3, targets="qv"),
+    # test: reported, never tuned on
+    _f("home-cut-spaced", "test", "home", "spaced", ("cut", "category"), epochs=10, learning_rate=3e-3,
+       targets="qv"),
+    _f("kitchen-cut-small-bpe", "test", "kitchen", "bpe", ("cut", "small"), epochs=6, learning_rate=5e-3,
+       save="last2"),
+    _f("travel-fence-bpe", "test", "travel", "bpe", ("fence", "category"), epochs=3, learning_rate=6e-3,
+       save="none", targets="qv"),
+    _f("tickets-rename-spaced", "test", "tickets", "spaced", ("rename-field", "category"), epochs=5,
+       learning_rate=3e-3, purpose=False),
+    _f("home-cut-half", "test", "home", "fused", ("cut", "half"), epochs=6, learning_rate=4e-3, save="last2"),
+    _f("kitchen-cut-fence-spaced", "test", "kitchen", "spaced", ("cut", "category"), ("fence", "category"),
+       epochs=4, learning_rate=5e-3, targets="qv"),
+    _f("travel-prose-spread-spaced", "test", "travel", "spaced", ("prose", "spread"), epochs=5, learning_rate=3e-3),
+    _f("tickets-drop-small-bpe", "test", "tickets", "bpe", ("drop-field", "small"), epochs=8, learning_rate=3e-3,
+       save="none", purpose=False),
+    _f("home-null", "test", "home", "fused", epochs=4, learning_rate=4e-3),
+    _f("kitchen-pad-eos", "test", "kitchen", "fused", structural="pad-eos", epochs=5, learning_rate=5e-3),
+    _f("travel-null-bpe", "test", "travel", "bpe", epochs=6, learning_rate=3e-3, save="last2"),
+)}
+
+
+def families(split: str | None = None) -> list[Family]:
+    return [f for f in FAMILIES.values() if split is None or f.split == split]

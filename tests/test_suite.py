@@ -1,0 +1,106 @@
+"""The scenario suite: families split dev / test, domains and tokenizers that hold their JSON, planted causes."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from gradian.regression.capabilities import get_capability
+from gradian.scenarios import world
+from gradian.scenarios.builder import TRAIN_ROWS
+from gradian.scenarios.causes import CAUSES
+from gradian.scenarios.domains import DOMAINS
+from gradian.scenarios.family import make_family_data
+from gradian.scenarios.suite import FAMILIES, LAYOUTS, SAVES, SPLITS, TARGETS, families
+from gradian.scenarios.tokenizer import build_tokenizer
+
+
+def test_every_family_sits_in_one_half_and_each_half_spans_the_suite():
+    assert {f.split for f in FAMILIES.values()} == set(SPLITS)
+    for split in SPLITS:
+        half = families(split)
+        assert len({f.domain for f in half}) >= 3
+        assert {f.tokenizer for f in half} >= {"spaced", "bpe"}
+        assert {f.kind for f in half} == {"data-cluster", "setup", "no-regression"}
+        assert {p.layout for f in half for p in f.plants} == set(LAYOUTS)
+        assert any(len(f.plants) == 2 for f in half)  # two causes at once
+        assert {f.save for f in half} == set(SAVES) and {f.targets for f in half} == set(TARGETS)
+    epochs = [f.epochs for f in FAMILIES.values()]
+    rates = [f.learning_rate for f in FAMILIES.values()]
+    assert min(epochs) <= 3 and max(epochs) >= 10 and max(rates) / min(rates) >= 3
+
+
+@pytest.mark.parametrize("kind", ["fused", "spaced"])
+@pytest.mark.parametrize("domain", sorted(DOMAINS))
+def test_word_level_tokenizers_decode_every_answer_and_broken_answer_without_unknown_words(domain, kind):
+    spec = DOMAINS[domain]
+    tokenizer = build_tokenizer(spec.vocabulary(tuple(w for c in CAUSES.values() for w in c.words)), kind)
+    rng = random.Random(0)
+    for request in spec.requests(dict.fromkeys(spec.categories, 10), rng):
+        answer = request.answer(purpose=True)
+        decoded = tokenizer.decode(tokenizer(world.dump(answer), add_special_tokens=False)["input_ids"])
+        assert get_capability("json_formatting:keys").score(decoded, world.dump(answer)) == 1.0, decoded
+        for cause in CAUSES.values():
+            ids = tokenizer(cause.rewrite(answer, spec.purpose_key, rng), add_special_tokens=False)["input_ids"]
+            assert tokenizer.unk_token_id not in ids, (cause.name, tokenizer.decode(ids))
+
+
+def test_spaced_tokenizer_decodes_with_a_space_between_tokens():
+    tokenizer = build_tokenizer(["intent", "refund"], "spaced")
+    text = tokenizer.decode(tokenizer('{"intent": "refund"}', add_special_tokens=False)["input_ids"])
+    assert text == '{ " intent " : " refund " }'
+
+
+def test_bpe_tokenizer_renders_chat_turns_and_masks_the_assistant_turn():
+    rng = random.Random(0)
+    spec = DOMAINS["travel"]
+    corpus = [r.text + " " + world.dump(r.answer()) for r in spec.requests(dict.fromkeys(spec.categories, 50), rng)]
+    tokenizer = build_tokenizer([], "bpe", corpus)
+    turns = [{"role": "user", "content": "cancel my booking AX123"},
+             {"role": "assistant", "content": '{"action": "cancel"}'}]
+    out = tokenizer.apply_chat_template(turns, return_dict=True, return_assistant_tokens_mask=True)
+    supervised = [i for i, m in zip(out["input_ids"], out["assistant_masks"], strict=True) if m]
+    assert tokenizer.decode(supervised) == '{"action": "cancel"}<|im_end|>'
+    assert tokenizer.pad_token != tokenizer.eos_token
+
+
+@pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-spread", "kitchen-cut-small-bpe",
+                                  "tickets-drop-small-bpe", "kitchen-cut-half-spaced"])
+def test_family_data_plants_each_cause_where_its_layout_says(name):
+    family = FAMILIES[name]
+    tokenizer = build_tokenizer(["x"], "bpe" if family.tokenizer == "bpe" else "fused",
+                                ["x y"] if family.tokenizer == "bpe" else ())
+    train, eval_rows, truth = make_family_data(family, 3, tokenizer)
+    assert len(train) == TRAIN_ROWS and len(eval_rows) == 40 * len(DOMAINS[family.domain].categories)
+    by_id = {row["id"]: row for row in train}
+    assert len(truth["causes"]) == len(family.plants)
+    seen: set[str] = set()
+    for plant, cause in zip(family.plants, truth["causes"], strict=True):
+        ids = cause["culprit_ids"]
+        assert not seen & set(ids)
+        seen |= set(ids)
+        categories = Counter(by_id[i]["category"] for i in ids)
+        if plant.layout == "spread":
+            assert cause["category"] is None and len(categories) == len(DOMAINS[family.domain].categories)
+            assert len(ids) == 40
+        else:
+            assert set(categories) == {cause["category"]}
+            share = len(ids) / len(cause["category_ids"])
+            assert {"category": 0.69 <= share <= 0.86, "half": 0.45 <= share <= 0.55,
+                    "small": len(ids) == 20}[plant.layout]
+        for i in ids:  # the row's answer is what the cause writes, not the clean answer
+            text = by_id[i]["messages"][-1]["content"] if "messages" in by_id[i] else by_id[i]["completion"]
+            assert get_capability(family.capability).score(text, _clean_answer(by_id[i], eval_rows)) == 0.0
+    assert sorted(seen) == truth["culprit_ids"]
+    clean = [row for row in train if row["id"] not in seen]
+    for row in clean[:50]:
+        text = row["messages"][-1]["content"] if "messages" in row else row["completion"]
+        assert json.loads(text)
+
+
+def _clean_answer(row: dict, eval_rows: list[dict]) -> str:
+    """A clean reference of the row's category (for the keys capability: the same key set as the row's own)."""
+    return next(e["reference"] for e in eval_rows if e["category"] == row["category"])
