@@ -122,7 +122,8 @@ def _fresh(store_dir: Path) -> bool:
         return True
 
 
-def ingredients(folder: Path, work: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) -> tuple[dict[str, Any],
+                                                                                     dict[str, np.ndarray]]:
     """What every method is computed from, kept in WORK (`ingredients.json`, `ingredients.npz`) for reruns:
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
     from gradian.attribute import attribute, base_kind, query_pairs
@@ -174,7 +175,7 @@ def ingredients(folder: Path, work: Path) -> tuple[dict[str, Any], dict[str, np.
     checkpoints = checkpoint_weights(settings.run) if audit.run is not None and audit.run.checkpoints else []
     fresh["tracin"] = _fresh(work / "gradients-checkpoints" / f"checkpoint-{checkpoints[0].step}") if checkpoints \
         else False
-    for kind in QUERY_KINDS:
+    for kind in kinds:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, kind, model)
         q = clock.timed(f"query {kind}", query_features, model, pairs, kind=base_kind(kind), settings=gradient)
         for unit in (True, False):
@@ -226,7 +227,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
         methods[f"BM25 ({how})"] = (rel.aggregate(arrays["sim/bm25"], how), {**free, "seconds": seconds["bm25"]})
         methods[f"RepSim ({how})"] = (rel.aggregate(parts["repsim"][0], how),
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
-    first_tracin = f"tracin {QUERY_KINDS[0]} unit"  # the call that extracted the checkpoints' stores
+    first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}
     for key in (k for k in arrays if k.startswith("effect/") and k != "effect/default"):
         name = key.removeprefix("effect/")
@@ -280,7 +281,7 @@ def evaluate(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[st
     return record
 
 
-def folder_record(folder: Path, work: Path) -> dict[str, Any]:
+def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) -> dict[str, Any]:
     """Ingredients from WORK when a run already left them, else computed (and kept); then evaluated."""
     truth = json.loads((folder / "truth.json").read_text())
     meta_path, arrays_path = work / "ingredients.json", work / "ingredients.npz"
@@ -290,7 +291,7 @@ def folder_record(folder: Path, work: Path) -> dict[str, Any]:
             arrays = {key: stored[key] for key in stored.files}
     else:
         work.mkdir(parents=True, exist_ok=True)
-        meta, arrays = ingredients(folder, work)
+        meta, arrays = ingredients(folder, work, kinds)
         np.savez(arrays_path, **arrays)
         meta_path.write_text(json.dumps(meta, indent=1, default=float))
     return evaluate(meta, arrays, truth)
@@ -334,10 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True, help="one sub-folder per scenario folder, resumable")
     parser.add_argument("--results", type=Path, help="JSON of every record (default: WORK/results.json)")
     parser.add_argument("--markdown", type=Path, help="the tables (default: WORK/results.md)")
+    parser.add_argument("--kinds", nargs="+", default=list(QUERY_KINDS), choices=QUERY_KINDS,
+                        help="query kinds of the variants (each raw and unit, final adapter and TracIn-CP)")
     args = parser.parse_args(argv)
     records = []
     for folder in args.folders:
-        record = folder_record(folder.resolve(), args.work / folder.resolve().name)
+        record = folder_record(folder.resolve(), args.work / folder.resolve().name, args.kinds)
         print(json.dumps({k: record[k] for k in ("scenario", "seed", "verdict")} | {
             "combined": record["methods"].get("combined (default)", {}).get("auprc"),
             "gradient": record["methods"].get("gradient (default)", {}).get("auprc")}), flush=True)
