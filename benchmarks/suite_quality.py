@@ -299,19 +299,39 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
 
 # ---- tables ----
 
+def summary(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """Per split, the main methods' AUPRC per family (mean over seeds), side by side."""
+    lines = []
+    for split in sorted({split for split, _ in groups}):
+        families = [(f, rows) for (s, f), rows in sorted(groups.items())
+                    if s == split and any(r["methods"] for r in rows)]
+        if not families:
+            continue
+        lines += [f"### Summary, {split}: AUPRC per family (mean over seeds)", "",
+                  "| method | " + " | ".join(f for f, _ in families) + " |", "|---|" + "---|" * len(families)]
+        for name in MAIN_METHODS:
+            cells = [np.mean([r["methods"][name]["auprc"] for r in rows if name in r.get("methods", {})] or [np.nan])
+                     for _, rows in families]
+            lines.append(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
 def markdown(records: list[dict[str, Any]]) -> str:
     """One table per family and split: every method's mean AUPRC, P@k, cluster-first and causes named, and cost."""
-    lines = []
     groups: dict[tuple[str, str], list[dict]] = {}
     for record in records:
         groups.setdefault((record["split"], record["family"]), []).append(record)
+    lines = ["÷ epoch: the method's wall time (generation excluded) over the run's own training time per epoch, "
+             "both on the machine that ran them; a store already extracted when timed is marked in the JSON "
+             "(`fresh`).", "", *summary(groups)]
     for (split, family), rows in sorted(groups.items()):
         scored = [r for r in rows if r["methods"]]
         seeds = sorted(r["seed"] for r in rows)
         verdicts = ", ".join(f"{r['verdict']}" for r in sorted(rows, key=lambda r: r["seed"]))
         lines += [f"### {family} ({split}; seeds {seeds}; verdicts {verdicts})", "",
-                  "| method | AUPRC | P@k | planted cluster first | causes named | backward rows | ÷ epoch |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| method | AUPRC | P@k | planted cluster first | causes named | backward rows | forward rows | "
+                  "÷ epoch |", "|---|---|---|---|---|---|---|---|"]
         names = list(dict.fromkeys(n for r in scored for n in r["methods"]))
         for name in sorted(names, key=lambda n: (n not in MAIN_METHODS, MAIN_METHODS.index(n) if n in MAIN_METHODS
                                                  else 0, n)):
@@ -324,6 +344,7 @@ def markdown(records: list[dict[str, Any]]) -> str:
                 f"{np.mean([m['precision_at_k'] for m in picked]):.3f} | {sum(firsts)}/{len(firsts)} | "
                 f"{f'{sum(named)}/{len(named)}' if named else '–'} | "
                 f"{np.mean([m['backward_rows'] for m in picked]):.0f} | "
+                f"{np.mean([m['forward_rows'] for m in picked]):.0f} | "
                 f"{f'{np.mean(worth):.1f}' if worth else '–'} |")
         lines.append("")
     return "\n".join(lines)

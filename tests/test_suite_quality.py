@@ -74,6 +74,7 @@ def test_markdown_has_one_table_per_family_and_split(harness):
                 "methods": {"combined (default)": method, "random": {**method, "auprc": 0.1}}}
                for family, split in (("cut", "dev"), ("fence", "test")) for seed in (0, 1)]
     text = harness.markdown(records)
-    assert text.count("### ") == 2 and "cut (dev; seeds [0, 1]" in text and "fence (test" in text
-    assert "| combined (default) | 0.900 | 0.800 | 2/2 | – | 400 | 2.0 |" in text
+    assert text.count("### Summary") == 2 and "### cut (dev; seeds [0, 1]" in text and "### fence (test" in text
+    assert "| combined (default) | 0.900 |" in text.split("### cut")[0]  # the dev summary, before the tables
+    assert "| combined (default) | 0.900 | 0.800 | 2/2 | – | 400 | 0 | 2.0 |" in text
     assert text.index("| random |") < text.index("| combined (default) |")  # MAIN_METHODS order
