@@ -39,7 +39,7 @@ import numpy as np
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
                 "RepSim (max)", "RepSim (mean)", "gradient (default)", "combined (default)",
-                "combined (mean relevance)", "combined, ungated")
+                "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
 
 
 # ---- metrics (tests/test_suite_quality.py checks them against scikit-learn) ----
@@ -208,7 +208,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
     """name -> ((N,) score, higher = more suspect; cost) for every method, from the ingredients."""
     from gradian.scores import relevance as rel
-    from gradian.scores.combine import combine, relevances_from
+    from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from
 
     n_rows, seconds = len(meta["ids"]), meta["seconds"]
     parts = {kind: (arrays[f"part/{kind}/sim"], arrays[f"part/{kind}/eval"], arrays[f"part/{kind}/failing"])
@@ -250,13 +250,16 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
 
     effect = arrays["effect/default"][None, :]
     methods["gradient (default)"] = (-effect[0], default_cost)
-    methods["combined (default)"] = (combine(effect, relevance("max")).score, plus_relevance(default_cost))
-    methods["combined (mean relevance)"] = (combine(effect, relevance("mean")).score, plus_relevance(default_cost))
-    methods["combined, ungated"] = (combine(effect, relevance("max"), gated=False).score,
-                                      plus_relevance(default_cost))
+    other = next(how for how in ("max", "mean") if how != RELEVANCE_AGGREGATE)
+    methods["combined (default)"] = (combine(effect, relevance(RELEVANCE_AGGREGATE)).score,
+                                     plus_relevance(default_cost))
+    methods[f"combined ({other} relevance)"] = (combine(effect, relevance(other)).score, plus_relevance(default_cost))
+    methods["combined, ungated"] = (combine(effect, relevance(RELEVANCE_AGGREGATE), gated=False).score,
+                                    plus_relevance(default_cost))
     for name, (mean_effect, cost) in gradients.items():
         methods[f"gradient · {name}"] = (-mean_effect, cost)
-        methods[f"combined · {name}"] = (combine(mean_effect[None, :], relevance("max")).score, plus_relevance(cost))
+        methods[f"combined · {name}"] = (combine(mean_effect[None, :], relevance(RELEVANCE_AGGREGATE)).score,
+                                         plus_relevance(cost))
     return methods
 
 
@@ -312,6 +315,8 @@ def summary(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
         for name in MAIN_METHODS:
             cells = [np.mean([r["methods"][name]["auprc"] for r in rows if name in r.get("methods", {})] or [np.nan])
                      for _, rows in families]
+            if np.all(np.isnan(cells)):
+                continue
             lines.append(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
         lines.append("")
     return lines
