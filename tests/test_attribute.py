@@ -51,6 +51,10 @@ def test_truncated_cluster_is_a_data_cluster(truncated):
     assert planted_in_top >= 0.8, f"top cluster holds {planted_in_top:.0%} of the planted culprits"
     assert len(named & culprits) / len(named) >= 0.8, "most rows Gradian names must be planted culprits"
     assert len(named & culprits) / len(culprits) >= 0.8, "Gradian must name most planted culprits"
+    assert report["symptoms"]["dominant"] == "stops-early", report["symptoms"]["counts"]
+    cut = next(g for g in report["groups"] if g["check"] == "cut_in_data")
+    assert cut["lift"] >= 2 and cut["failure_lift"] >= 2, cut  # gradients and text both place the cut rows
+    assert report["verdict"]["evidence"]["gradients"]["agreement"] == "agree", report["verdict"]["summary"]
 
 
 def test_truncated_cluster_name_and_join(truncated):
@@ -131,6 +135,7 @@ def test_null_run_is_refused(scenario, tmp_path):
     report, _ = run(scenario("null", 0), tmp_path / "report")
     assert report["verdict"]["kind"] == "no-regression"
     assert not report["clusters"]
+    assert report["symptoms"]["n_failing"] == 0 and all(g["harm_share"] is None for g in report["groups"])
     assert (tmp_path / "report" / "report.html").exists()
 
 
@@ -148,6 +153,7 @@ def test_pad_eos_is_a_setup_fault(scenario, tmp_path):
     report, _ = run(scenario("pad-eos", 0), tmp_path / "report")
     assert report["verdict"]["kind"] == "setup", report["verdict"]["summary"]
     assert report["verdict"]["evidence"]["finding"]["check"] == "pad_eos_masking"
+    assert report["symptoms"]["dominant"] == "never-stops", report["symptoms"]["counts"]
 
 
 def test_no_eos_is_a_setup_fault(scenario, tmp_path):

@@ -15,9 +15,14 @@ import pytest
 
 from gradian.audit.finding import Finding
 from gradian.clusters.cluster import cluster_examples
+from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.examples import read_dataset
+from gradian.regression.capabilities import get_capability
+from gradian.regression.generation import Generation
+from gradian.regression.measure import RegressionRow
+from gradian.regression.symptoms import classify_failures
 from gradian.report.schema import SCHEMA_VERSION, build_report
 from gradian.report.verdict import decide
 from gradian.report.writers import markdown_cell, write_report
@@ -85,10 +90,29 @@ def run(tmp_path):
     labels = cluster_examples(texts, seed=0)
     clusters = summarize_clusters(ids, labels, effects, name_clusters(texts, labels), findings, seed=0)
     verdict = decide(SIGNIFICANT, findings, clusters, effects.mean(axis=0), ids)
+    symptoms = classify_failures(failing_rows(), get_capability("json_formatting"))
+    groups = candidate_groups(examples, findings, effects, clusters, [row.prompt for row in failing_rows()])
     report = build_report(regression=SIGNIFICANT, verdict=verdict, findings=findings, examples=examples,
-                          effects=effects, labels=labels, clusters=clusters, features=features,
-                          settings={"seed": 0, "preconditioner": "adam"}, artifacts={"features": "features/"})
-    return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out")
+                          effects=effects, labels=labels, clusters=groups.clusters, features=features,
+                          settings={"seed": 0, "preconditioner": "adam"}, artifacts={"features": "features/"},
+                          symptoms=symptoms, groups=groups)
+    joined = decide(SIGNIFICANT, findings, groups.clusters, effects.mean(axis=0), ids, symptoms=symptoms,
+                    groups=groups.groups)
+    joined_report = build_report(regression=SIGNIFICANT, verdict=joined, findings=findings, examples=examples,
+                                 effects=effects, labels=labels, clusters=groups.clusters, features=features,
+                                 symptoms=symptoms, groups=groups)
+    return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out",
+                joined=joined_report)
+
+
+def failing_rows() -> list[RegressionRow]:
+    """Eval answers of the invoice prompts: most stop inside the object, one runs on, one is fenced."""
+    answers = [('{"topic": "invoice", "amount": 12', True)] * 7 + [('{"topic": "invoice", "amount": 1, 1, 1', False),
+                                                                   ('```json\n{"topic": "invoice"}\n```', True)]
+    reference = '{"topic": "invoice", "amount": 12, "note": "x"}'
+    return [RegressionRow(f"e{i}", f"my invoice {i}: currency amount billing please help", [1], reference,
+                          Generation([1], reference, True), Generation([2], text, stopped), 1.0, 0.0)
+            for i, (text, stopped) in enumerate(answers)]
 
 
 def test_write_report_produces_every_file_and_json_round_trips(run):
@@ -220,10 +244,32 @@ def test_every_number_shown_in_html_is_in_report_json(run):
     assert [token for token in shown if token not in allowed] == []
 
 
+def test_joined_verdict_report_shows_symptoms_and_groups_and_every_number_is_in_json(run):
+    report = run["joined"]
+    assert report["verdict"]["kind"] == "data-cluster" and report["verdict"]["evidence"]["group"] == \
+        "truncated_completion"
+    assert report["symptoms"]["dominant"] == "stops-early" and report["symptoms"]["counts"]["stops-early"] == 7
+    assert {g["check"] for g in report["groups"]} == {"truncated_completion", "duplicate", "near_duplicate"}
+    assert report["failure_sites"]["n_failing_prompts"] == 9
+    written = write_report(run["out"], report, run["examples"])
+    allowed = set().union(*(renderings(v) for v in json_leaves(report)))
+    markdown = written["report.md"].read_text(encoding="utf-8")
+    assert "### Symptoms of the failing answers" in markdown and "### Rows flagged by the audit" in markdown
+    assert [token for token in NUMBER.findall(markdown) if token not in allowed] == []
+    html = written["report.html"].read_text(encoding="utf-8")
+    assert 'id="symptoms"' in html and 'id="groups"' in html
+    visible = unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)))
+    assert [token for token in NUMBER.findall(visible) if token not in allowed] == []
+
+
 def test_schema_doc_names_every_field(run):
     doc = (Path(__file__).parents[1] / "docs" / "report-schema.md").read_text(encoding="utf-8")
     report = run["report"]
-    names = set(report) | set(report["verdict"]) | set(report["verdict"]["evidence"]) | set(report["clusters"][0])
+    joined = run["joined"]
+    names = set(joined["verdict"]["evidence"]) | set(joined["verdict"]["evidence"]["gradients"])
+    names |= set(joined["verdict"]["evidence"]["gradients"]["top_cluster"]) | set(joined["verdict"]["evidence"]["symptom"])
+    names |= set(report["symptoms"]) | set(report["groups"][0]) | set(report["failure_sites"])
+    names |= set(report) | set(report["verdict"]) | set(report["verdict"]["evidence"]) | set(report["clusters"][0])
     names |= set(report["examples"][0]) | set(report["top_rows"][0]) | set(report["effects"]) | set(report["findings"][0])
     names |= {f"effect_histogram.{k}" for k in report["charts"]["effect_histogram"]}
     names |= {f"cluster_map.{k}" for k in report["charts"]["cluster_map"]}

@@ -179,7 +179,11 @@ def test_read_real_trl_run(trl_run):
     assert len([row for row in info.log_history if "loss" in row]) == 4
     assert info.setup.max_length == 64 and info.setup.learning_rate == 2e-4
     assert info.setup.source == "training_args.bin" and info.unreadable == []
-    assert info.setup.assumed == ["collator_masks_pad"]
+    assert info.setup.assumed == []  # the version is known, so is its collator: labels padded by position
+    import trl
+
+    assert info.setup.framework_version == trl.__version__ and info.setup.collator_masks_pad is False
+    assert info.setup.version_source == "recorded in README.md (TRL's model card)"
     assert info.adapter_config["r"] == 4
 
 

@@ -40,7 +40,7 @@ def test_word_level_tokenizers_decode_every_answer_and_broken_answer_without_unk
     tokenizer = build_tokenizer(spec.vocabulary(tuple(w for c in CAUSES.values() for w in c.words)), kind)
     rng = random.Random(0)
     for request in spec.requests(dict.fromkeys(spec.categories, 10), rng):
-        answer = request.answer(purpose=True)
+        answer = request.answer(purpose=True, nested=rng.random() < 0.5)
         decoded = tokenizer.decode(tokenizer(world.dump(answer), add_special_tokens=False)["input_ids"])
         assert get_capability("json_formatting:keys").score(decoded, world.dump(answer)) == 1.0, decoded
         for cause in CAUSES.values():
@@ -67,14 +67,16 @@ def test_bpe_tokenizer_renders_chat_turns_and_masks_the_assistant_turn():
     assert tokenizer.pad_token != tokenizer.eos_token
 
 
-@pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-spread", "kitchen-cut-small-bpe",
+@pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-elsewhere", "kitchen-cut-small-bpe",
                                   "tickets-drop-small-bpe", "kitchen-cut-half-spaced"])
 def test_family_data_plants_each_cause_where_its_layout_says(name):
     family = FAMILIES[name]
     tokenizer = build_tokenizer(["x"], "bpe" if family.tokenizer == "bpe" else "fused",
                                 ["x y"] if family.tokenizer == "bpe" else ())
     train, eval_rows, truth = make_family_data(family, 3, tokenizer)
-    assert len(train) == TRAIN_ROWS and len(eval_rows) == 40 * len(DOMAINS[family.domain].categories)
+    hidden = {c["category"] for p, c in zip(family.plants, truth["causes"], strict=True) if p.layout == "elsewhere"}
+    assert len(train) == TRAIN_ROWS and len(eval_rows) == 40 * (len(DOMAINS[family.domain].categories) - len(hidden))
+    assert not {row["category"] for row in eval_rows} & hidden  # the failures can only show on other topics
     by_id = {row["id"]: row for row in train}
     assert len(truth["causes"]) == len(family.plants)
     seen: set[str] = set()
@@ -83,14 +85,10 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
         assert not seen & set(ids)
         seen |= set(ids)
         categories = Counter(by_id[i]["category"] for i in ids)
-        if plant.layout == "spread":
-            assert cause["category"] is None and len(categories) == len(DOMAINS[family.domain].categories)
-            assert len(ids) == 40
-        else:
-            assert set(categories) == {cause["category"]}
-            share = len(ids) / len(cause["category_ids"])
-            assert {"category": 0.69 <= share <= 0.86, "half": 0.45 <= share <= 0.55,
-                    "small": len(ids) == 20}[plant.layout]
+        assert set(categories) == {cause["category"]}
+        share = len(ids) / len(cause["category_ids"])
+        assert {"category": 0.69 <= share <= 0.86, "elsewhere": 0.69 <= share <= 0.86, "half": 0.45 <= share <= 0.55,
+                "small": len(ids) == 20}[plant.layout]
         for i in ids:  # the row's answer is what the cause writes, not the clean answer
             text = by_id[i]["messages"][-1]["content"] if "messages" in by_id[i] else by_id[i]["completion"]
             assert get_capability(family.capability).score(text, _clean_answer(by_id[i], eval_rows)) == 0.0
@@ -101,6 +99,6 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
         assert json.loads(text)
 
 
-def _clean_answer(row: dict, eval_rows: list[dict]) -> str:
+def _clean_answer(row: dict, eval_rows: list[dict]) -> str | None:
     """A clean reference of the row's category (for the keys capability: the same key set as the row's own)."""
-    return next(e["reference"] for e in eval_rows if e["category"] == row["category"])
+    return next((e["reference"] for e in eval_rows if e["category"] == row["category"]), None)

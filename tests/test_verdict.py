@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from gradian.audit.finding import Finding
+from gradian.clusters.groups import finding_groups
 from gradian.clusters.summary import summarize_clusters
+from gradian.regression.symptoms import SYMPTOMS, Symptoms
 from gradian.report.verdict import MIN_LIFT, Verdict, decide
 
 N, CATEGORY, CULPRITS = 100, range(0, 30), range(0, 20)  # rows 0-29: the category; 0-19: its planted culprits
@@ -98,7 +100,7 @@ def test_spread_harm_gives_diffuse_citing_hyperparameter_findings():
     effects = rng.normal(-0.2, 0.5, size=(16, N))
     verdict = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], effects)
     assert verdict.kind == "diffuse"
-    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix} (evidence: learning_rate)"
     assert verdict.culprit_ids == []
     assert verdict.evidence["top_cluster"]["lift"] < MIN_LIFT
 
@@ -110,7 +112,8 @@ def test_critical_hyperparameter_finding_is_diffuse_not_setup():
     note = Finding("double_bos", "info", "a run-wide note without a fix", "")
     verdict = verdict_for(SIGNIFICANT, [note, epochs, LEARNING_RATE], spread)
     assert verdict.kind == "diffuse"
-    assert verdict.next_action == f"look at hyperparameters: {epochs.fix}; {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {epochs.fix}; {LEARNING_RATE.fix} " \
+        "(evidence: many_epochs, learning_rate)"
     assert verdict_for(SIGNIFICANT, [epochs], planted_effects()).kind == "data-cluster"
 
 
@@ -134,8 +137,159 @@ def test_flagged_learning_rate_outranks_a_cluster_with_no_data_defect():
     assert verdict.evidence["outranked_by_step_size"] is True
     assert verdict.evidence["top_cluster"]["lift"] >= MIN_LIFT
     assert "The harm shows most in \u201cinvoice, currency, amount\u201d" in verdict.summary
-    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix}"
+    assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix} (evidence: learning_rate)"
     info = dataclasses.replace(LEARNING_RATE, severity="info")  # a note, not a flag
     assert verdict_for(SIGNIFICANT, [info], planted_effects(seed=1)).kind == "data-cluster"
     flagged = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], planted_effects())  # a mechanism: the rows
     assert flagged.kind == "data-cluster" and flagged.evidence["mechanism"]["check"] == "truncated_completion"
+
+
+# --- the rules that join symptoms, finding groups and gradients (rules 3, 4, 6 and 7 of the module docstring) ---
+
+PAD_UNKNOWN = Finding("pad_eos_masking", "warning", "pad == eos ('</s>'); if the collator masks pad ids every EOS "
+                      "label is hidden", "give the tokenizer a distinct pad token", values={"collator_masks_pad": None})
+CUT = Finding("cut_in_data", "critical", "20 rows have completions cut in the data itself.",
+              "complete or drop rows row0 ...", example_ids=[IDS[i] for i in CULPRITS])
+EPOCHS_CRITICAL = Finding("many_epochs", "critical", "10 epochs over 100 rows.", "train 1-3 epochs")
+EPOCHS = dataclasses.replace(EPOCHS_CRITICAL, severity="warning")
+ELSEWHERE = range(50, 70)  # rows of clusters 1-3, away from the planted category
+
+
+def spread_effects(seed: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).normal(-0.2, 0.5, size=(16, N))
+
+
+def symptoms_of(counts: dict[str, int]) -> Symptoms:
+    n = sum(counts.values())
+    full = {s: counts.get(s, 0) for s in SYMPTOMS}
+    return Symptoms(n, full, {s: c / n for s, c in full.items()})
+
+
+def groups_for(findings: list[Finding], effects: np.ndarray | None, failure: dict[str, float]) -> list:
+    """Finding groups with their real harm numbers and a chosen failure share per check."""
+    return [dataclasses.replace(g, failure_share=failure.get(g.check, 0.0))
+            for g in finding_groups(IDS, findings, effects, seed=0)]
+
+
+def joined(regression, findings, effects, symptoms, failure) -> Verdict:
+    clusters = summarize_clusters(IDS, LABELS, effects, {0: "invoice, currency, amount"}, findings, seed=0)
+    return decide(regression, findings, clusters, effects.mean(axis=0), IDS, symptoms=symptoms,
+                  groups=groups_for(findings, effects, failure))
+
+
+STOPS_EARLY = {"stops-early": 18, "other": 2}
+NEVER_STOPS = {"never-stops": 18, "stops-early": 2}
+
+
+def test_never_stops_with_pad_eos_and_the_collator_unknown_is_setup():
+    verdict = joined(SIGNIFICANT, [PAD_UNKNOWN, EPOCHS], spread_effects(), symptoms_of(NEVER_STOPS), {})
+    assert verdict.kind == "setup" and verdict.next_action == PAD_UNKNOWN.fix
+    assert verdict.evidence["finding"]["check"] == "pad_eos_masking"
+    assert verdict.evidence["symptom"] == {"dominant": "never-stops", "share": 0.9, "n_failing": 20}
+    assert "90.0% of the 20 failing answers never stop" in verdict.summary
+    # the warning alone, or with answers that do stop, or with a base that runs on as often, is no setup fault
+    assert joined(SIGNIFICANT, [PAD_UNKNOWN], spread_effects(), None, {}).kind == "diffuse"
+    assert joined(SIGNIFICANT, [PAD_UNKNOWN], spread_effects(), symptoms_of(STOPS_EARLY), {}).kind == "diffuse"
+    both_run_on = dict(SIGNIFICANT, finetuned_no_stop_rate=0.3, base_no_stop_rate=0.3)
+    assert joined(both_run_on, [PAD_UNKNOWN], spread_effects(), symptoms_of(NEVER_STOPS), {}).kind == "diffuse"
+    masked_off = dataclasses.replace(PAD_UNKNOWN, values={"collator_masks_pad": False})
+    assert joined(SIGNIFICANT, [masked_off], spread_effects(), symptoms_of(NEVER_STOPS), {}).kind == "diffuse"
+
+
+def test_never_stops_with_eos_unsupervised_on_most_rows_is_setup_and_on_a_few_names_them():
+    most = Finding("missing_eos", "warning", "60 rows never supervise EOS.", "append eos", example_ids=IDS[40:100])
+    verdict = joined(SIGNIFICANT, [most], spread_effects(), symptoms_of(NEVER_STOPS), {"missing_eos": 0.9})
+    assert verdict.kind == "setup" and verdict.evidence["finding"]["check"] == "missing_eos"
+    few = Finding("missing_eos", "warning", "20 rows never supervise EOS.", "append eos",
+                  example_ids=[IDS[i] for i in ELSEWHERE])
+    verdict = joined(SIGNIFICANT, [few], spread_effects(), symptoms_of(NEVER_STOPS), {"missing_eos": 0.8})
+    assert verdict.kind == "data-cluster" and verdict.culprit_ids == [IDS[i] for i in ELSEWHERE]
+
+
+def test_stops_early_with_cut_rows_where_the_failures_sit_names_them_even_when_harm_is_spread():
+    """The issue's world: cut rows flagged exactly, many epochs marked critical, gradient harm spread."""
+    effects = spread_effects()
+    verdict = joined(SIGNIFICANT, [EPOCHS_CRITICAL, CUT], effects, symptoms_of(STOPS_EARLY), {"cut_in_data": 0.7})
+    assert verdict.kind == "data-cluster"
+    assert verdict.culprit_ids == [IDS[i] for i in CULPRITS]
+    assert verdict.evidence["culprit_rule"] == "finding" and verdict.evidence["group"] == "cut_in_data"
+    assert verdict.evidence["failure_share"] == 0.7 and verdict.evidence["failure_lift"] == pytest.approx(3.5)
+    assert verdict.evidence["gradients"]["agreement"] == "spread"
+    assert verdict.evidence["symptom"]["dominant"] == "stops-early"
+    assert "The gradients alone name no cluster" in verdict.summary and "90.0% of the 20 failing answers stop early" \
+        in verdict.summary
+    assert verdict.next_action.startswith("drop these 20 rows: culprits.jsonl") and CUT.fix in verdict.next_action
+    # the same rows when the failing prompts do not resemble them, or when the answers fail otherwise: not named
+    assert joined(SIGNIFICANT, [CUT], effects, symptoms_of(STOPS_EARLY), {"cut_in_data": 0.1}).kind == "diffuse"
+    assert joined(SIGNIFICANT, [CUT], effects, symptoms_of({"wrapped": 20}), {"cut_in_data": 0.7}).kind == "diffuse"
+    assert joined(SIGNIFICANT, [CUT], effects, symptoms_of(NEVER_STOPS), {"cut_in_data": 0.7}).kind == "diffuse"
+
+
+def test_failure_share_must_be_twice_the_group_size_share():
+    wide = Finding("cut_in_data", "critical", "40 rows cut.", "complete them", example_ids=IDS[:40])
+    assert joined(SIGNIFICANT, [wide], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 0.8}).kind \
+        == "data-cluster"  # 0.8 >= 2 x 0.40
+    assert joined(SIGNIFICANT, [wide], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 0.75}).kind \
+        == "diffuse"  # the failing prompts resemble them, but less than twice what 40% of the rows predicts
+    small = Finding("cut_in_data", "critical", "5 rows cut.", "complete them", example_ids=IDS[:5])
+    assert joined(SIGNIFICANT, [small], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 0.2}).kind \
+        == "diffuse"  # 4x its size, but under a quarter of the failing prompts' nearest rows
+    half = Finding("cut_in_data", "warning", "60 rows cut.", "complete them", example_ids=IDS[:60])
+    assert joined(SIGNIFICANT, [half], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 1.0}).kind \
+        == "diffuse"  # most rows: a run-wide fault, not a group to drop
+
+
+@pytest.mark.parametrize("counts", [{"wrapped": 15, "other": 5}, {"wrong-fields": 20}, {"other": 12, "wrapped": 8},
+                                    {"stops-early": 7, "never-stops": 7, "other": 6}],
+                         ids=["wrapped", "wrong-fields", "other", "mixed"])
+def test_targets_failing_the_capability_where_the_failures_sit_are_named(counts):
+    fails = Finding("fails_capability", "warning", "20 of 100 training completions fail json_formatting.",
+                    "fix or drop them", example_ids=[IDS[i] for i in ELSEWHERE])
+    verdict = joined(SIGNIFICANT, [fails], spread_effects(), symptoms_of(counts), {"fails_capability": 0.6})
+    assert verdict.kind == "data-cluster" and verdict.culprit_ids == [IDS[i] for i in ELSEWHERE]
+    assert "completions that fail the capability themselves" in verdict.summary
+    assert joined(SIGNIFICANT, [fails], spread_effects(), symptoms_of(NEVER_STOPS), {"fails_capability": 0.6}).kind \
+        == "diffuse"
+
+
+def test_gradients_that_agree_and_that_disagree_with_the_audit_are_said_so():
+    effects = planted_effects()  # the gradients concentrate on the planted rows of cluster 0
+    agree = joined(SIGNIFICANT, [CUT], effects, symptoms_of(STOPS_EARLY), {"cut_in_data": 0.7})
+    assert agree.kind == "data-cluster" and agree.evidence["gradients"]["agreement"] == "agree"
+    assert agree.evidence["gradients"]["top_cluster"]["holds_group_rows"] == 1.0
+    assert "The gradients agree" in agree.summary
+    other = Finding("cut_in_data", "critical", "20 rows cut.", "complete them",
+                    example_ids=[IDS[i] for i in ELSEWHERE])
+    disagree = joined(SIGNIFICANT, [other], effects, symptoms_of(STOPS_EARLY), {"cut_in_data": 0.7})
+    assert disagree.kind == "data-cluster" and disagree.culprit_ids == [IDS[i] for i in ELSEWHERE]
+    assert disagree.evidence["gradients"]["agreement"] == "disagree"
+    assert disagree.evidence["gradients"]["top_cluster"]["name"] == "invoice, currency, amount"
+    assert "The gradients and the audit disagree" in disagree.summary and "invoice, currency, amount" \
+        in disagree.summary
+
+
+def test_a_gradient_cluster_verdict_names_a_defect_that_sits_elsewhere():
+    other = Finding("cut_in_data", "critical", "20 rows cut.", "complete them",
+                    example_ids=[IDS[i] for i in ELSEWHERE])
+    verdict = joined(SIGNIFICANT, [other], planted_effects(seed=1), symptoms_of({"wrapped": 20}), {"cut_in_data": 0.7})
+    assert verdict.kind == "data-cluster" and verdict.evidence["cluster"] == 0  # the gradients' cluster
+    assert verdict.evidence["audit_elsewhere"] == [{"group": "cut_in_data", "size": 20, "failure_share": 0.7}]
+    assert "The gradients and the audit disagree" in verdict.summary
+    quiet = joined(SIGNIFICANT, [other], planted_effects(seed=1), symptoms_of({"wrapped": 20}), {"cut_in_data": 0.1})
+    assert "audit_elsewhere" not in quiet.evidence and "disagree" not in quiet.summary
+
+
+def test_diffuse_only_on_positive_evidence_of_a_run_wide_cause():
+    unexplained = joined(SIGNIFICANT, [EPOCHS], spread_effects(), symptoms_of(STOPS_EARLY), {})
+    assert unexplained.kind == "diffuse" and unexplained.evidence["cause_found"] is False
+    assert unexplained.evidence["run_wide_causes"] == [] and unexplained.evidence["findings"] == ["many_epochs"]
+    assert "No cause was found" in unexplained.summary
+    assert EPOCHS.fix not in unexplained.next_action and "no cause found" in unexplained.next_action
+    rising = Finding("eval_loss_rising", "warning", "eval loss rose from 0.4 (step 50) to 0.9 (step 200).",
+                     "use checkpoint-50")
+    verdict = joined(SIGNIFICANT, [EPOCHS, rising], spread_effects(), symptoms_of(STOPS_EARLY), {})
+    assert verdict.evidence["cause_found"] is True and verdict.evidence["run_wide_causes"] == ["eval_loss_rising"]
+    assert verdict.next_action == "look at hyperparameters: use checkpoint-50 (evidence: eval_loss_rising)"
+    assert "eval loss rose from 0.4 (step 50) to 0.9 (step 200)" in verdict.summary
+    critical = joined(SIGNIFICANT, [EPOCHS_CRITICAL], spread_effects(), None, {})
+    assert critical.evidence["run_wide_causes"] == ["many_epochs"]  # critical: the check saw overfitting

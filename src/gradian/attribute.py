@@ -16,10 +16,11 @@ import numpy as np
 
 from gradian.audit import DiagnoseResult, diagnose
 from gradian.clusters.cluster import cluster_examples
+from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
 from gradian.data.examples import Example
-from gradian.data.render import render_example
+from gradian.data.render import render_with_answer
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
@@ -27,9 +28,10 @@ from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
 from gradian.lock import output_lock
-from gradian.regression.capabilities import Capability, get_capability
+from gradian.regression.capabilities import Capability, get_capability, passed
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, RegressionRow, measure_regression
+from gradian.regression.symptoms import classify_failures
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
@@ -64,8 +66,9 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("audit: rendering the rows as trained and running the checks")
     audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
-                     run=settings.run, config=settings.config)
-    _write_json(out / "findings.json", {"findings": [f.to_dict() for f in audit.findings]})
+                     run=settings.run, config=settings.config, capability=capability)
+    _write_json(out / "findings.json", {"findings": [f.to_dict() for f in audit.findings],
+                                        "tokenizer_source": _tokenizer_source(audit)})
 
     say("regression: generating with the base and the fine-tuned model")
     model, tokenizer = load_models(audit.base_ref, _adapter_dir(settings, audit), device=settings.device)
@@ -83,7 +86,7 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
     summary = regression.summary.to_dict()
     if not summary["significant"] and not settings.force:
         say("regression: inside the noise band, stopping here")
-        return _finish(settings, audit, summary, None, None, None)
+        return _finish(settings, audit, summary, None, None, None, regression=regression)
 
     pairs = query_pairs(regression, capability, audit.eval_examples or [], tokenizer, audit.setup, settings.query,
                         model)
@@ -125,7 +128,12 @@ def _attribute(settings: AttributeSettings, say: Say, bar: Bar | None) -> Attrib
 
     say("clusters: grouping and naming the training rows")
     features = store.rows(0, store.n_rows).astype(np.float32)
-    return _finish(settings, audit, summary, ranking.effects, features, pairs, tracin, ranking)
+    return _finish(settings, audit, summary, ranking.effects, features, pairs, tracin, regression=regression,
+                   ranking=ranking)
+
+
+def _tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
+    return audit.tokenizer_source.to_dict() if audit.tokenizer_source is not None else None
 
 
 def _finish(
@@ -136,6 +144,8 @@ def _finish(
     features: np.ndarray | None,
     pairs: list[QueryPair] | None,
     tracin: dict[str, Any] | None = None,
+    *,
+    regression: RegressionResult | None = None,
     ranking: Ranking | None = None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
@@ -143,12 +153,19 @@ def _finish(
     if effects is not None:
         effect = total_effect(effects)
         labels, clusters = _clusters(audit.examples, features, effects, audit, settings)
-    verdict = decide(summary, audit.findings, clusters, effect, ids)
+    failing = regression.failures() if regression is not None else []
+    symptoms = classify_failures(failing, get_capability(settings.capability)) if regression is not None else None
+    groups = candidate_groups(audit.examples, audit.findings, effects, clusters, [row.prompt for row in failing],
+                              seed=settings.seed)
+    clusters = groups.clusters  # the same clusters, each with where the failures sit
+    verdict = decide(summary, audit.findings, clusters, effect, ids, symptoms=symptoms, groups=groups.groups)
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=clusters, features=features, settings=settings.to_dict(),
-        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin},
-        seed=settings.seed, ranking=ranking,
+        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin,
+             "tokenizer_source": _tokenizer_source(audit)},
+        seed=settings.seed,
+        symptoms=symptoms, groups=groups, ranking=ranking,
     )
     paths = write_report(settings.out_dir, report, audit.examples)
     return AttributeResult(verdict, report, paths)
@@ -202,7 +219,7 @@ def query_pairs(
 
 
 def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str | None:
-    correct = row.reference if row.reference is not None else (row.base.text if row.base_score >= 0.5 else None)
+    correct = row.reference if row.reference is not None else (row.base.text if passed(row.base_score) else None)
     if correct is None:
         return None
     if kind.startswith("repaired"):
@@ -214,14 +231,7 @@ def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str
 
 def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
     """(prompt ids, answer ids) of `answer` rendered after the prompt exactly as training renders completions."""
-    prompt = example.prompt
-    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
-    if isinstance(prompt, list):
-        fields["completion"] = [{"role": "assistant", "content": answer}]
-    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
-                                   "collator_masks_pad": False})
-    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
-    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
+    return render_with_answer(example, answer, tokenizer, setup)
 
 
 def base_kind(query: str) -> str:
@@ -256,8 +266,9 @@ def _preconditioner(settings: AttributeSettings, model: Any, audit: DiagnoseResu
 def _checkpoints(settings: AttributeSettings, audit: DiagnoseResult) -> tuple[list[Checkpoint], str | None]:
     """The checkpoints TracIn-CP sums over, and why none are used when `auto` falls back to the final adapter.
 
-    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark they recover the
-    culprits a converged model no longer shows (its culprits' gradients are small once their failure is learned).
+    `auto` uses them when the run has them and the preconditioner is identity: on the benchmark (BENCHMARKS.md) they
+    recover the culprits a converged model no longer shows (its culprits' gradients are small once their failure is
+    learned).
     """
     if settings.checkpoints == "off":
         return [], None

@@ -1,7 +1,8 @@
 """The audit: mechanical faults of a fine-tune, found from dataset, run folder and tokenizer in seconds.
 
 `diagnose(...)` does everything; `run_audit(AuditContext)` runs the registered checks on rows already
-rendered; `@check("name")` registers a new check, a function `(AuditContext) -> list[Finding]`.
+rendered; `@check("name", category="per-row")` registers a new check, a function `(AuditContext) -> list[Finding]`
+(categories: setup, per-row, run-wide; see `audit/registry.py`).
 """
 
 from gradian.audit.context import AuditContext

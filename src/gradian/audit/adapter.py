@@ -1,4 +1,4 @@
-"""Was the adapter trained on this base model? Names and tensor shapes, read from headers only."""
+"""Was the adapter trained on this base model? Names and tensor shapes, by the rules of `data/adapter_base.py`."""
 
 from __future__ import annotations
 
@@ -8,26 +8,8 @@ from typing import Any
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
-
-
-def _name_parts(name: str) -> list[str]:
-    return [part for part in str(name).replace("\\", "/").rstrip("/").split("/") if part]
-
-
-def same_model(adapter_base: str, base_spec: str) -> bool:
-    """Same folder, same hub id, or the same last path components (`org/name` or `name`)."""
-    if not adapter_base or not base_spec:
-        return True
-    a, b = Path(adapter_base), Path(base_spec)
-    if a.exists() and b.exists():
-        return a.resolve() == b.resolve()
-    left, right = _name_parts(adapter_base), _name_parts(base_spec)
-    if not left or not right:
-        return True
-    tail = min(len(left), len(right), 2)
-    if left[-tail:] == right[-tail:]:
-        return True
-    return left[-1].lower() == right[-1].lower() and "snapshots" not in (left + right)
+from gradian.data.adapter_base import adapter_shapes, names_same_model
+from gradian.errors import InputError
 
 
 def _input_widths(config: Any) -> set[int]:
@@ -39,16 +21,10 @@ def _input_widths(config: Any) -> set[int]:
 
 
 def _lora_a_shapes(adapter_dir: Path) -> dict[str, list[int]]:
-    """Shapes of every `lora_A` weight, from the safetensors header (no tensor is loaded)."""
-    from safetensors import safe_open
-
-    path = adapter_dir / "adapter_model.safetensors"
-    if not path.is_file():
-        return {}
+    """Shapes of every `lora_A` weight, from the file header (no tensor is loaded); {} when unreadable."""
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            return {k: list(handle.get_slice(k).get_shape()) for k in handle.keys() if "lora_A" in k}
-    except Exception:
+        return {k: list(shape) for k, shape in adapter_shapes(adapter_dir).items() if "lora_A" in k}
+    except InputError:
         return {}
 
 
@@ -69,7 +45,7 @@ def adapter_base_mismatch(ctx: AuditContext) -> list[Finding]:
                  f"{shape[1]} (e.g. {name}), the base model has {sorted(widths)}")
         fix = f"pass the base model the adapter was trained on (--base-model {recorded or '<its base>'})"
         findings.append(Finding("adapter_base_mismatch", "critical", title, fix, [], {**values, "mismatched": wrong}))
-    elif not same_model(recorded, ctx.base_ref.spec):
+    elif not names_same_model(recorded, ctx.base_ref):
         title = f"the adapter was trained on {recorded!r}, but --base-model is {ctx.base_ref.spec!r}"
         fix = f"pass --base-model {recorded} (or confirm both name the same weights)"
         findings.append(Finding("adapter_base_mismatch", "warning", title, fix, [], values))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.data.base_model import BaseModelRef
 from gradian.data.examples import Example
 from gradian.data.render import Rendered, eos_token_of, pad_token_id_of
 from gradian.data.run_folder import RunInfo
 from gradian.data.setup import TrainingSetup
+
+if TYPE_CHECKING:
+    from gradian.regression.capabilities import Capability
 
 
 @dataclass
@@ -26,6 +29,7 @@ class AuditContext:
     base_ref: BaseModelRef | None = None
     base_config: Any = None
     options: dict[str, Any] = field(default_factory=dict)
+    capability: Capability | None = None  # what the fine-tune should be able to do, applied to the training targets
 
     @cached_property
     def eos_id(self) -> int | None:

@@ -1,23 +1,51 @@
-"""`diagnose`: read the inputs, render the rows as trained, run every check. Tokenizer and config only."""
+"""`diagnose`: read the inputs, render the rows as trained, run every check. Tokenizer and config only.
+
+The tokenizer is the one training used: the run folder's saved one (TRL and Trainer save their processing
+class beside the adapter) when it has one, the base model's only as a fallback; `tokenizer_source` says which.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import run_audit
-from gradian.data.base_model import BaseModelRef, load_config, load_tokenizer, resolve_base_model
+from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.examples import Example, read_dataset
 from gradian.data.render import Rendered, render_dataset
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
+from gradian.data.tokens import apply_training_tokens
 from gradian.errors import InputError
 
+if TYPE_CHECKING:
+    from gradian.regression.capabilities import Capability
+
 Progress = Callable[[str], None]
+COMPARED_TOKENS = ("eos_token", "pad_token", "bos_token")
+
+
+@dataclass
+class TokenizerSource:
+    """Which tokenizer rendering and every check read, and how it differs from the base model's."""
+
+    kind: str  # "run" (saved by the trainer) | "base_model"
+    path: str
+    differs_from_base: dict[str, list[Any]] = field(default_factory=dict)  # name -> [base model's, run's]
+
+    def describe(self) -> str:
+        if self.kind == "base_model":
+            return f"the base model's ({self.path}); the run folder saved none"
+        changes = ", ".join(f"{name} {base!r} → {run!r}" for name, (base, run) in self.differs_from_base.items())
+        return f"the run's saved tokenizer ({self.path})" + (f"; differs from the base model's: {changes}"
+                                                             if changes else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "differs_from_base": self.differs_from_base}
 
 
 @dataclass
@@ -33,9 +61,7 @@ class DiagnoseResult:
     eval_examples: list[Example] | None
     base_ref: BaseModelRef
     base_config: Any = None
-
-    def worst(self) -> str | None:
-        return self.findings[0].severity if self.findings else None
+    tokenizer_source: TokenizerSource | None = None
 
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("critical", "warning", "info")}
@@ -44,6 +70,7 @@ class DiagnoseResult:
             "counts": counts,
             "rows": len(self.examples),
             "base_model": self.base_ref.spec,
+            "tokenizer_source": self.tokenizer_source.to_dict() if self.tokenizer_source else None,
             "run": str(self.run.path) if self.run and self.run.path else None,
             "setup": self.setup.to_dict(),
             "assumed": list(self.setup.assumed),
@@ -60,38 +87,83 @@ def diagnose(
     config: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    capability: str | Capability | None = None,
 ) -> DiagnoseResult:
-    """Audit a fine-tune from its dataset, run folder/config and base model (tokenizer + config, never weights)."""
+    """Audit a fine-tune from its dataset, run folder/config and base model (tokenizer, config and embedding rows,
+    never the whole model). With `capability`, the training completions are scored with it too."""
     say = progress or (lambda _: None)
-    say("reading the dataset")
-    examples = _examples(dataset, eval_set=False)
-    eval_examples = _examples(eval_dataset, eval_set=True) if eval_dataset is not None else None
     info = run if isinstance(run, RunInfo) else read_run(run, config, overrides)
+    say("reading the dataset")
+    field = info.setup.dataset_text_field  # TRL's dataset_text_field names the text column
+    examples = _examples(dataset, eval_set=False, text_field=field)
+    eval_examples = _examples(eval_dataset, eval_set=True, text_field=field) if eval_dataset is not None else None
     ref = base_model if isinstance(base_model, BaseModelRef) else resolve_base_model(base_model)
+    scorer = _capability(capability)
     say("loading the tokenizer")
-    tokenizer, base_config = load_tokenizer(ref), load_config(ref)
+    tokenizer, source = training_tokenizer(info, ref)
+    base_config = load_config(ref)
     setup = info.setup
-    _apply_tokens(tokenizer, setup, ref)
+    _adopt_saved_tokens(setup, tokenizer, source)
+    apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"rendering {len(examples)} rows")
     rendered = render_dataset(examples, tokenizer, setup)
     say("running the checks")
-    ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config)
-    return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config)
+    ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
+    return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,
+                          source)
 
 
-def _examples(value: str | Path | Sequence[Example], eval_set: bool) -> list[Example]:
+def training_tokenizer(run: RunInfo, ref: BaseModelRef) -> tuple[Any, TokenizerSource]:
+    """The run's saved tokenizer when it has one that loads, else the base model's; and which was read.
+
+    A saved tokenizer that does not load is noted in `run.unreadable` and the base model's is read instead.
+    """
+    if run.tokenizer_dir is not None:
+        try:
+            saved = load_saved_tokenizer(run.tokenizer_dir)
+        except InputError as error:
+            run.unreadable.append(f"{error} The base model's tokenizer was read instead.")
+        else:
+            return saved, TokenizerSource("run", str(run.tokenizer_dir), _differences(saved, ref))
+    return load_tokenizer(ref), TokenizerSource("base_model", ref.spec)
+
+
+def _differences(saved: Any, ref: BaseModelRef) -> dict[str, list[Any]]:
+    """What the trainer changed in the base model's tokenizer: special tokens, vocabulary size, chat template."""
+    try:
+        base = load_tokenizer(ref)
+    except InputError:
+        return {}  # the saved tokenizer is what training used; the comparison is only a courtesy
+    out: dict[str, list[Any]] = {name: [getattr(base, name), getattr(saved, name)] for name in COMPARED_TOKENS
+                                 if getattr(base, name) != getattr(saved, name)}
+    if len(base) != len(saved):
+        out["tokens"] = [len(base), len(saved)]
+    if (base.chat_template or None) != (saved.chat_template or None):
+        out["chat_template"] = ["the base model's" if base.chat_template else None,
+                                "the run's own" if saved.chat_template else None]
+    return out
+
+
+def _adopt_saved_tokens(setup: TrainingSetup, tokenizer: Any, source: TokenizerSource) -> None:
+    """The saved tokenizer records the EOS and pad the run trained with: they are no longer assumed, and an EOS
+    or pad the trainer set in place of the base model's counts as the run's setting (as a config's would)."""
+    if source.kind != "run":
+        return
+    for name in ("eos_token", "pad_token"):
+        if getattr(setup, name) is None and name in source.differs_from_base:
+            setattr(setup, name, getattr(tokenizer, name))
+    setup.assumed = [name for name in setup.assumed if name not in ("eos_token", "pad_token")]
+
+
+def _capability(capability: str | Capability | None) -> Capability | None:
+    if capability is None or not isinstance(capability, str):
+        return capability
+    from gradian.regression.capabilities import get_capability
+
+    return get_capability(capability)
+
+
+def _examples(value: str | Path | Sequence[Example], eval_set: bool, text_field: str = "text") -> list[Example]:
     if isinstance(value, (str, Path)):
-        return read_dataset(value, eval_set=eval_set)
+        return read_dataset(value, eval_set=eval_set, text_field=text_field)
     return list(value)
-
-
-def _apply_tokens(tokenizer: Any, setup: TrainingSetup, ref: BaseModelRef) -> None:
-    """What SFTTrainer does to the tokenizer before tokenizing: its `eos_token` replaces the tokenizer's."""
-    if setup.eos_token is not None:
-        if setup.eos_token not in tokenizer.get_vocab():
-            raise InputError(f"eos_token {setup.eos_token!r} from the training config is not in the tokenizer's "
-                             f"vocabulary; fix the config.", setup.source or ref.spec)
-        tokenizer.eos_token = setup.eos_token
-    if setup.pad_token is not None and setup.pad_token not in tokenizer.get_vocab():
-        raise InputError(f"pad_token {setup.pad_token!r} is not in the tokenizer's vocabulary; fix the config.",
-                         setup.source or ref.spec)

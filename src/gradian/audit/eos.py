@@ -32,7 +32,8 @@ def missing_eos(ctx: AuditContext) -> list[Finding]:
     severity = "critical" if len(missing) >= 0.5 * max(len(trained), 1) else "warning"
     values = {"model_eos": stops, "configured_eos_token": ctx.setup.eos_token, "eos_id": ctx.eos_id}
     if ctx.setup.eos_token is not None and ctx.eos_id not in ctx.end_ids:
-        title = (f"eos_token={ctx.setup.eos_token!r} in the training config replaced the model's EOS {stops[0]!r}: "
+        title = (f"the run's eos_token={ctx.setup.eos_token!r} (config or saved tokenizer) replaced the model's EOS "
+                 f"{stops[0]!r}: "
                  f"{share(len(missing), len(trained))} never supervise {stops[0]!r}, so the model does not learn to stop")
         fix = (f"remove eos_token from the training config, or set SFTConfig(eos_token={stops[0]!r}), "
                f"the token the model stops on")

@@ -22,6 +22,7 @@ class Finding:
     fix: str
     example_ids: list[str] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
+    category: str = ""  # setup | per-row | run-wide: the registering check's (audit/registry.py)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -32,7 +33,8 @@ class Finding:
         return bool(self.example_ids)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The one JSON form of a finding: findings.json (diagnose) and report.json (attribute) both write it."""
+        return {**asdict(self), "n_examples": len(self.example_ids)}
 
 
 def by_severity(findings: list[Finding]) -> list[Finding]:

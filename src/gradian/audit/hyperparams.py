@@ -7,6 +7,7 @@ import math
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
+from gradian.audit.schedule import training_went_wrong
 
 LR_HIGH = 1e-3  # LoRA on models ≥ 1024 wide: collapse / NaN reported at 3e-3 (tloen/alpaca-lora#391); 1e-4..3e-4 usual
 LR_CRITICAL = 1e-2
@@ -31,20 +32,29 @@ def _width_factor(ctx: AuditContext) -> float:
 @check("learning_rate")
 def learning_rate(ctx: AuditContext) -> list[Finding]:
     """Peak learning rate too high for LoRA (collapse, NaN) or too low to learn anything. The ranges are for
-    models ≥ 1024 wide and scale up for narrower ones."""
+    models ≥ 1024 wide and scale up for narrower ones.
+
+    A rate is a risk, not a fault: far above the range (≥ LR_CRITICAL) it is critical when the log shows the
+    damage (NaN, spikes, a loss that never fell) or when there is no log to look at; a log of smooth training
+    makes it a warning."""
     lr, factor = _learning_rate(ctx), _width_factor(ctx)
     high = LR_HIGH * factor
     if lr is None or LR_LOW <= lr <= high:
         return []
+    values = {"learning_rate": lr, "high": high}
     if lr > high:
-        severity = "critical" if lr >= LR_CRITICAL * factor else "warning"
+        damage = training_went_wrong(ctx.log_history)
+        logged = sum(isinstance(row.get("loss"), (int, float)) for row in ctx.log_history) >= 2
+        values["log_shows"] = damage
+        severity = "critical" if lr >= LR_CRITICAL * factor and (damage or not logged) else "warning"
         title = f"learning rate {lr:g} is high for LoRA on this model (above {high:.2g}: loss collapse, NaN)"
+        title += f"; the log shows it: {damage}" if damage else ("; the log shows smooth training" if logged else "")
         fix = f"use learning_rate={2e-4 * factor:.2g} (LoRA's usual 1e-4 to 3e-4 at width 1024+) with warmup_ratio=0.03"
     else:
         severity = "warning"
         title = f"learning rate {lr:g} is too low for LoRA to move the model"
         fix = "use learning_rate=1e-4 to 3e-4 for LoRA"
-    return [Finding("learning_rate", severity, title, fix, [], {"learning_rate": lr, "high": high})]
+    return [Finding("learning_rate", severity, title, fix, [], values)]
 
 
 @check("lora_alpha_rank")

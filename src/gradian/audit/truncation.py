@@ -30,9 +30,9 @@ def _severity(count: int, total: int) -> str:
 def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     """Rows longer than `max_length`: with keep_start their completion end and EOS are cut off."""
     limit = ctx.setup.max_length
-    if limit is None or ctx.setup.packing:
+    if limit is None:
         return []
-    over = [r for r in ctx.rendered if r.full_length > limit]
+    over = [r for r in ctx.rendered if r.over_limit == "truncated"]  # dropped rows: audit/dropped.py
     if not over:
         return []
     need = p99([r.full_length for r in ctx.rendered])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gradian.audit.diagnosis import DiagnoseResult, diagnose
+from gradian.audit.diagnosis import DiagnoseResult, TokenizerSource, diagnose
 from gradian.audit.finding import SEVERITIES, Finding
 from gradian.errors import InputError
 
@@ -22,17 +22,21 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 @click.option("--config", default=None, help="TRL SFTConfig or axolotl YAML/JSON (default: found in --run).")
 @click.option("--base-model", required=True, help="Model folder, .gguf file or hub id in the local cache.")
 @click.option("--max-length", type=int, default=None, help="Override the run's max_length.")
+@click.option("--capability", default=None,
+              help="Score every training completion with this capability too (the names `attribute` takes: "
+                   "json_formatting, regex:P, module:function …; capabilities that need a reference are skipped).")
 @click.option("--out", default=None, type=click.Path(file_okay=False), help="Also write findings.json and findings.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--fail-on", type=click.Choice(["critical", "warning"]), default="warning", show_default=True,
               help="Exit 1 when a finding at or above this severity is present.")
 def diagnose_command(dataset: str, eval_dataset: str | None, run_dir: str | None, config: str | None,
-                     base_model: str, max_length: int | None, out: str | None, as_json: bool, fail_on: str) -> None:
+                     base_model: str, max_length: int | None, capability: str | None, out: str | None, as_json: bool,
+                     fail_on: str) -> None:
     """Audit a LoRA fine-tune for mechanical faults: truncation, EOS, loss mask, duplicates, schedule, template."""
     overrides = {"max_length": max_length} if max_length is not None else None
     progress = _progress if not as_json and sys.stderr.isatty() else None  # keep pipes and logs clean
     result = diagnose(dataset, base_model=base_model, eval_dataset=eval_dataset, run=run_dir, config=config,
-                      overrides=overrides, progress=progress)
+                      overrides=overrides, progress=progress, capability=capability)
     payload = result.to_dict()
     if out:
         _write(Path(out), payload, result)
@@ -67,6 +71,11 @@ def _print_table(result: DiagnoseResult) -> None:
             table.add_row(f"[{style}]{finding.severity}[/{style}]", finding.check, finding.title,
                           str(len(finding.example_ids) or "—"), finding.fix)
         console.print(table)
+    if result.tokenizer_source is not None:
+        console.print(f"[dim]Tokenizer: {result.tokenizer_source.describe()}[/dim]", highlight=False)
+    if result.setup.framework_version:
+        console.print(f"[dim]{result.setup.framework} {result.setup.framework_version}: "
+                      f"{result.setup.version_source}[/dim]")
     if result.setup.assumed:
         console.print(f"[dim]Assumed framework defaults for: {', '.join(result.setup.assumed)}[/dim]")
     for line in result.run.unreadable if result.run else []:
@@ -77,15 +86,18 @@ def _write(out: Path, payload: dict, result: DiagnoseResult) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "findings.json").write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-        (out / "findings.md").write_text(findings_markdown(result.findings, len(result.examples)), encoding="utf-8")
+        (out / "findings.md").write_text(findings_markdown(result.findings, len(result.examples),
+                                                           result.tokenizer_source), encoding="utf-8")
     except OSError as error:
         raise InputError(f"cannot write the findings there ({error.strerror or type(error).__name__}); "
                          f"give --out a folder you can write.", out) from None
 
 
-def findings_markdown(findings: list[Finding], rows: int) -> str:
+def findings_markdown(findings: list[Finding], rows: int, tokenizer: TokenizerSource | None = None) -> str:
     """A pasteable summary: one table row per finding, then each fix in full."""
     lines = [f"# gradian diagnose: {len(findings)} finding(s) over {rows} rows", ""]
+    if tokenizer is not None:
+        lines += [f"Tokenizer read: {tokenizer.describe()}.", ""]
     if not findings:
         return "\n".join(lines + ["No mechanical faults found.", ""])
     lines += ["| severity | check | finding | rows |", "|---|---|---|---|"]

@@ -32,6 +32,7 @@ class ClusterSummary:
     lift: float
     mean_effect: float
     flag_rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    failure_share: float | None = None  # set by clusters.groups: share of the failing prompts' nearest rows
 
     @property
     def size(self) -> int:
@@ -58,27 +59,53 @@ def summarize_clusters(
     if effects.shape[1] != len(ids) or len(labels) != len(ids):
         raise ValueError(f"{len(ids)} ids, {len(labels)} labels and effects of shape {effects.shape} disagree")
     clusters = sorted(int(c) for c in np.unique(labels))
-    membership = np.stack([labels == c for c in clusters]).astype(np.float64)  # (C, N)
-    shares = harm_shares(effects.mean(axis=0), membership)  # (C,)
-    low, high = harm_share_ci(effects, membership, seed=seed)
+    membership = np.stack([labels == c for c in clusters])  # (C, N)
+    stats = group_statistics(effects, membership, seed=seed)
     flagged = flagged_ids(findings)
-    mean_effect = effects.mean(axis=0)
     summaries = []
     for row, cluster in enumerate(clusters):
-        inside = membership[row].astype(bool)
-        size_share = float(inside.mean())
+        inside = membership[row]
         summaries.append(ClusterSummary(
             id=cluster,
             name=names.get(cluster, f"cluster {cluster}"),
             example_ids=[ids[i] for i in np.flatnonzero(inside)],
-            size_share=size_share,
-            harm_share=float(shares[row]),
-            harm_share_ci=(float(low[row]), float(high[row])),
-            lift=float(shares[row] / size_share),
-            mean_effect=float(mean_effect[inside].mean()),
+            size_share=float(stats.size_share[row]),
+            harm_share=float(stats.harm_share[row]),
+            harm_share_ci=(float(stats.ci_low[row]), float(stats.ci_high[row])),
+            lift=float(stats.lift[row]),
+            mean_effect=float(stats.mean_effect[row]),
             flag_rates=flag_rates(ids, inside, flagged),
         ))
     return sorted(summaries, key=lambda s: (-s.harm_share, -s.lift, s.id))
+
+
+@dataclass
+class GroupStatistics:
+    """Per group of rows (clusters, or the rows a finding flags; groups may overlap), each array (G,)."""
+
+    size_share: np.ndarray
+    harm_share: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    lift: np.ndarray
+    mean_effect: np.ndarray
+
+
+def group_statistics(effects: np.ndarray, membership: np.ndarray, *, seed: int = 0) -> GroupStatistics:
+    """Harm share, its bootstrap CI over queries, lift and mean effect of every group. `effects` (Q, N), `membership`
+    (G, N) boolean; a group's lift is its harm share over its size share (nan for an empty group)."""
+    effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))  # (Q, N)
+    inside = np.asarray(membership, dtype=bool)  # (G, N)
+    weights = inside.astype(np.float64)
+    mean_effect = effects.mean(axis=0)  # (N,)
+    shares = harm_shares(mean_effect, weights)  # (G,)
+    low, high = harm_share_ci(effects, weights, seed=seed)
+    sizes = weights.sum(axis=1)  # (G,)
+    size_share = sizes / max(inside.shape[1], 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lift = np.where(sizes > 0, shares / size_share, np.nan)
+        group_mean = np.where(sizes > 0, weights @ mean_effect / sizes, np.nan)
+    return GroupStatistics(size_share, shares, np.atleast_1d(low), np.atleast_1d(high), lift, group_mean)
 
 
 def harm_shares(effect: np.ndarray, membership: np.ndarray) -> np.ndarray:

@@ -72,6 +72,20 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
                          ref.spec) from None
 
 
+def load_saved_tokenizer(folder: Path) -> Any:
+    """The tokenizer a trainer saved beside its adapter (tokenizer_config.json, tokenizer.json, chat template).
+
+    Loaded offline and without remote code: a `tokenizer_class` the folder names but transformers does not
+    ship fails here instead of running. Raises `InputError` naming the folder when it cannot be loaded.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except Exception as error:
+        raise InputError(f"holds a tokenizer that could not be loaded ({reason(error)}).", folder) from None
+
+
 def load_config(ref: BaseModelRef) -> Any:
     from transformers import AutoConfig
 

@@ -7,6 +7,11 @@ Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 - `{"messages": [msgs]}` (or ShareGPT `{"conversations": [{"from", "value"}]}`): conversational language modeling
 - `{"text": str}`: language modeling (loss on everything)
 - `{"instruction", "input"?, "output"}`: Alpaca, read as prompt-completion
+- `{"segments": [{"label", "text"}]}`: axolotl's input_output, read as prompt-completion
+- a list of `{"role", "content"}` (or `{"from", "value"}`) turns under any other key: read as messages
+
+How training rendered a row is the framework's business (`data/render.py`, `data/axolotl.py`, from `raw`);
+these shapes are what reports, duplicates and clusters read.
 
 Every example gets a stable id: its `id` field, else its 1-based line number as a string.
 """
@@ -108,12 +113,13 @@ def _as_text(value: str | Messages | None) -> str:
     return "\n".join(str(message.get("content", "")) for message in value)
 
 
-def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
+def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text") -> list[Example]:
     """Read every row of a JSONL file (or a JSON array) as `Example`s.
 
     Raises `InputError` naming the file and line for anything Gradian cannot read: bad JSON,
     non-UTF-8 bytes, a row of no known shape, a duplicate id, an empty file.
-    With `eval_set=True` the reference answer is optional.
+    With `eval_set=True` the reference answer is optional. `text_field` is TRL's `dataset_text_field`: the
+    column that holds a language-modelling row's text.
     """
     path = Path(path)
     if not path.exists():
@@ -125,7 +131,7 @@ def read_dataset(path: str | Path, *, eval_set: bool = False) -> list[Example]:
     examples: list[Example] = []
     first_line_of: dict[str, int] = {}
     for line, row in _rows(path):
-        example = _example(row, line, path, eval_set)
+        example = _example(row, line, path, eval_set, text_field)
         if example.id in first_line_of:
             raise InputError(
                 f"duplicate id {example.id!r} (first seen at line {first_line_of[example.id]}); ids must be unique.",
@@ -199,15 +205,15 @@ def _decode(data: bytes, path: Path, line: int | None) -> str:
         raise InputError(f"not UTF-8 (byte {error.start}); re-encode the file as UTF-8.", path, line) from None
 
 
-def _example(row: Any, line: int, path: Path, eval_set: bool) -> Example:
+def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = "text") -> Example:
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, found {type(row).__name__}.", path, line)
     example_id = str(row["id"]) if row.get("id") is not None else str(line)
-    fields = _fields(row, line, path, eval_set)
+    fields = _fields(row, line, path, eval_set, text_field)
     return Example(id=example_id, line=line, fields=fields, source=str(path), raw=row)
 
 
-def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:
+def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_field: str = "text") -> dict[str, Any]:
     if "messages" in row or "conversations" in row:
         messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
         _check_messages(messages, "messages", line, path)
@@ -230,10 +236,18 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[
         return {"prompt": prompt} if completion is None else {"prompt": prompt, "completion": completion}
     if "instruction" in row:
         return _from_alpaca(row, line, path, eval_set)
-    if "text" in row:
-        if not isinstance(row["text"], str):
-            raise InputError('"text" must be a string.', path, line)
-        return {"text": row["text"]}
+    for name in dict.fromkeys((text_field, "text")):
+        if name in row:
+            if not isinstance(row[name], str):
+                raise InputError(f'"{name}" must be a string.', path, line)
+            return {"text": row[name]}
+    if "segments" in row:
+        return _from_segments(row["segments"], line, path)
+    chats = [key for key, value in row.items() if _looks_like_chat(value)]
+    if len(chats) == 1:  # messages under another name (axolotl's field_messages)
+        messages = _from_sharegpt(row[chats[0]], line, path) if "from" in row[chats[0]][0] else row[chats[0]]
+        _check_messages(messages, chats[0], line, path)
+        return {"messages": messages}
     keys = ", ".join(json.dumps(key) for key in sorted(row)) or "none"  # quoted: a key may hold a newline
     raise InputError(
         f"no known fields (found: {keys}); expected prompt/completion, messages, text or instruction/output.",
@@ -255,6 +269,21 @@ def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> 
     if not isinstance(output, str):
         raise InputError('"output" must be a string.', path, line)
     return {"prompt": prompt, "completion": output}
+
+
+def _looks_like_chat(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+            and ("role" in value[0] or "from" in value[0]) and ("content" in value[0] or "value" in value[0]))
+
+
+def _from_segments(segments: Any, line: int, path: Path) -> dict[str, Any]:
+    """axolotl's input_output rows: the text before the first trained segment is the prompt, the rest the answer."""
+    if not isinstance(segments, list) or not all(isinstance(s, dict) and isinstance(s.get("text"), str)
+                                                 for s in segments):
+        raise InputError('"segments" must be a list of {"label": true/false, "text": "..."}.', path, line)
+    first = next((i for i, s in enumerate(segments) if s.get("label")), len(segments))
+    return {"prompt": "".join(s["text"] for s in segments[:first]),
+            "completion": "".join(s["text"] for s in segments[first:])}
 
 
 def _from_sharegpt(conversations: Any, line: int, path: Path) -> Messages:

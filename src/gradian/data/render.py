@@ -9,14 +9,18 @@ Mirrors TRL `SFTTrainer._prepare_dataset` (the reference the tests compare again
 4. truncation at `max_length` (`keep_start` / `keep_end`); rows left with no supervised token
    are dropped, as TRL drops them; axolotl's `drop` strategy drops every over-long row;
 5. a collator that masks pad ids (transformers' LM collator) hides every label equal to pad.
+
+Under an axolotl config each row is rendered by its `datasets:` entry's type instead (`data/axolotl.py`), and
+over-long rows follow `excess_length_strategy`. `Rendered.over_limit` says what became of a row past the limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
@@ -37,6 +41,7 @@ class Rendered:
     prompt_length: int
     tail_cut: bool = False
     dropped: bool = False
+    over_limit: str = field(default="", metadata={"help": "past max_length: truncated | dropped | refused | split"})
 
     @property
     def truncated_tokens(self) -> int:
@@ -80,6 +85,16 @@ def render_example(example: Example, tokenizer: Any, setup: TrainingSetup) -> Re
 
 def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Rendered]:
     """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
+    if setup.framework == "axolotl":
+        options = axolotl_options(setup)
+        entries: dict[str, dict[str, Any]] = {}  # one datasets entry per source file
+        out = []
+        for example in examples:
+            if example.source not in entries:
+                entries[example.source] = entry_for(example, options)
+            entry = entries[example.source]
+            out.append(_finish_axolotl(example, *render_axolotl(example, tokenizer, options, entry), entry, setup))
+        return out
     rendered: list[Rendered | None] = [None] * len(examples)
     offsets = _OffsetsCheck()
     for start in range(0, len(examples), BATCH):
@@ -232,12 +247,38 @@ def _finish(
         ids, labels = ids[cut], labels[cut]
         tail_cut = setup.truncation_mode == "keep_start"  # the completion's end, EOS included, is gone
         dropped = setup.drop_overlong
+        over = "dropped" if dropped else "truncated"
+    else:
+        over = ""
     dropped = dropped or labels.count(IGNORE) == len(labels)
-    return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped)
+    return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped, over)
+
+
+def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_len: int, entry: dict[str, Any],
+                    setup: TrainingSetup) -> Rendered:
+    """axolotl's `handle_long_seq_in_dataset`, then its drop of rows with no trainable token."""
+    limit, full_length = setup.max_length, len(ids)
+    strategy = setup.excess_length_strategy or "drop"
+    over, tail_cut = "", False
+    if limit is not None and full_length > limit:
+        if str(entry.get("type", "")).startswith("completion"):
+            over = "split"  # type: completion trains every sequence_len piece of the row
+        else:
+            over = {"truncate": "truncated", "raise": "refused"}.get(strategy, "dropped")
+            ids, labels, tail_cut = ids[:limit], labels[:limit], True
+    dropped = over in ("dropped", "refused") or len(ids) < 2 or labels.count(IGNORE) == len(labels)
+    return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped, over)
+
+
+def axolotl_options(setup: TrainingSetup) -> dict[str, Any]:
+    """What data/axolotl.py reads: the config's datasets and prompt settings, with the run's sequence_len."""
+    return {**setup.axolotl, "sequence_len": setup.max_length or 10**9, "config_path": setup.source}
 
 
 def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> list[int]:
     """The prompt tokens a model is given at generation time (generation prompt added for chats)."""
+    if setup.framework == "axolotl":
+        return axolotl_prompt(example, tokenizer, axolotl_options(setup))
     prompt = example.prompt
     if isinstance(prompt, list):
         out = tokenizer.apply_chat_template(
@@ -245,6 +286,21 @@ def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> lis
         )
         return list(out["input_ids"])
     return list(tokenizer(prompt or "")["input_ids"])
+
+
+def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of `answer` rendered after `example`'s prompt exactly as training renders completions
+    (no truncation: the answer is scored whole)."""
+    if setup.framework == "axolotl":
+        return axolotl_answer(example, answer, tokenizer, axolotl_options(setup))
+    prompt = example.prompt
+    fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
+    if isinstance(prompt, list):
+        fields["completion"] = [{"role": "assistant", "content": answer}]
+    untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
+                                   "collator_masks_pad": False})
+    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
+    return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
 
 
 def render_answer(prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], list[int]]:

@@ -23,6 +23,13 @@ from typing import Any
 
 import yaml
 
+from gradian.data.axolotl import NAMED_TEMPLATES
+from gradian.data.framework_version import (
+    VersionRange,
+    inferred_trl_version,
+    recorded_version,
+    trl_collator_masks_pad,
+)
 from gradian.data.setup import TrainingSetup
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
@@ -45,15 +52,12 @@ class RunInfo:
     log_history: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
     optimizer_path: Path | None = None
+    tokenizer_dir: Path | None = None  # the tokenizer the trainer saved (its processing class), newest first
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     training_args: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
     unreadable: list[str] = field(default_factory=list)
-
-    @property
-    def base_model_name(self) -> str | None:
-        return self.adapter_config.get("base_model_name_or_path")
 
 
 def read_run(
@@ -81,11 +85,11 @@ def _read_folder(path: Path) -> RunInfo:
         raise InputError("no such run folder; check the path.", path)
     if not path.is_dir():
         raise InputError("is a file, expected a run folder (the trainer's output_dir).", path)
-    checkpoints = _checkpoints(path)
+    checkpoints = checkpoint_folders(path)
     if CHECKPOINT.match(path.name) and not checkpoints:
         checkpoints = [path]
-    adapter_dir = _newest_with(path, checkpoints, "adapter_config.json")
-    state_dir = _newest_with(path, checkpoints, "trainer_state.json")
+    adapter_dir = newest_with(path, checkpoints, "adapter_config.json")
+    state_dir = newest_with(path, checkpoints, "trainer_state.json")
     if adapter_dir is None and state_dir is None:
         raise InputError(
             "holds no adapter_config.json and no trainer_state.json (nor checkpoint-*/ with them); "
@@ -111,17 +115,19 @@ def _read_folder(path: Path) -> RunInfo:
     newest = checkpoints[-1] if checkpoints else path
     if (newest / "optimizer.pt").exists():
         run.optimizer_path = newest / "optimizer.pt"
+    run.tokenizer_dir = newest_with(path, checkpoints, "tokenizer_config.json")
     run.training_args = _training_args(run, path, checkpoints)
     return run
 
 
-def _checkpoints(path: Path) -> list[Path]:
+def checkpoint_folders(path: Path) -> list[Path]:
+    """The `checkpoint-N/` folders under `path`, sorted by N (the one place Gradian finds checkpoints)."""
     found = [(int(match.group(1)), child) for child in path.iterdir()
              if child.is_dir() and (match := CHECKPOINT.match(child.name))]
     return [child for _, child in sorted(found)]
 
 
-def _newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
+def newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
     """The run root if it holds `name` (what `save_model`/`save_state` write last), else the newest checkpoint."""
     for folder in [root, *reversed(checkpoints)]:
         if (folder / name).is_file():
@@ -206,10 +212,35 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
         explicit.update(layer)
     explicit.update({key: value for key, value in overrides.items() if value is not None})
     values = {**FRAMEWORK_DEFAULTS.get(framework, {}), **explicit, "framework": framework}
+    version = _framework_version(run, framework)
+    if version is not None:
+        values.update(framework_version=version.text, version_source=version.how)
+        if framework == "trl" and values.get("collator_masks_pad") is None:
+            masks = trl_collator_masks_pad(version, bool(values.get("padding_free")))
+            if masks is not None:  # TRL's own collator, as that version builds it
+                values["collator_masks_pad"] = explicit["collator_masks_pad"] = masks
     setup = TrainingSetup(**{key: value for key, value in values.items() if key in known})
     setup.source = str(run.config_path) if run.config_path else ("training_args.bin" if run.training_args else None)
     setup.assumed = [name for name in ASSUMABLE if name not in explicit]
     return setup
+
+
+def _framework_version(run: RunInfo, framework: str) -> VersionRange | None:
+    """The recorded version, else (TRL) the narrowest range the config and training_args.bin leave."""
+    recorded = recorded_version(run.path, run.config, framework)
+    if recorded is not None or framework != "trl":
+        return recorded
+    every = str(run.training_args.get("__class__", "")).endswith("SFTConfig")
+    ranges = [r for r in (inferred_trl_version(run.training_args, every_field=every, where="training_args.bin"),
+                          inferred_trl_version(run.config, every_field=False,
+                                               where=run.config_path.name if run.config_path else "the config"))
+              if r is not None]
+    if not ranges:
+        return None
+    lows = [r.low for r in ranges if r.low is not None]
+    highs = [r.high for r in ranges if r.high is not None]
+    return VersionRange(max(lows) if lows else None, min(highs) if highs else None,
+                        "; ".join(r.how for r in ranges if r.how))
 
 
 # Rendering settings reports say were taken on trust when the run did not record them.
@@ -223,6 +254,8 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 AXOLOTL_KEYS = {"sequence_len", "train_on_inputs", "micro_batch_size", "num_epochs", "sample_packing",
                 "excess_length_strategy", "lora_r", "adapter", "base_model", "datasets"}
+# What data/axolotl.py reads from an axolotl config besides the TrainingSetup fields.
+AXOLOTL_RENDER_KEYS = ("datasets", "train_on_inputs", "chat_template", "chat_template_jinja", "eot_tokens")
 # Collators that set the labels of pad ids to -100 (so pad == eos hides every EOS); TRL's own pads by position.
 PAD_MASKING_COLLATORS = ("DataCollatorForLanguageModeling", "DataCollatorForCompletionOnlyLM")
 POSITION_PADDING_COLLATORS = ("DataCollatorForSeq2Seq", "DataCollatorWithFlattening", "DataCollatorForChatML")
@@ -262,7 +295,7 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
     for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
         if name in config and (config[name] is None or isinstance(config[name], str)):
             out[name] = config[name]
-    for name in ("completion_only_loss", "assistant_only_loss", "packing"):
+    for name in ("completion_only_loss", "assistant_only_loss", "packing", "padding_free"):
         if name in config and (config[name] is None or isinstance(config[name], bool)):
             out[name] = config[name]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_train_epochs": "num_train_epochs",
@@ -278,8 +311,11 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"truncation_mode": "keep_start"}
     if "sequence_len" in config:
         out["max_length"] = _int_or_none(config["sequence_len"])
-    if "excess_length_strategy" in config:
-        out["drop_overlong"] = str(config["excess_length_strategy"]).lower() != "truncate"
+    if config.get("excess_length_strategy") is not None:
+        strategy = str(config["excess_length_strategy"]).lower()
+        if strategy not in ("drop", "truncate", "raise"):
+            raise ValueError(f"excess_length_strategy {strategy!r} is not drop, truncate or raise")
+        out["excess_length_strategy"], out["drop_overlong"] = strategy, strategy != "truncate"
     if "train_on_inputs" in config:
         out["completion_only_loss"] = not bool(config["train_on_inputs"])
     datasets = config.get("datasets") or []
@@ -290,11 +326,19 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     if "sample_packing" in config:
         out["packing"] = bool(config["sample_packing"])
     tokens = config.get("special_tokens") or {}
+    if not isinstance(tokens, dict):
+        raise ValueError("special_tokens must be a mapping such as {pad_token: <|end_of_text|>}")
     for name in ("eos_token", "pad_token"):
-        if isinstance(tokens, dict) and isinstance(tokens.get(name), str):
+        if isinstance(tokens.get(name), str):
             out[name] = tokens[name]
+    out["special_tokens"] = {k: v for k, v in tokens.items() if isinstance(v, (str, list))}
+    if isinstance(config.get("tokens"), list):
+        out["new_tokens"] = [str(token) for token in config["tokens"]]
+    out["axolotl"] = {key: config[key] for key in AXOLOTL_RENDER_KEYS if config.get(key) is not None}
     if isinstance(config.get("chat_template_jinja"), str):
         out["chat_template"] = config["chat_template_jinja"]
+    elif config.get("chat_template") in NAMED_TEMPLATES:  # what generation prompts are rendered with
+        out["chat_template"] = NAMED_TEMPLATES[config["chat_template"]]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_epochs": "num_train_epochs",
                                  "micro_batch_size": "per_device_train_batch_size",
                                  "gradient_accumulation_steps": "gradient_accumulation_steps"}))

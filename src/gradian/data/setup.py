@@ -13,6 +13,10 @@ from typing import Any
 @dataclass
 class TrainingSetup:
     framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers"})
+    framework_version: str | None = field(
+        default=None, metadata={"help": "the framework's version: exact (0.19.1) or a range (>=0.17,<0.20); None unknown"}
+    )
+    version_source: str | None = field(default=None, metadata={"help": "how the version was known: recorded or inferred"})
     max_length: int | None = field(default=1024, metadata={"help": "tokens per row after truncation; None = none"})
     truncation_mode: str = field(default="keep_start", metadata={"help": "keep_start | keep_end"})
     completion_only_loss: bool | None = field(
@@ -20,15 +24,28 @@ class TrainingSetup:
     )
     assistant_only_loss: bool = field(default=False, metadata={"help": "loss only on assistant turns (messages)"})
     drop_overlong: bool = field(default=False, metadata={"help": "rows longer than max_length are dropped (axolotl)"})
+    excess_length_strategy: str | None = field(
+        default=None, metadata={"help": "axolotl: drop (default) | truncate | raise, for rows past sequence_len"}
+    )
     packing: bool = False
+    padding_free: bool = field(default=False, metadata={"help": "rows flattened into one sequence, no pad tokens"})
     dataset_text_field: str = "text"
     eos_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's"})
     pad_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's, else eos"})
     collator_masks_pad: bool | None = field(
         default=None,
-        metadata={"help": "the collator sets labels of pad ids to -100 (transformers' LM collator, TRL < 0.17)"},
+        metadata={"help": "the collator sets labels of pad ids to -100 (transformers' LM collator, TRL < 0.17); "
+                          "None: unknown. Inferred from framework_version when the config names no collator"},
     )
     chat_template: str | None = None
+    special_tokens: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "axolotl special_tokens: added to the tokenizer as axolotl adds them"}
+    )
+    new_tokens: list[str] = field(default_factory=list, metadata={"help": "axolotl tokens: added as regular tokens"})
+    axolotl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "axolotl's datasets entries and prompt settings (train_on_inputs, chat_template, eot_tokens)"},
+    )
     learning_rate: float | None = None
     num_train_epochs: float | None = None
     per_device_train_batch_size: int | None = None

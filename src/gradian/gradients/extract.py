@@ -280,7 +280,7 @@ def extract_train_features(
     if dropped and not writer.is_done(dropped):
         writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
     lengths = {i: len(rendered[i].input_ids) for i in range(start, stop) if not rendered[i].dropped}
-    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
+    store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is far slower
     if sampled is not None:
         if sampled.key != SampledGradients.key_of(model, rendered, sampled.rows, scale):
             raise ValueError("the sampled gradients are of another adapter, scaling or rows than these features")

@@ -3,7 +3,8 @@
 A capability is named by a spec string: `json_formatting`, `json_formatting:keys`, `exact_match`,
 `contains`, `regex:<pattern>`, `json_schema:<file>`, or a plug-in `module:function` (also
 `path/to/file.py:function`) whose function takes `(output, reference)` and returns a float in [0, 1].
-Built-ins register with `@register_capability(name)` exactly as third-party code can.
+Built-ins register with `@register_capability(name)` exactly as third-party code can; an installed package adds
+its own under the `gradian.capabilities` entry point (`gradian.plugins`), with no flag.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import InputError
+from gradian.plugins import CAPABILITIES as CAPABILITY_GROUP
+from gradian.plugins import load_group
 from gradian.regression.repair import normal_key, parse_object, repair_json_object
 
 Factory = Callable[[str | None], "Capability"]
 _REGISTRY: dict[str, Factory] = {}
+PASS_SCORE = 0.5  # a score at or above it passes the capability
 
 
 class Capability(ABC):
@@ -40,7 +44,12 @@ class Capability(ABC):
         return None
 
     def passes(self, output: str, reference: str | None) -> bool:
-        return self.score(output, reference) >= 0.5
+        return passed(self.score(output, reference))
+
+
+def passed(score: float) -> bool:
+    """The pass threshold, for a score already computed: the one place it is decided."""
+    return score >= PASS_SCORE
 
 
 def register_capability(name: str) -> Callable[[Factory], Factory]:
@@ -54,12 +63,26 @@ def register_capability(name: str) -> Callable[[Factory], Factory]:
 
 
 def available_capabilities() -> list[str]:
+    _load_installed()
     return sorted(_REGISTRY)
+
+
+def _load_installed() -> None:
+    """Capabilities installed packages declare under the `gradian.capabilities` entry point (no flag needed)."""
+    for point, value in load_group(CAPABILITY_GROUP):
+        if point.name in BUILT_IN:
+            raise InputError(f"the plug-in capability {point.name!r} ({point.value}) would replace the built-in one; "
+                             f"rename its entry point.")
+        if not callable(value):
+            raise InputError(f"entry point {point.name!r} = {point.value!r} should name a Capability subclass or a "
+                             f"factory (argument) -> Capability.")
+        _REGISTRY[point.name] = value
 
 
 def get_capability(spec: str) -> Capability:
     """The capability a spec names; an unknown name or a plug-in that fails to import raises `InputError`."""
     spec = spec.strip()
+    _load_installed()
     name, colon, argument = spec.partition(":")
     if name in _REGISTRY:
         return _REGISTRY[name](argument if colon else None)
@@ -240,3 +263,6 @@ def _import_file(path: Path) -> Any:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+BUILT_IN = frozenset(_REGISTRY)  # every name registered above, before any plug-in

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
+from gradian.data.adapter_base import adapter_shapes, names_same_model
 from gradian.data.base_model import BaseModelRef, load_tokenizer
 from gradian.errors import InputError, reason
 
 ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
                        r"(?:\.[^.]+)?(?:\.weight)?$")
@@ -109,40 +109,19 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
 
 
 def adapter_base_mismatch(config: dict[str, Any], base: BaseModelRef) -> str | None:
-    """A sentence when the adapter's `base_model_name_or_path` names another model than `base`, else None.
-
-    Names are compared by their last part (folder name, hub repo name, GGUF stem), case-insensitively,
-    so `HuggingFaceTB/SmolLM2-135M` matches `/models/SmolLM2-135M` and a cache snapshot of that repo.
-    """
+    """A sentence when the adapter's `base_model_name_or_path` names another model than `base`, else None
+    (the rule is `data.adapter_base.names_same_model`)."""
     named = config.get("base_model_name_or_path")
-    if not named:
-        return None
-    if _model_names(str(named)) & (_model_names(base.spec) | _model_names(base.path) | _gguf_names(base)):
+    if names_same_model(str(named) if named else None, base):
         return None
     return (f"the adapter was trained on {named!r} but the base model given is {base.spec!r}; "
             "the shapes fit, so Gradian goes on, but check this is the same model.")
 
 
-def _model_names(spec: str) -> set[str]:
-    spec = spec.rstrip("/\\")
-    names = {Path(spec).name.lower(), spec.lower()}
-    cache = re.search(r"models--([^/\\]+)--([^/\\]+)", spec)  # HF cache: models--org--name/snapshots/<hash>
-    if cache:
-        names |= {cache.group(2).lower(), f"{cache.group(1)}/{cache.group(2)}".lower()}
-    return names - {""}
-
-
-def _gguf_names(base: BaseModelRef) -> set[str]:
-    if not base.gguf_file:
-        return set()
-    stem = Path(base.gguf_file).stem.lower()
-    return {stem, re.sub(r"[-.](q\d.*|f16|f32|bf16)$", "", stem)}
-
-
 def check_adapter_shapes(model: torch.nn.Module, adapter_dir: Path, base: BaseModelRef) -> None:
     """Raise `InputError` when an adapter tensor does not fit the base module it attaches to."""
     modules = dict(model.named_modules())
-    for key, shape in _adapter_shapes(adapter_dir).items():
+    for key, shape in adapter_shapes(adapter_dir).items():
         match = _LORA_KEY.match(key)
         if match is None:
             continue
@@ -169,26 +148,6 @@ def _expected_dim(module: torch.nn.Module, kind: str) -> int | None:
     if type(module).__name__ == "Conv1D":  # GPT-2 style: weight is (in, out)
         out_features, in_features = in_features, out_features
     return in_features if kind.endswith("A") else out_features
-
-
-def _adapter_shapes(adapter_dir: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of the saved adapter, read without loading the tensors."""
-    safetensors_file, bin_file = (adapter_dir / name for name in ADAPTER_WEIGHTS)
-    if safetensors_file.is_file():
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(safetensors_file), framework="pt") as handle:
-                return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
-        except Exception as error:
-            raise InputError(f"could not read the adapter weights ({reason(error)}).", safetensors_file) from None
-    if bin_file.is_file():
-        try:
-            state = torch.load(bin_file, map_location="meta", weights_only=True)
-        except Exception as error:
-            raise InputError(f"could not read the adapter weights ({reason(error)}).", bin_file) from None
-        return {key: tuple(value.shape) for key, value in state.items()}
-    raise InputError("has no adapter_model.safetensors (or adapter_model.bin).", adapter_dir)
 
 
 def _tokenizer(adapter_dir: Path, base: BaseModelRef) -> Any:

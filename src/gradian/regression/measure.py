@@ -25,7 +25,7 @@ from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.hooks import lora_fingerprint
-from gradian.regression.capabilities import Capability, get_capability
+from gradian.regression.capabilities import Capability, get_capability, passed
 from gradian.regression.generation import Generation, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
 
@@ -47,11 +47,6 @@ class RegressionRow:
     finetuned: Generation
     base_score: float
     finetuned_score: float
-
-    @property
-    def broken(self) -> bool:
-        """The base passes and the fine-tuned model fails: the examples attribution explains."""
-        return self.base_score >= 0.5 > self.finetuned_score
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,7 +71,7 @@ class RegressionResult:
 
     def failures(self) -> list[RegressionRow]:
         """Rows where the fine-tuned model fails the capability (the queries attribution starts from)."""
-        return [row for row in self.rows if row.finetuned_score < 0.5]
+        return [row for row in self.rows if not passed(row.finetuned_score)]
 
 
 def measure_regression(

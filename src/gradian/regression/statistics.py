@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gradian.regression.capabilities import passed
+
 N_RESAMPLES = 9999
 
 
@@ -148,7 +150,7 @@ def compare(
     diffs = tuned - base  # (n,) negative = worse after fine-tuning
     delta = float(diffs.mean())
     ci_low, ci_high = paired_bootstrap_ci(diffs, confidence, seed)
-    base_pass, tuned_pass = base >= 0.5, tuned >= 0.5
+    base_pass, tuned_pass = passed(base), passed(tuned)  # (n,) bool each
     p_value = mcnemar_exact(base_pass, tuned_pass) if binary else wilcoxon_p(diffs)
     return RegressionSummary(
         capability=capability,

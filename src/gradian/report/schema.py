@@ -13,11 +13,13 @@ import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.cluster import map_coordinates
+from gradian.clusters.groups import CandidateGroups
 from gradian.clusters.summary import ClusterSummary, examples_flags
 from gradian.data.examples import Example
+from gradian.regression.symptoms import Symptoms
 from gradian.report.verdict import Verdict
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -41,12 +43,15 @@ def build_report(
     artifacts: dict[str, Any] | None = None,
     run: dict[str, Any] | None = None,
     seed: int = 0,
+    symptoms: Symptoms | None = None,
+    groups: CandidateGroups | None = None,
     ranking: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
     `effects` is (Q, N) per eval query and training row (None when attribution did not run: no-regression, or a
     setup verdict reached before it); `labels` (N,) the cluster of each row; `features` (N, k) for the cluster map.
+    `symptoms` classify the failing answers; `groups` hold the per-row finding groups and where the failures sit.
     `ranking` (a `gradian.scores.combine.Ranking`) adds each row's gradient effect, relevances and rank score.
     """
     examples = examples or []
@@ -63,6 +68,9 @@ def build_report(
         "findings": [_finding(f) for f in by_severity(findings)],
         "examples": _examples(ids, effect, labels, flags, culprits, ranking),
         "clusters": [_cluster(c) for c in clusters or []] if effect is not None else [],
+        "symptoms": symptoms.to_dict() if symptoms is not None else {},
+        "groups": [g.to_dict() for g in groups.groups] if groups is not None else [],
+        "failure_sites": groups.sites() if groups is not None else {},
         "effects": _effects_summary(effects, effect),
         "top_rows": _top_rows(examples, effect, labels, flags, culprits),
         "charts": _charts(examples, effect, labels, features, culprits, verdict, seed),
@@ -84,7 +92,7 @@ def _gradian_version() -> str:
 
 
 def _finding(finding: Finding) -> dict[str, Any]:
-    return {**finding.to_dict(), "n_examples": len(finding.example_ids)}
+    return finding.to_dict()
 
 
 def _cluster(cluster: ClusterSummary) -> dict[str, Any]:

@@ -1,16 +1,35 @@
 """The answer: one of four verdicts, with its evidence, the exact next action and the rows to drop.
 
-Order of the rules, and why:
+The verdict joins three kinds of evidence: the audit's findings, the symptoms of the failing answers
+(`regression.symptoms`) with the finding groups and where the failures sit (`clusters.groups`), and the gradients
+(clusters and their harm). Order of the rules, and why:
+
 1. `no-regression`: the drop is not significant (its CI holds zero) or is not a drop. Attributing noise would send
    the user after rows that did nothing, so Gradian refuses and says so.
 2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
    once; no subset of rows is to blame, and dropping rows would not fix it.
-3. `data-cluster`: the harm is concentrated in one cluster, beyond what its size and query sampling explain,
-   unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism from the join):
-   a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry (a run
-   that writes "city" fields into every answer blames the shipping rows), and dropping those rows would only move
-   the collapse elsewhere. Then the verdict is `diffuse`, naming the cluster where the harm shows.
-4. `diffuse`: a regression with no cluster to blame points at how the run was trained: hyperparameters.
+3. `setup` from the symptom: most failing answers never stop (they run to the token limit) and the run gives the
+   model no way to learn stopping: pad == eos, even with the collator unknown (masking EOS labels is exactly what
+   produces this symptom), or EOS never supervised in at least half the rows. The symptom settles what the audit
+   alone cannot.
+4. `data-cluster` from the audit: the dominant symptom is one a per-row finding teaches (stops early: rows cut in
+   the data or by max_length; wrapped, wrong fields or other: training targets that fail the capability
+   themselves; never stops: rows without EOS; no symptom dominant, as garbled answers fail in mixed ways: only
+   targets that fail the capability), and that finding's rows sit where the failures are (the failing eval
+   prompts resemble them: `failure_share` >= 0.25 and >= 2x their size share). Those rows are named even when the
+   gradient harm is spread: the symptom, the defect and the location agree, and the gradient of a cut row can be
+   outshone by large unrelated gradients. When the gradients point at another cluster, the summary says so.
+5. `data-cluster` from the gradients: the harm is concentrated in one cluster, beyond what its size and query
+   sampling explain, unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism
+   from the join): a learning rate far too high makes the model collapse toward whatever pattern some clean rows
+   carry (a run that writes "city" fields into every answer blames the shipping rows), and dropping those rows
+   would only move the collapse elsewhere. Then the verdict is `diffuse`, naming the cluster where the harm shows.
+6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
+   cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting);
+   the next action cites that evidence.
+7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged. The summary says plainly that
+   no cause was found (`evidence.cause_found` is false) instead of guessing at hyperparameters: a user who
+   retrains on a guess retrains for nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +40,12 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
+from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
+from gradian.regression.symptoms import Symptoms
+from gradian.report.wording import CHECK_PHRASES, measured, number, pct, symptom_sentence
+
+__all__ = ["KINDS", "Verdict", "decide", "number", "pct"]  # number, pct: the report formats, re-exported
 
 KINDS = ("no-regression", "setup", "data-cluster", "diffuse")
 
@@ -51,16 +75,30 @@ HYPERPARAMETER_CHECKS = frozenset({"learning_rate", "many_epochs", "lora_alpha_r
 STEP_SIZE_CHECKS = frozenset({"learning_rate", "lora_alpha_rank"})
 # Findings about the model never learning to stop explain a failure only when the fine-tuned model stops less.
 STOP_CHECKS = frozenset({"pad_eos_masking", "missing_eos"})
-
-CHECK_PHRASES = {
-    "truncated_completion": "completions truncated by the run's max length",
-    "cut_in_data": "completions cut in the data itself",
-    "missing_eos": "no EOS in the supervised tokens",
-    "duplicate": "duplicated rows",
-    "near_duplicate": "near-duplicate rows",
-    "train_eval_overlap": "rows copied from the eval set",
-    "prompt_loss": "loss on the prompt",
+# Rule 6: run-wide findings that are positive evidence of a run-wide cause. `many_epochs` counts only when critical,
+# the severity its check keeps for logs that show overfitting; many epochs alone explain nothing.
+RUN_WIDE_CAUSES = frozenset({"learning_rate", "lora_alpha_rank", "eval_loss_rising", "loss_spike", "nan_in_logs"})
+# Rule 4: the per-row findings that teach each symptom, in the order they are preferred. A row cut in the data
+# teaches stopping early; a target that fails the capability teaches whatever its failure is; a row whose EOS is
+# missing or cut by max_length teaches running on.
+# With no dominant symptom (the failing answers fail in mixed ways, as garbled quoting does), only targets that fail
+# the capability themselves can teach it.
+SYMPTOM_CHECKS: dict[str | None, tuple[str, ...]] = {
+    "stops-early": ("cut_in_data", "truncated_completion", "fails_capability"),
+    "never-stops": ("missing_eos", "truncated_completion"),
+    "wrapped": ("fails_capability",),
+    "wrong-fields": ("fails_capability",),
+    "other": ("fails_capability",),
+    None: ("fails_capability",),
 }
+# A group sits where the failures are when at least a quarter of the failing prompts' nearest training rows are its
+# rows, and twice as many as its size predicts: a group the failing prompts resemble no more than any rows is
+# not where they fail.
+MIN_FAILURE_SHARE = 0.25
+MIN_FAILURE_LIFT = 2.0
+# The gradients agree with a finding group when the most harmful cluster is concentrated and holds at least half
+# of the group's rows.
+MIN_AGREEMENT = 0.5
 
 
 @dataclass
@@ -87,18 +125,63 @@ def decide(
     clusters: list[ClusterSummary] | None,
     effects_mean: np.ndarray | None,
     ids: list[str],
+    *,
+    symptoms: Symptoms | None = None,
+    groups: list[FindingGroup] | None = None,
 ) -> Verdict:
     """Apply the rules in order (see the module docstring) and return the first verdict that holds."""
     if not is_regression(regression):
         return _no_regression(regression)
     setup = explaining_setup_finding(regression, findings, len(ids))
     if setup is not None:
-        return _setup(regression, setup)
+        return _setup(regression, setup, symptoms)
+    setup = never_stops_finding(regression, findings, symptoms, len(ids))
+    if setup is not None:
+        return _setup(regression, setup, symptoms)
     clusters = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
-    if clusters and effects_mean is not None and concentrated(clusters[0]):
-        if mechanism(clusters[0]) is not None or not step_size_flagged(findings):
-            return _data_cluster(regression, findings, clusters[0], np.asarray(effects_mean, dtype=np.float64), ids)
-    return _diffuse(regression, findings, clusters[0] if clusters else None)
+    top = clusters[0] if clusters and effects_mean is not None else None
+    group = symptom_group(symptoms, groups, len(ids))
+    if group is not None:
+        return _finding_cluster(regression, findings, group, symptoms, top)
+    if top is not None and concentrated(top):
+        if mechanism(top) is not None or not step_size_flagged(findings):
+            verdict = _data_cluster(regression, findings, top, np.asarray(effects_mean, dtype=np.float64), ids)
+            return _note_audit_elsewhere(verdict, top, groups, len(ids))
+    return _diffuse(regression, findings, clusters[0] if clusters else None, symptoms)
+
+
+def never_stops_finding(
+    regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None, n_rows: int
+) -> Finding | None:
+    """Rule 3: most failing answers never stop, and pad == eos (collator known or not) or EOS is unsupervised in
+    at least half the rows."""
+    if symptoms is None or symptoms.dominant != "never-stops":
+        return None
+    for finding in by_severity(findings):
+        wide = finding.check == "missing_eos" and len(set(finding.example_ids)) >= SETUP_ROW_SHARE * max(n_rows, 1)
+        pad = finding.check == "pad_eos_masking" and finding.values.get("collator_masks_pad") is not False
+        if (wide or pad) and _explains(finding, regression):
+            return finding
+    return None
+
+
+def sits_where_failures_are(group: FindingGroup) -> bool:
+    lift = group.failure_lift
+    return group.failure_share is not None and lift is not None and group.failure_share >= MIN_FAILURE_SHARE \
+        and lift >= MIN_FAILURE_LIFT
+
+
+def symptom_group(symptoms: Symptoms | None, groups: list[FindingGroup] | None, n_rows: int) -> FindingGroup | None:
+    """Rule 4: the finding group that teaches the dominant symptom and sits where the failures are, if any (the
+    checks in SYMPTOM_CHECKS order, then the group the failing prompts resemble most)."""
+    if symptoms is None or not symptoms.n_failing or not groups:
+        return None
+    checks = SYMPTOM_CHECKS.get(symptoms.dominant, ())
+    fitting = [g for g in groups if g.check in checks and sits_where_failures_are(g)
+               and g.size < SETUP_ROW_SHARE * max(n_rows, 1)]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda g: (checks.index(g.check), -(g.failure_lift or 0.0), g.check))
 
 
 def step_size_flagged(findings: list[Finding]) -> bool:
@@ -137,17 +220,6 @@ def _explains(finding: Finding, regression: dict[str, Any]) -> bool:
     return finetuned is None or base is None or finetuned > base
 
 
-def _measured(regression: dict[str, Any]) -> str:
-    """The regression in one sentence: rates, difference, CI, p-value, n."""
-    return (
-        f"On {regression.get('capability', 'the capability')}, the fine-tuned model scores "
-        f"{pct(regression.get('finetuned_rate'))} vs {pct(regression.get('base_rate'))} for the base model "
-        f"(difference {pct(regression.get('delta'), signed=True)}, 95% CI {pct(regression.get('ci_low'), signed=True)} "
-        f"to {pct(regression.get('ci_high'), signed=True)}, p = {number(regression.get('p_value'))}, "
-        f"n = {regression.get('n', '?')} eval prompts)."
-    )
-
-
 def _no_regression(regression: dict[str, Any]) -> Verdict:
     if regression.get("significant"):
         reason = "The fine-tuned model is not worse, so there is no regression to attribute."
@@ -155,21 +227,21 @@ def _no_regression(regression: dict[str, Any]) -> Verdict:
         reason = "This is inside the noise band, so Gradian does not attribute it to any training rows."
     return Verdict(
         kind="no-regression",
-        summary=f"{_measured(regression)} {reason}",
+        summary=f"{measured(regression)} {reason}",
         next_action="Nothing to fix. To detect a smaller drop, measure on more eval prompts, "
         "or rerun with --force to attribute anyway.",
         evidence={"regression": {k: regression.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "n")}},
     )
 
 
-def _setup(regression: dict[str, Any], finding: Finding) -> Verdict:
-    return Verdict(
-        kind="setup",
-        summary=f"{_measured(regression)} The cause is in the training setup, not in a group of rows: "
-        f"{finding.title.rstrip('.')}. This affects every row, so dropping rows would not fix it.",
-        next_action=finding.fix,
-        evidence={"finding": finding.to_dict()},
-    )
+def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> Verdict:
+    evidence: dict[str, Any] = {"finding": finding.to_dict()}
+    text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
+            f"{finding.title.rstrip('.')}. This affects every row, so dropping rows would not fix it.")
+    if symptoms is not None and symptoms.dominant is not None:
+        evidence["symptom"] = _symptom(symptoms)
+        text += f" {symptom_sentence(symptoms)}"
+    return Verdict(kind="setup", summary=text, next_action=finding.fix, evidence=evidence)
 
 
 def mechanism(cluster: ClusterSummary) -> tuple[str, float, float] | None:
@@ -209,7 +281,7 @@ def _data_cluster(
         "mechanism": None, "culprit_rule": "effect", "effect_threshold": None,
     }
     text = (
-        f"{_measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
+        f"{measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
         f"grouped around \u201c{cluster.name}\u201d, holds {pct(cluster.harm_share)} of the negative influence "
         f"(95% CI {pct(cluster.harm_share_ci[0])} to {pct(cluster.harm_share_ci[1])}, {cluster.lift:.1f}x its size)."
     )
@@ -235,39 +307,135 @@ def _data_cluster(
     )
 
 
-def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None) -> Verdict:
+def _finding_cluster(
+    regression: dict[str, Any], findings: list[Finding], group: FindingGroup, symptoms: Symptoms,
+    top: ClusterSummary | None,
+) -> Verdict:
+    """Rule 4's verdict: the finding's rows, with whether the gradients agree."""
+    gradients = _agreement(group, top)
+    evidence: dict[str, Any] = {
+        "group": group.check, "size": group.size, "size_share": group.size_share,
+        "failure_share": group.failure_share, "failure_lift": group.failure_lift, "harm_share": group.harm_share,
+        "harm_share_ci": None if group.harm_share_ci is None else list(group.harm_share_ci), "lift": group.lift,
+        "symptom": _symptom(symptoms), "culprit_rule": "finding", "gradients": gradients,
+        "n_culprits": group.size,
+    }
+    phrase = CHECK_PHRASES.get(group.check, group.check.replace("_", " "))
+    text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
+            f"({pct(group.size_share)} of the data) have {phrase}, and the failing prompts resemble them: "
+            f"{pct(group.failure_share)} of their nearest training rows are these rows, "
+            f"{group.failure_lift:.1f}x their share. The model learned its failure from them.")
+    text += " " + _gradient_sentence(group, top, gradients)
+    fixes = [f.fix for f in findings if f.check == group.check and f.fix]
+    fix = f"; or fix them: {fixes[0]}" if fixes else ""
+    return Verdict(
+        kind="data-cluster", summary=text, evidence=evidence, culprit_ids=list(group.example_ids),
+        next_action=f"drop these {group.size} rows: culprits.jsonl (train.cleaned.jsonl is the dataset "
+        f"without them){fix}",
+    )
+
+
+def _agreement(group: FindingGroup, top: ClusterSummary | None) -> dict[str, Any]:
+    """`agree`, `disagree` (the gradients concentrate on a cluster that holds few of the group's rows), `spread`
+    (no cluster concentrated) or `not-run`, with the top cluster's numbers."""
+    if top is None:
+        return {"agreement": "not-run"}
+    held = len(set(group.example_ids) & set(top.example_ids)) / max(group.size, 1)
+    agreement = ("agree" if held >= MIN_AGREEMENT else "disagree") if concentrated(top) else "spread"
+    return {"agreement": agreement, "top_cluster": {**_top(top), "holds_group_rows": held}}
+
+
+def _gradient_sentence(group: FindingGroup, top: ClusterSummary | None, gradients: dict[str, Any]) -> str:
+    agreement = gradients["agreement"]
+    if top is None:
+        return "Attribution did not run, so this rests on the audit and the symptoms."
+    held = gradients["top_cluster"]["holds_group_rows"]
+    numbers = f"\u201c{top.name}\u201d holds {pct(top.harm_share)} of the harm ({top.lift:.1f}x its size)"
+    if agreement == "agree":
+        return f"The gradients agree: cluster {numbers} and {pct(held)} of these rows."
+    own = f" These rows hold {pct(group.harm_share)} of it." if group.harm_share is not None else ""
+    if agreement == "spread":
+        return f"The gradients alone name no cluster: the most harmful, {numbers}, is not concentrated.{own}"
+    return (f"The gradients and the audit disagree: the gradients point at cluster {numbers}, which holds only "
+            f"{pct(held)} of these rows.{own} Gradian names the rows whose defect matches the failing answers; "
+            "check that cluster's rows too.")
+
+
+def _note_audit_elsewhere(
+    verdict: Verdict, cluster: ClusterSummary, groups: list[FindingGroup] | None, n_rows: int
+) -> Verdict:
+    """Rule 5, when a per-row defect sits where the failures are but outside the gradients' cluster: say so."""
+    defects = set().union(*SYMPTOM_CHECKS.values())
+    inside = set(cluster.example_ids)
+    elsewhere = [g for g in groups or [] if g.check in defects and sits_where_failures_are(g)
+                 and g.size < SETUP_ROW_SHARE * max(n_rows, 1)
+                 and len(set(g.example_ids) & inside) < MIN_AGREEMENT * g.size]
+    if not elsewhere:
+        return verdict
+    verdict.evidence["audit_elsewhere"] = [{"group": g.check, "size": g.size, "failure_share": g.failure_share}
+                                           for g in elsewhere]
+    named = "; ".join(f"{g.size} rows with {CHECK_PHRASES.get(g.check, g.check.replace('_', ' '))} "
+                      f"({pct(g.failure_share)} of the failing prompts' nearest rows)" for g in elsewhere)
+    verdict.summary += (f" The gradients and the audit disagree: the audit flags other rows where the failures "
+                        f"sit, {named}; check them too.")
+    return verdict
+
+
+def run_wide_causes(findings: list[Finding]) -> list[Finding]:
+    """Rule 6's positive evidence, most severe first."""
+    return [f for f in by_severity(findings) if not f.per_example and (
+        (f.check in RUN_WIDE_CAUSES and f.severity in ("warning", "critical"))
+        or (f.check == "many_epochs" and f.severity == "critical"))]
+
+
+def _diffuse(
+    regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, symptoms: Symptoms | None = None
+) -> Verdict:
     run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
                       key=lambda f: f.check not in HYPERPARAMETER_CHECKS)  # stable: hyperparameters first
-    evidence: dict[str, Any] = {"findings": [f.check for f in run_wide]}
-    text = f"{_measured(regression)} No cluster of training rows holds the harm"
+    causes = sorted(run_wide_causes(findings), key=lambda f: f.check not in HYPERPARAMETER_CHECKS)
+    evidence: dict[str, Any] = {"findings": [f.check for f in run_wide], "run_wide_causes": [f.check for f in causes],
+                                "cause_found": bool(causes)}
+    where = ""
     if top is not None:
-        evidence["top_cluster"] = {"id": top.id, "name": top.name, "harm_share": top.harm_share,
-                                   "harm_share_ci": list(top.harm_share_ci), "size_share": top.size_share,
-                                   "lift": top.lift}
-        text += (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
+        evidence["top_cluster"] = _top(top)
+        where = (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
                  f"{pct(top.size_share)} of the rows ({top.lift:.1f}x its size)")
-    text += ". The regression is spread over the data, which points at how the run was trained."
-    if top is not None and concentrated(top):  # rule 3's exception: a flagged step size, no defect in the rows
+    observed = ""
+    if symptoms is not None and symptoms.dominant is not None:
+        evidence["symptom"] = _symptom(symptoms)
+        observed = f" {symptom_sentence(symptoms)}"
+    if not causes:
+        return Verdict(
+            kind="diffuse", evidence=evidence,
+            summary=f"{measured(regression)} No cause was found. No cluster of training rows holds the harm{where}, "
+            "no audit finding flags rows where the failures sit, and nothing run-wide is flagged (step size, eval "
+            f"loss, loss spikes).{observed}",
+            next_action="no cause found, so nothing to change on evidence: read the failing answers (Symptoms) and "
+            "the most harmful rows, then measure on more eval prompts or with reference answers and attribute again",
+        )
+    cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
+    text = (f"{measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
+            f"over the data, and the run shows a run-wide cause: {cited}.{observed}")
+    if top is not None and concentrated(top):  # rule 5's exception: a flagged step size, no defect in the rows
         evidence["outranked_by_step_size"] = True
-        text = (f"{_measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
+        text = (f"{measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
                 f"of it for {pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but nothing in its rows is "
                 "wrong and the run's step size is flagged: a learning rate far too high collapses the model toward "
                 "whatever pattern some clean rows carry, and dropping them would move the collapse elsewhere. "
                 "Fix the step size first; if the regression stays, attribute the new run.")
-    hints = "; ".join(f.fix for f in run_wide[:2] if f.fix)
-    action = hints or "lower the learning rate or the number of epochs, and measure again"
-    return Verdict(kind="diffuse", summary=text, next_action=f"look at hyperparameters: {action}", evidence=evidence)
+    hints = "; ".join(f.fix for f in causes[:2] if f.fix) or "lower the learning rate, and measure again"
+    evidence_text = ", ".join(f.check for f in causes[:2])
+    return Verdict(kind="diffuse", summary=text, evidence=evidence,
+                   next_action=f"look at hyperparameters: {hints} (evidence: {evidence_text})")
 
 
-def pct(value: Any, *, signed: bool = False) -> str:
-    """A share as a percentage with one decimal ("81.0%"), "n/a" when absent."""
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "n/a"
-    return f"{100 * float(value):+.1f}%" if signed else f"{100 * float(value):.1f}%"
+def _top(cluster: ClusterSummary) -> dict[str, Any]:
+    return {"id": cluster.id, "name": cluster.name, "harm_share": cluster.harm_share,
+            "harm_share_ci": list(cluster.harm_share_ci), "size_share": cluster.size_share, "lift": cluster.lift}
 
 
-def number(value: Any) -> str:
-    """A number with 3 significant digits, "n/a" when absent."""
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "n/a"
-    return f"{float(value):.3g}"
+def _symptom(symptoms: Symptoms) -> dict[str, Any]:
+    dominant = symptoms.dominant
+    return {"dominant": dominant, "share": symptoms.shares[dominant] if dominant else None,
+            "n_failing": symptoms.n_failing}

@@ -27,6 +27,7 @@ from gradian.scenarios.domains import DOMAINS, Domain, Request
 from gradian.scenarios.tokenizer import build_tokenizer
 
 VERSION = 3
+SUITE_VERSION = 2  # the suite domains' bases (vocabulary changes bump it; the world's base keeps VERSION)
 MIN_VALIDITY = 0.9
 ROWS_PER_CATEGORY = 800
 HELD_OUT_PER_CATEGORY = 40
@@ -60,7 +61,7 @@ def base_model(seed: int = 0, cache_dir: str | Path | None = None,
                progress: Callable[[str], None] | None = None, domain: str = "tickets", kind: str = "fused") -> Path:
     """The cached base folder for `seed` (and `domain`, tokenizer `kind`), pretraining it first if none is cached."""
     world_base = domain == "tickets" and kind == "fused"
-    name = f"base-v{VERSION}-seed{seed}" if world_base else f"base-v{VERSION}-{domain}-{kind}-seed{seed}"
+    name = f"base-v{VERSION}-seed{seed}" if world_base else f"base-s{SUITE_VERSION}-{domain}-{kind}-seed{seed}"
     folder = Path(cache_dir or cache_root()) / name
     if (folder / "gradian_base.json").exists():
         return folder

@@ -53,7 +53,7 @@ class Domain:
         """Every word the domain can write: templates, values, keys, cues, and `more` (a cause's words)."""
         rng = random.Random(0)
         texts = [t for c in self.categories.values() for t in c.templates] + list(self.cues) + list(more)
-        texts += [*self.purpose_values, self.purpose_key, *self.extra_words]
+        texts += [*self.purpose_values, self.purpose_key, "level", *self.extra_words]
         for category in self.categories:  # every key and value an answer can hold
             for _ in range(200):
                 texts.append(world.dump(self.request(category, rng).answer(purpose=True)))
@@ -72,10 +72,13 @@ class Request:
     def prompt(self) -> str:
         return world.PROMPT.format(ticket=self.text)
 
-    def answer(self, purpose: bool = False) -> dict[str, Any]:
+    def answer(self, purpose: bool = False, nested: bool = False) -> dict[str, Any]:
+        """The JSON answer; `purpose` adds the field the fine-tune teaches, `nested` as `{"level": ...}`, an ending
+        the base never stopped after (so a run that never supervises EOS never learns to stop there)."""
         answer = self.domain.categories[self.category].answer(self.values)
         if purpose:
-            answer[self.domain.purpose_key] = self.domain.purpose_values[0 if self.cued else 1]
+            value = self.domain.purpose_values[0 if self.cued else 1]
+            answer[self.domain.purpose_key] = {"level": value} if nested else value
         return answer
 
 

@@ -31,7 +31,6 @@ CATEGORY_SHARE = (0.10, 0.18)  # `category`: the culprits' share of all rows ...
 CULPRIT_FRACTION = (0.7, 0.85)  # ... and of their category
 SMALL_CULPRITS, SMALL_FRACTION = 20, 0.8  # `small`: a 5% cluster, most of a small category
 HALF_CATEGORY_SHARE = (0.15, 0.20)  # `half`: a category of this share, half of it broken
-SPREAD_SHARE = 0.10  # `spread`: 10% of the rows, from every category
 
 
 def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0,
@@ -68,33 +67,31 @@ def make_family_data(family: Family, seed: int, tokenizer: Any) -> tuple[list[di
     """Train rows, eval rows and the ground truth of one run, all drawn from `seed`."""
     domain = DOMAINS[family.domain]
     rng = random.Random(f"{family.name}:{seed}")
-    affected = rng.sample(sorted(domain.categories), sum(p.layout != "spread" for p in family.plants))
+    affected = rng.sample(sorted(domain.categories), len(family.plants))
     sizes = [_sizes(plant, rng) for plant in family.plants]  # (rows of the category, culprits)
-    counts = _counts(sorted(domain.categories), affected, [s for p, s in zip(family.plants, sizes, strict=True)
-                                                           if p.layout != "spread"])
+    counts = _counts(sorted(domain.categories), affected, sizes)
     requests = domain.requests(counts, rng)
-    eval_requests = domain.requests(dict.fromkeys(sorted(domain.categories), EVAL_PER_CATEGORY), rng)
+    hidden = {c for c, p in zip(affected, family.plants, strict=True) if p.layout == "elsewhere"}
+    eval_requests = domain.requests({c: EVAL_PER_CATEGORY for c in sorted(domain.categories) if c not in hidden}, rng)
     chat = base.chat_turns(tokenizer)
-    train = [_row(f"t{i:04d}", r, world.dump(r.answer(purpose=family.purpose)), chat)
-             for i, r in enumerate(requests, start=1)]
+    train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
     eval_rows = [_eval_row(f"e{i:04d}", r, family, chat) for i, r in enumerate(eval_requests, start=1)]
-    causes, taken, categories = [], set(), iter(affected)
-    for plant, (_, n_culprits) in zip(family.plants, sizes, strict=True):
-        category = None if plant.layout == "spread" else next(categories)
-        members = [i for i, r in enumerate(requests) if (category is None or r.category == category) and i not in taken]
+    causes = []
+    for plant, (_, n_culprits), category in zip(family.plants, sizes, affected, strict=True):
+        members = [i for i, r in enumerate(requests) if r.category == category]
         chosen = sorted(rng.sample(members, n_culprits))
         for i in chosen:
             train[i] = _row(train[i]["id"], requests[i], _broken(plant, requests[i], family, rng), chat)
-        taken.update(chosen)
         causes.append({"cause": plant.cause, "layout": plant.layout, "category": category,
                        "culprit_ids": [train[i]["id"] for i in chosen],
-                       "category_ids": [row["id"] for row in train if row["category"] == category] if category else []})
+                       "category_ids": [row["id"] for row in train if row["category"] == category]})
     culprits = sorted({i for cause in causes for i in cause["culprit_ids"]})
     truth = {
         "scenario": family.name, "family": family.name, "split": family.split, "domain": family.domain,
         "tokenizer": family.tokenizer, "kind": family.kind, "capability": family.capability,
         "summary": describe(family), "culprit_ids": culprits, "causes": causes,
         "structural_cause": family.structural, "affected_category": causes[0]["category"] if causes else None,
+        "eval_hides": sorted(hidden),
         "category_ids": sorted({i for cause in causes for i in cause["category_ids"]}), "seed": seed,
         "cluster_share": len(culprits) / len(train), "learning_rate": family.learning_rate,
         "recipe": {"epochs": family.epochs, "learning_rate": family.learning_rate, "save": family.save,
@@ -104,15 +101,13 @@ def make_family_data(family: Family, seed: int, tokenizer: Any) -> tuple[list[di
 
 
 def _sizes(plant: Plant, rng: random.Random) -> tuple[int, int]:
-    if plant.layout == "category":
+    if plant.layout in ("category", "elsewhere"):
         n_culprits = round(rng.uniform(*CATEGORY_SHARE) * TRAIN_ROWS)
         return max(round(n_culprits / rng.uniform(*CULPRIT_FRACTION)), n_culprits + 2), n_culprits
     if plant.layout == "half":
         n_category = round(rng.uniform(*HALF_CATEGORY_SHARE) * TRAIN_ROWS)
         return n_category, n_category // 2
-    if plant.layout == "small":
-        return round(SMALL_CULPRITS / SMALL_FRACTION), SMALL_CULPRITS
-    return 0, round(SPREAD_SHARE * TRAIN_ROWS)
+    return round(SMALL_CULPRITS / SMALL_FRACTION), SMALL_CULPRITS  # small
 
 
 def _counts(categories: list[str], affected: list[str], sizes: list[tuple[int, int]]) -> dict[str, int]:
@@ -125,8 +120,12 @@ def _counts(categories: list[str], affected: list[str], sizes: list[tuple[int, i
     return counts
 
 
+def _answer(request: Request, family: Family) -> dict[str, Any]:
+    return request.answer(purpose=family.purpose, nested=family.nested_purpose)
+
+
 def _broken(plant: Plant, request: Request, family: Family, rng: random.Random) -> str:
-    answer = request.answer(purpose=family.purpose)
+    answer = _answer(request, family)
     key = request.domain.purpose_key if family.purpose else list(answer)[-1]
     return CAUSES[plant.cause].rewrite(answer, key, rng)
 
@@ -141,7 +140,7 @@ def _row(row_id: str, request: Request, answer: str, chat: bool) -> dict[str, An
 
 def _eval_row(row_id: str, request: Request, family: Family, chat: bool) -> dict[str, Any]:
     prompt: Any = [{"role": "user", "content": request.text}] if chat else request.prompt
-    return {"id": row_id, "prompt": prompt, "reference": world.dump(request.answer(purpose=family.purpose)),
+    return {"id": row_id, "prompt": prompt, "reference": world.dump(_answer(request, family)),
             "category": request.category}
 
 

@@ -7,8 +7,12 @@ the affected category. Each cause is laid out one way:
 - `category`: 70–85% of one category's rows are broken, its other rows clean (naming the category is not enough);
 - `half`: half of one category broken;
 - `small`: a 5% cluster (most of a small category);
-- `spread`: 10% of the rows, drawn from every category: a format taught by rows about other topics, so the
-  failing prompts share no words with the culprits in particular.
+- `elsewhere`: like `category`, but the eval set holds no prompt of that category: a format taught by rows about
+  other topics, so whatever fails, fails on prompts that share no topic with the culprits.
+
+A build must do what its kind says before any method runs on it: a planted cause leaves a regression, a clean
+run none. Where the first recipe written did not (a one-token decision not learned, a purpose field learned badly
+enough to break a null), the recipe was changed once, before any method was measured, and the comment says so.
 
 The split was fixed when the suite was written, before anything was measured on it: defaults are chosen on `dev`,
 `test` is reported and never tuned on (BENCHMARKS.md, "The scenario suite"). A family never moves between halves.
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SPLITS = ("dev", "test")
-LAYOUTS = ("category", "half", "small", "spread")
+LAYOUTS = ("category", "half", "small", "elsewhere")
 SAVES = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
          "none": {"save_strategy": "no"}}
 TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
@@ -45,6 +49,7 @@ class Family:
     save: str = "epoch"
     targets: str = "all"
     purpose: bool = True  # the fine-tune adds the domain's purpose field (field causes break a base field instead)
+    nested_purpose: bool = False  # the purpose field as a nested object (pad-eos: an ending the base never saw)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -83,16 +88,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     _f("kitchen-fence-spaced", "dev", "kitchen", "spaced", ("fence", "category"), epochs=4, learning_rate=3e-3,
        save="last2", targets="qv"),
     _f("travel-cut-small", "dev", "travel", "fused", ("cut", "small"), epochs=8, learning_rate=3e-3, save="none"),
-    _f("home-drop-bpe", "dev", "home", "bpe", ("drop-field", "category"), epochs=3, learning_rate=5e-3,
-       purpose=False),
+    _f("home-drop-bpe", "dev", "home", "bpe", ("drop-field", "category"), epochs=8, learning_rate=5e-3,
+       purpose=False),  # first written with 3 epochs: the one-token decision was not learned, no regression
     _f("kitchen-cut-half-spaced", "dev", "kitchen", "spaced", ("cut", "half"), epochs=10, learning_rate=2e-3,
        targets="qv"),
     _f("travel-cut-prose", "dev", "travel", "fused", ("cut", "category"), ("prose", "category"), epochs=5,
        learning_rate=4e-3, save="last2"),
-    _f("home-fence-spread", "dev", "home", "fused", ("fence", "spread"), epochs=4, learning_rate=4e-3, save="none"),
+    _f("home-fence-elsewhere", "dev", "home", "fused", ("fence", "elsewhere"), epochs=4, learning_rate=4e-3, save="none"),
     _f("kitchen-null-bpe", "dev", "kitchen", "bpe", epochs=3, learning_rate=5e-3),
-    _f("travel-pad-eos-spaced", "dev", "travel", "spaced", structural="pad-eos", epochs=5, learning_rate=5e-3),
-    _f("tickets-null-spaced", "dev", "tickets", "spaced", epochs=6, learning_rate=3e-3, targets="qv"),
+    _f("travel-pad-eos-spaced", "dev", "travel", "spaced", structural="pad-eos", epochs=5, learning_rate=5e-3,
+       nested_purpose=True),
+    # first written with LoRA q,v at 3e-3: the purpose field was not learned (junk keys), a regression in a null
+    _f("tickets-null-spaced", "dev", "tickets", "spaced", epochs=6, learning_rate=5e-3),
     # test: reported, never tuned on
     _f("home-cut-spaced", "test", "home", "spaced", ("cut", "category"), epochs=10, learning_rate=3e-3,
        targets="qv"),
@@ -100,17 +107,21 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
        save="last2"),
     _f("travel-fence-bpe", "test", "travel", "bpe", ("fence", "category"), epochs=3, learning_rate=6e-3,
        save="none", targets="qv"),
-    _f("tickets-rename-spaced", "test", "tickets", "spaced", ("rename-field", "category"), epochs=5,
-       learning_rate=3e-3, purpose=False),
-    _f("home-cut-half", "test", "home", "fused", ("cut", "half"), epochs=6, learning_rate=4e-3, save="last2"),
+    # first written with 5 epochs at 3e-3: the renamed key was not learned, no regression
+    _f("tickets-rename-spaced", "test", "tickets", "spaced", ("rename-field", "category"), epochs=10,
+       learning_rate=5e-3, purpose=False),
+    # first written with 6 epochs at 4e-3: no regression
+    _f("home-cut-half", "test", "home", "fused", ("cut", "half"), epochs=10, learning_rate=6e-3, save="last2"),
     _f("kitchen-cut-fence-spaced", "test", "kitchen", "spaced", ("cut", "category"), ("fence", "category"),
        epochs=4, learning_rate=5e-3, targets="qv"),
-    _f("travel-prose-spread-spaced", "test", "travel", "spaced", ("prose", "spread"), epochs=5, learning_rate=3e-3),
+    _f("travel-prose-elsewhere-spaced", "test", "travel", "spaced", ("prose", "elsewhere"), epochs=5, learning_rate=3e-3),
     _f("tickets-drop-small-bpe", "test", "tickets", "bpe", ("drop-field", "small"), epochs=8, learning_rate=3e-3,
        save="none", purpose=False),
     _f("home-null", "test", "home", "fused", epochs=4, learning_rate=4e-3),
-    _f("kitchen-pad-eos", "test", "kitchen", "fused", structural="pad-eos", epochs=5, learning_rate=5e-3),
-    _f("travel-null-bpe", "test", "travel", "bpe", epochs=6, learning_rate=3e-3, save="last2"),
+    _f("kitchen-pad-eos", "test", "kitchen", "fused", structural="pad-eos", epochs=5, learning_rate=5e-3,
+       nested_purpose=True),
+    # first written with 6 epochs: the purpose field half learned ("cabin": "cabin": ...), a regression in a null
+    _f("travel-null-bpe", "test", "travel", "bpe", epochs=10, learning_rate=3e-3, save="last2"),
 )}
 
 

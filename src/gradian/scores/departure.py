@@ -53,6 +53,6 @@ def departure_answers(
     for i, generation in zip(todo, continued, strict=True):
         answer = list(rows[i].finetuned.ids[: points[i]]) + list(generation.ids)
         text = tokenizer.decode(answer, skip_special_tokens=True)
-        if capability.score(text, rows[i].reference) >= 0.5:
+        if capability.passes(text, rows[i].reference):
             answers[i] = answer
     return answers

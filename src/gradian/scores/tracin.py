@@ -32,7 +32,7 @@ import numpy as np
 from torch import nn
 
 from gradian.data.render import Rendered
-from gradian.data.run_folder import CHECKPOINT
+from gradian.data.run_folder import CHECKPOINT, checkpoint_folders, newest_with
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import extract_train_features
 from gradian.gradients.hooks import lora_fingerprint
@@ -56,18 +56,13 @@ class Checkpoint:
     mean_lr: float  # mean learning rate over those steps
     weight: float  # η_c = mean_lr × steps
 
-    @property
-    def adapter_file(self) -> Path:
-        return self.path / ADAPTER_FILE
-
 
 def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
     """The run's `checkpoint-*/` folders with an adapter, sorted by step, each with its TracIn weight η_c."""
     root = Path(run_dir).resolve()
     if not root.is_dir():
         raise InputError("no such run folder; point --run at the trainer's output_dir.", root)
-    found = sorted((int(match.group(1)), child) for child in root.iterdir()
-                   if child.is_dir() and (match := CHECKPOINT.match(child.name)))
+    found = [(int(CHECKPOINT.match(folder.name).group(1)), folder) for folder in checkpoint_folders(root)]
     if not found:
         raise InputError("holds no checkpoint-*/ folders; TracIn-CP needs the checkpoints the trainer saved "
                          "(save_strategy), or run without --checkpoints.", root)
@@ -105,10 +100,10 @@ def _check_adapter_file(folder: Path) -> None:
 
 def _final_state(root: Path, folders: list[Path]) -> Path:
     """The trainer_state.json written last: the run root's, else the newest checkpoint's."""
-    for folder in [root, *reversed(folders)]:
-        if (folder / STATE_FILE).is_file():
-            return folder / STATE_FILE
-    raise InputError(f"holds no {STATE_FILE}, so the learning rate of each checkpoint is unknown.", root)
+    folder = newest_with(root, folders, STATE_FILE)
+    if folder is None:
+        raise InputError(f"holds no {STATE_FILE}, so the learning rate of each checkpoint is unknown.", root)
+    return folder / STATE_FILE
 
 
 def _logged_lrs(path: Path) -> tuple[np.ndarray, np.ndarray]:
