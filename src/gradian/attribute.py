@@ -29,11 +29,22 @@ from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
+from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: F401 - their former home
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
 from gradian.settings import AttributeSettings, ExtractSettings
-from gradian.stages import Clusters, cluster, extract, prepare, regression, run_audit, score, tokenizer_source
+from gradian.stages import (
+    Clusters,
+    cluster,
+    extract,
+    prepare,
+    regression,
+    run_audit,
+    score,
+    tokenizer_source,
+    write_json,
+)
 
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
@@ -100,9 +111,13 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         f"{over}")
     scores = score(settings, extraction, model, audit, pairs, bar=bar)
 
+    ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, batch_size=settings.batch_size)
+    write_json(settings.out_dir / "ranking.json", ranking.to_dict())
+    effects = scores.effects if settings.rank == "gradient" else ranking.effects  # the memory map, unless shifted
     say("clusters: grouping and naming the training rows")
-    clusters = cluster(settings, audit, extraction.store, scores.effects)
-    return _finish(settings, audit, summary, scores.effects, clusters, pairs, extraction.tracin, measured=measured)
+    clusters = cluster(settings, audit, extraction.store, effects)
+    return _finish(settings, audit, summary, effects, clusters, pairs, extraction.tracin, measured=measured,
+                   ranking=ranking)
 
 
 def _finish(
@@ -115,6 +130,7 @@ def _finish(
     tracin: dict[str, Any] | None = None,
     *,
     measured: RegressionResult | None = None,
+    ranking: Ranking | None = None,
 ) -> AttributeResult:
     ids = [example.id for example in audit.examples]
     effect = None if effects is None else total_effect(effects)  # (N,)
@@ -131,9 +147,10 @@ def _finish(
         settings=settings.to_dict(),
         run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in pairs or []], "tracin_cp": tracin,
              "tokenizer_source": tokenizer_source(audit)},
-        seed=settings.seed, symptoms=symptoms, groups=groups,
+        seed=settings.seed, symptoms=symptoms, groups=groups, ranking=ranking,
     )
-    rows = ExampleRows.of(ids, effect, labels, audit.findings, verdict.culprit_ids)
+    rows = ExampleRows.of(ids, effect, labels, audit.findings, verdict.culprit_ids,
+                          ranking.row_fields() if ranking is not None else None)
     paths = write_report(settings.out_dir, report, audit.examples, rows)
     return AttributeResult(verdict, report, paths)
 

@@ -12,6 +12,7 @@ QUERY_KINDS = (
 PRECONDITIONERS = ("identity", "adam", "gauss-newton", "kfac", "ekfac")
 CHECKPOINT_MODES = ("auto", "on", "off")
 PROJ_BUDGETS = ("energy", "size")
+RANKS = ("gradient", "combined")
 
 
 @dataclass
@@ -37,6 +38,12 @@ class AttributeSettings:
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
                 "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
                 "size (equal shares)"})
+    rank: str = field(default="gradient", metadata={
+        "help": "how training rows are ranked: gradient (the effect alone) or combined (the effect's robust z plus "
+                "TF-IDF and RepSim relevance to the failing prompts, each counted only when it tells failing from "
+                "passing prompts): the gradient alone cannot tell cut rows from other "
+                "categories' rows whose large gradients align with the queries, similarity alone cannot tell them "
+                "from their clean neighbours"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
@@ -54,6 +61,8 @@ class AttributeSettings:
             raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, not {self.preconditioner!r}")
         if self.proj_budget not in PROJ_BUDGETS:
             raise ValueError(f"proj_budget must be one of {PROJ_BUDGETS}, not {self.proj_budget!r}")
+        if self.rank not in RANKS:
+            raise ValueError(f"rank must be one of {RANKS}, not {self.rank!r}")
         if self.checkpoints not in CHECKPOINT_MODES:
             raise ValueError(f"checkpoints must be one of {CHECKPOINT_MODES}, not {self.checkpoints!r}")
         if self.checkpoints == "on" and self.preconditioner != "identity":

@@ -9,10 +9,10 @@ import typing
 import click
 
 from gradian.cli.progress import bar, console, say
-from gradian.settings import CHECKPOINT_MODES, PRECONDITIONERS, PROJ_BUDGETS, QUERY_KINDS, AttributeSettings
+from gradian.settings import CHECKPOINT_MODES, PRECONDITIONERS, PROJ_BUDGETS, QUERY_KINDS, RANKS, AttributeSettings
 
 CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints": CHECKPOINT_MODES,
-           "proj_budget": PROJ_BUDGETS}
+           "proj_budget": PROJ_BUDGETS, "rank": RANKS}
 
 
 def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:

@@ -1,6 +1,7 @@
 """Per-row results: `examples.jsonl`, one line per training row, beside report.json (which keeps the top rows).
 
-A line is `{"id", "effect", "cluster", "flags", "culprit"}` in dataset order (documented in docs/report-schema.md).
+A line is `{"id", "effect", "cluster", "flags", "culprit"}` in dataset order, plus the ranking's parts
+(`gradient_effect`, `rank_score`, `relevance_tfidf`, `relevance_repsim`) when attribution ran (documented in docs/report-schema.md).
 The rows are held as columns (arrays and one flags list), not one dict per row, and the file is written a line at
 a time, so a report over millions of rows stays flat in memory.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,12 @@ class ExampleRows:
     labels: np.ndarray | None  # (N,) cluster of each row
     flags: dict[str, list[str]]  # {id: checks flagging it}
     culprits: set[str]
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (N,): the ranking's parts
 
     @classmethod
     def of(cls, ids: list[str], effect: np.ndarray | None, labels: np.ndarray | None, findings: list[Finding],
-           culprit_ids: list[str]) -> ExampleRows:
-        return cls(ids, effect, labels, examples_flags(ids, findings), set(culprit_ids))
+           culprit_ids: list[str], extra: dict[str, np.ndarray] | None = None) -> ExampleRows:
+        return cls(ids, effect, labels, examples_flags(ids, findings), set(culprit_ids), extra or {})
 
     def row(self, i: int) -> dict[str, Any]:
         example_id = self.ids[i]
@@ -45,6 +47,7 @@ class ExampleRows:
             "cluster": None if self.labels is None else int(self.labels[i]),
             "flags": self.flags.get(example_id, []),
             "culprit": example_id in self.culprits,
+            **{name: float(values[i]) for name, values in self.extra.items()},
         }
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

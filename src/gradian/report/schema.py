@@ -47,6 +47,7 @@ def build_report(
     seed: int = 0,
     symptoms: Symptoms | None = None,
     groups: CandidateGroups | None = None,
+    ranking: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
@@ -55,6 +56,7 @@ def build_report(
     were fitted in, for the cluster map (else it is fitted here on `features` (N, k) and the texts). Per-row
     results go to examples.jsonl (`report.rows.ExampleRows`), not into this dict.
     `symptoms` classify the failing answers; `groups` hold the per-row finding groups and where the failures sit.
+    `ranking` (a `gradian.scores.combine.Ranking`) adds each row's gradient effect, relevances and rank score.
     """
     examples = examples or []
     ids = [e.id for e in examples]
@@ -81,6 +83,7 @@ def build_report(
         "settings": settings or {},
         "artifacts": artifacts or {},
         "run": run or {},
+        "ranking": {"rank": ranking.rank, "checks": ranking.checks} if ranking is not None else {},
     }
     return jsonable(report)
 

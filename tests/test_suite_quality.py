@@ -1,0 +1,80 @@
+"""The suite harness's metrics: AUPRC against scikit-learn, P@k, planted cluster first, causes named, epoch time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score
+
+HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "suite_quality.py"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("suite_quality", HARNESS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auprc_equals_sklearn_with_and_without_ties(harness, seed):
+    rng = np.random.default_rng(seed)
+    positive = rng.random(200) < 0.15
+    positive[0] = True
+    for scores in (rng.normal(size=200) + positive, rng.integers(0, 4, 200).astype(float) + positive):  # 2nd: ties
+        assert harness.auprc(scores, positive) == pytest.approx(average_precision_score(positive, scores), abs=1e-12)
+
+
+def test_auprc_extremes(harness):
+    positive = np.array([True, True, False, False, False])
+    assert harness.auprc(np.array([5, 4, 3, 2, 1.0]), positive) == 1.0
+    assert harness.auprc(np.array([1, 2, 3, 4, 5.0]), positive) == pytest.approx((1 / 4 + 2 / 5) / 2)
+    assert harness.auprc(np.zeros(5), positive) == pytest.approx(0.4)  # one tie: precision = prevalence
+    with pytest.raises(ValueError):
+        harness.auprc(np.zeros(3), np.zeros(3, dtype=bool))
+
+
+def test_precision_at_k_counts_the_culprits_among_the_top_k(harness):
+    positive = np.array([True, False, True, False, False, True])
+    scores = np.array([0.9, 0.8, 0.7, 0.1, 0.2, 0.3])
+    assert harness.precision_at_k(scores, positive) == pytest.approx(2 / 3)  # k = 3: rows 0, 1, 2
+    assert harness.precision_at_k(scores, positive, 1) == 1.0
+    assert harness.precision_at_k(-scores, positive, 2) == 0.0  # rows 3, 4
+    assert harness.precision_at_k(-scores, positive) == pytest.approx(1 / 3)  # rows 3, 4, 5
+
+
+def test_cluster_first_and_causes_named(harness):
+    labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+    positive = np.array([False, False, False, True, True, False, False, False, False, False])
+    scores = np.array([0, 0.1, -0.1, 5, 4, 0.2, 0.1, 0, -0.2, 0.3])
+    assert harness.cluster_first(scores, labels, positive) is True
+    assert harness.cluster_first(-scores, labels, positive) is False
+    ids = [f"t{i}" for i in range(10)]
+    causes = [{"cause": "cut", "culprit_ids": ["t3", "t4"]}, {"cause": "fence", "culprit_ids": ["t8", "t0"]}]
+    assert harness.causes_named(scores, ids, causes, k=3) == [True, False]
+    assert harness.causes_named(np.array([0, 0, 0, 1, 0, 0, 0, 0, 3, 0.0]), ids, causes, k=2) == [True, True]
+
+
+def test_epoch_seconds_from_trainer_state(harness, tmp_path):
+    state = {"epoch": 4.0, "log_history": [{"loss": 1.0, "step": 5}, {"train_runtime": 10.0, "step": 20}]}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    assert harness.epoch_seconds(tmp_path) == 2.5
+    assert harness.epoch_seconds(tmp_path / "missing") is None
+
+
+def test_markdown_has_one_table_per_family_and_split(harness):
+    method = {"auprc": 0.9, "precision_at_k": 0.8, "cluster_first": True, "causes_named": [], "backward_rows": 400,
+              "forward_rows": 0, "seconds": 3.0, "epochs_worth": 2.0}
+    records = [{"family": family, "split": split, "seed": seed, "verdict": "data-cluster",
+                "methods": {"combined (default)": method, "random": {**method, "auprc": 0.1}}}
+               for family, split in (("cut", "dev"), ("fence", "test")) for seed in (0, 1)]
+    text = harness.markdown(records)
+    assert text.count("### Summary") == 2 and "### cut (dev; seeds [0, 1]" in text and "### fence (test" in text
+    assert "| combined (default) | 0.900 |" in text.split("### cut")[0]  # the dev summary, before the tables
+    assert "| combined (default) | 0.900 | 0.800 | 2/2 | – | 400 | 0 | 2.0 |" in text
+    assert text.index("| random |") < text.index("| combined (default) |")  # MAIN_METHODS order
