@@ -99,8 +99,9 @@ def test_contrastive_queries_beat_naive_on_truncated_cluster(truncated):
     assert_beats_naive(culprit_metrics(*effect_of(contrastive), truth), naive_metrics)
 
 
-@pytest.mark.parametrize("options", [dict(preconditioner="ekfac"), dict(preconditioner="kfac"),
-                                     dict(checkpoints="off")], ids=["ekfac", "kfac", "final-adapter-only"])
+@pytest.mark.parametrize("options", [dict(preconditioner="ekfac", checkpoints="auto"),
+                                     dict(preconditioner="kfac", checkpoints="auto"), dict(checkpoints="off")],
+                         ids=["ekfac", "kfac", "final-adapter-only"])
 def test_curvature_and_checkpoints_still_find_the_truncated_cluster(truncated, options):
     folder, out, _, truth = truncated
     report, _ = run(folder, out, **options)  # same out: generations and final-checkpoint gradients are reused
@@ -126,8 +127,11 @@ def test_energy_shares_of_a_projection_are_recorded_and_still_find_the_truncated
     assert json.loads((tmp_path / "report" / "projection-shares.json").read_text())["weights"] == weights
 
 
-def test_default_sums_over_the_run_checkpoints(truncated):
-    folder, _, report, _ = truncated
+def test_checkpoints_auto_sums_over_the_run_checkpoints(truncated, tmp_path):
+    folder, _, default, truth = truncated
+    assert default["run"]["tracin_cp"]["checkpoints"] == []  # the default: the final adapter alone
+    report, _ = run(folder, tmp_path / "report", checkpoints="auto")
+    assert culprit_metrics(*effect_of(report), truth)["auprc"] >= 0.9
     recorded = report["run"]["tracin_cp"]
     steps = sorted(int(path.name.split("-")[1]) for path in (folder / "run").glob("checkpoint-*"))
     assert recorded["skipped"] is None and [c["step"] for c in recorded["checkpoints"]] == steps, recorded
