@@ -92,7 +92,7 @@ def _json_cut(text: str) -> str | None:
         return None
     except json.JSONDecodeError:
         pass
-    depth, in_string = _json_depth(body)
+    depth, in_string = json_depth(body)
     if in_string:
         return "ends inside a JSON string"
     if depth > 0:
@@ -100,7 +100,8 @@ def _json_cut(text: str) -> str | None:
     return None  # balanced but invalid (single quotes, ...): a format problem, not a cut
 
 
-def _json_depth(text: str) -> tuple[int, bool]:
+def json_depth(text: str) -> tuple[int, bool]:
+    """(open brackets left, inside a string) after reading `text` as JSON: how far a cut answer is from closed."""
     depth, in_string, escaped = 0, False, False
     for char in text:
         if in_string:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gradian.audit.truncation import json_depth
 from gradian.regression.capabilities import Capability
 from gradian.regression.measure import RegressionRow
 
@@ -113,21 +114,7 @@ def open_structure(text: str) -> bool:
     body = text.strip()
     if not body.startswith(("{", "[")):
         return False
-    depth, in_string, escaped = 0, False, False
-    for char in body:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
+    depth, in_string = json_depth(body)
     return in_string or depth > 0
 
 
