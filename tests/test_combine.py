@@ -134,6 +134,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     import json
 
     from gradian.attribute import attribute
+    from gradian.report.rows import read_examples
     from gradian.scenarios.evaluate import oracle_auprc
     from gradian.settings import AttributeSettings
 
@@ -144,7 +145,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
         dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"), capability="json_formatting",
         out=str(tmp_path / "out"), rank="combined", checkpoints="off")  # the final adapter: one extraction
     report = attribute(settings).report
-    rows = report["examples"]
+    rows = read_examples(tmp_path / "out")
     ids = [row["id"] for row in rows]
     positive = np.array([i in set(truth["culprit_ids"]) for i in ids])
     combined = ap(-np.array([row["effect"] for row in rows]), positive)

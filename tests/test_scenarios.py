@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gradian.cli.main import _register, cli
-from gradian.scenarios import CATALOG, SCENARIOS
+from gradian.scenarios import CATALOG, FAMILIES, SCENARIOS
 from gradian.scenarios.builder import SHARE_RANGE, make_data
 from gradian.scenarios.catalog import single_quotes, truncate
 from gradian.scenarios.measure import Generation, compare, summarize
@@ -86,7 +86,7 @@ def test_cli_lists_scenarios_and_rejects_unknown_names(cli_runner, tmp_path):
     _register()
     listed = cli_runner.invoke(cli, ["scenario", "list", "--json"])
     assert listed.exit_code == 0
-    assert [json.loads(line)["name"] for line in listed.output.splitlines()] == list(SCENARIOS)
+    assert [json.loads(line)["name"] for line in listed.output.splitlines()] == [*SCENARIOS, *FAMILIES]
     bad = cli_runner.invoke(cli, ["scenario", "build", "nope", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "unknown scenario 'nope'" in bad.output
 

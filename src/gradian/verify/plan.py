@@ -95,13 +95,19 @@ def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleane
 
 
 def candidate_groups(report: dict[str, Any]) -> list[Group]:
-    """Clusters and per-row findings with their share of the harm, most harmful first (same rows counted once)."""
+    """Clusters and per-row findings with their share of the harm, most harmful first (same rows counted once).
+
+    `report["examples"]` are the rows of examples.jsonl (each row's effect and cluster)."""
     effect = {row["id"]: row["effect"] for row in report.get("examples", []) if row.get("effect") is not None}
     harm = {i: max(-e, 0.0) for i, e in effect.items()}
     total = sum(harm.values())
     n_rows = max(len(report.get("examples", [])), 1)
-    found = [Group(f"cluster {c['id']}: {c['name']}", "cluster", list(c["example_ids"]), float(c["harm_share"]))
-             for c in report.get("clusters", [])]
+    members: dict[int, list[str]] = {}
+    for row in report.get("examples", []):
+        if row.get("cluster") is not None:
+            members.setdefault(int(row["cluster"]), []).append(row["id"])
+    found = [Group(f"cluster {c['id']}: {c['name']}", "cluster", members.get(int(c["id"]), []),
+                   float(c["harm_share"])) for c in report.get("clusters", [])]
     if total > 0:
         found += [Group(f"finding {f['check']}", "finding", list(f["example_ids"]),
                         sum(harm.get(i, 0.0) for i in f["example_ids"]) / total)

@@ -20,6 +20,7 @@ from gradian.errors import InputError
 from gradian.lock import output_lock
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
+from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.plan import plan
 from gradian.verify.recipe import read_recipe
@@ -108,6 +109,8 @@ def _read_report(folder: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
         raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
                          folder / "report.json")
+    if (folder / EXAMPLES_FILE).exists():  # the per-row results (effect, cluster) live beside report.json
+        report = {**report, "examples": read_examples(folder)}
     return report
 
 
