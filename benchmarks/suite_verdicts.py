@@ -1,0 +1,103 @@
+"""The verdict `gradian attribute` gives, with its defaults, on every built run of the scenario suite.
+
+    python benchmarks/suite_verdicts.py RUNS_DIR --work DIR [--markdown OUT.md]
+
+RUNS_DIR holds the folders `benchmarks/suite_build.py` wrote. The expected verdict follows the family's kind and
+what its build measured (`attribute`'s own paired test decides whether there is a regression to explain):
+
+- a planted cause that left a significant regression: `data-cluster`, naming its rows (precision and recall of the
+  named rows against the planted ones are reported); one that left none: `no-regression`;
+- a setup fault with a regression: `setup`; without one: `no-regression`;
+- clean data: `no-regression`, or, when the fine-tune regressed anyway (a recipe that learned its purpose badly),
+  `diffuse` — any named rows or setup fault would be wrong there.
+
+Resumable: a run whose report.json exists in DIR is read again, not recomputed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def expected(kind: str, significant: bool) -> str:
+    if not significant:
+        return "no-regression"
+    return {"data-cluster": "data-cluster", "setup": "setup"}.get(kind, "diffuse")
+
+
+def verdict_of(folder: Path, work: Path) -> dict[str, Any]:
+    from gradian.attribute import attribute
+    from gradian.settings import AttributeSettings
+
+    truth = json.loads((folder / "truth.json").read_text())
+    out = work / folder.name
+    if not (out / "report.json").exists():
+        settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"),
+                                     run=str(folder / "run"), dataset=str(folder / "train.jsonl"),
+                                     eval_dataset=str(folder / "eval.jsonl"),
+                                     capability=truth.get("capability", "json_formatting"), out=str(out))
+        attribute(settings)
+    report = json.loads((out / "report.json").read_text())
+    significant = bool(report["regression"].get("significant")) and report["regression"].get("delta", 0) < 0
+    named, planted = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
+    want = expected(truth["kind"], significant)
+    return {
+        "family": truth.get("family", truth["scenario"]), "split": truth.get("split", "unsplit"), "seed": truth["seed"],
+        "kind": truth["kind"], "delta": report["regression"].get("delta"), "significant": significant,
+        "expected": want, "verdict": report["verdict"]["kind"], "right": report["verdict"]["kind"] == want,
+        "named": len(named), "precision": len(named & planted) / len(named) if named else None,
+        "recall": len(named & planted) / len(planted) if planted and want == "data-cluster" else None,
+        "symptom": (report.get("symptoms") or {}).get("dominant"),
+        "rule": report["verdict"]["evidence"].get("culprit_rule") or report["verdict"]["evidence"].get("group"),
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for split in ("dev", "test"):
+        picked = [r for r in rows if r["split"] == split]
+        if not picked:
+            continue
+        right = sum(r["right"] for r in picked)
+        lines += [f"**{split}**: {right} of {len(picked)} verdicts right.", "",
+                  "| family | seed | kind | Δ capability | expected | verdict | named rows | precision | recall | "
+                  "dominant symptom |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in picked:
+            mark = "" if r["right"] else " ✗"
+            lines.append(f"| {r['family']} | {r['seed']} | {r['kind']} | {_num(r['delta'])} | {r['expected']} | "
+                         f"{r['verdict']}{mark} | {r['named']} | {_num(r['precision'])} | {_num(r['recall'])} | "
+                         f"{r['symptom'] or '–'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _num(value: Any) -> str:
+    return "–" if value is None else f"{value:+.3f}" if isinstance(value, float) and value < 0 else \
+        f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--only", nargs="*", help="folder names to run (default: every folder)")
+    args = parser.parse_args()
+    rows = []
+    for folder in sorted(p for p in args.runs.iterdir() if (p / "measured.json").exists()):
+        if args.only and folder.name not in args.only:
+            continue
+        rows.append(verdict_of(folder, args.work))
+        print(json.dumps(rows[-1]), flush=True)
+    (args.work / "verdicts.json").write_text(json.dumps(rows, indent=1) + "\n")
+    text = markdown(rows)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
