@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.metrics import average_precision_score
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
@@ -42,20 +43,14 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
 
 
-# ---- metrics (tests/test_suite_quality.py checks them against scikit-learn) ----
+# ---- metrics (tests/test_suite_quality.py) ----
 
 def auprc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """Average precision Σ_n (R_n − R_{n−1}) P_n over the distinct score thresholds, highest first (ties: one step)."""
-    scores, positive = np.asarray(scores, dtype=np.float64), np.asarray(positive, dtype=bool)
+    """Average precision (scikit-learn's), the planted culprits positive, higher scores more suspect."""
+    positive = np.asarray(positive, dtype=bool)
     if not positive.any():
         raise ValueError("no positive rows")
-    order = np.argsort(-scores, kind="stable")
-    hits = positive[order].astype(np.float64)
-    last_of_tie = np.r_[np.flatnonzero(np.diff(scores[order])), len(scores) - 1]  # end of each threshold group
-    tp = np.cumsum(hits)[last_of_tie]
-    precision = tp / (last_of_tie + 1)
-    recall = tp / positive.sum()
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return float(average_precision_score(positive, np.asarray(scores, dtype=np.float64)))
 
 
 def precision_at_k(scores: np.ndarray, positive: np.ndarray, k: int | None = None) -> float:
