@@ -71,7 +71,9 @@ def test_removing_the_culprits_recovers_and_random_removal_does_not(truncated):
 def test_verification_is_written_and_shown(truncated):
     report, verification = truncated
     assert json.loads((report / "verification.json").read_text()) == verification
-    assert json.loads((report / "report.json").read_text())["verification"] == verification
+    rewritten = json.loads((report / "report.json").read_text())
+    assert rewritten["verification"] == verification
+    assert "examples" not in rewritten  # the per-row results stay in examples.jsonl
     markdown = (report / "report.md").read_text()
     assert "### Verification: confirmed" in markdown and markdown.rstrip().endswith("</sub>")
     html = (report / "report.html").read_text()

@@ -80,7 +80,9 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     cleaned_file = folder / "train.cleaned.jsonl"
     cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
     seed = int(used.get("seed", 0))
-    todo = plan(report, recipe, examples, cleaned, load_tokenizer(base), controls=settings.controls,
+    rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
+    todo = plan({**report, "examples": rows}, recipe, examples, cleaned, load_tokenizer(base),
+                controls=settings.controls,
                 groups=settings.groups, seed=seed)
     if todo.primary is None and todo.fix_note:
         say(f"verify: {todo.fix_note}")
@@ -109,8 +111,6 @@ def _read_report(folder: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
         raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
                          folder / "report.json")
-    if (folder / EXAMPLES_FILE).exists():  # the per-row results (effect, cluster) live beside report.json
-        report = {**report, "examples": read_examples(folder)}
     return report
 
 
