@@ -158,3 +158,14 @@ def test_a_missing_base_model_is_one_sentence_and_exit_2(truncated_report, tmp_p
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "base model is missing" in result.output and "Traceback" not in result.output
+
+
+def test_a_report_of_another_schema_is_one_sentence_and_exit_2(truncated_report, tmp_path, cli_runner):
+    report = json.loads((truncated_report / "report.json").read_text())
+    report["schema_version"] = "1.0"  # written by an older Gradian: its report.md/html could not be rendered again
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    _register()
+    result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "report schema 1.0" in result.output and "rerun `gradian attribute`" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "verify").exists()

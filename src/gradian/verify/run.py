@@ -21,6 +21,7 @@ from gradian.lock import output_lock
 from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
 from gradian.report.rows import EXAMPLES_FILE, read_examples
+from gradian.report.schema import SCHEMA_VERSION
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.plan import plan
 from gradian.verify.recipe import read_recipe
@@ -111,6 +112,10 @@ def _read_report(folder: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
         raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
                          folder / "report.json")
+    if report.get("schema_version") != SCHEMA_VERSION:  # its report.md/html could not be written again
+        raise InputError(f"was written with report schema {report.get('schema_version')}, this Gradian writes "
+                         f"{SCHEMA_VERSION}; rerun `gradian attribute` with the same --out (its cached stages are "
+                         "reused), then verify.", folder / "report.json")
     return report
 
 

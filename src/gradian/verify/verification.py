@@ -145,8 +145,7 @@ def write_verification(report_dir: Path, verification: dict[str, Any], report: d
     """verification.json, and report.json/md/html again with their verification section."""
     from gradian.report.writers import render_html, render_markdown
 
-    # a report of an older schema lacks the newer sections: render them empty rather than fail
-    report = {"symptoms": {}, "groups": [], "failure_sites": {}, "ranking": {}, **report, "verification": verification}
+    report = {**report, "verification": verification}
     text = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     return {
         FILE: atomic_write(report_dir / FILE, json.dumps(verification, indent=2, allow_nan=False) + "\n"),
