@@ -33,16 +33,16 @@ class AttributeSettings:
     checkpoints: str = field(default="off", metadata={
         "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; "
                 "auto: when the run has them and the preconditioner is identity; on; off (default): the final "
-                "adapter only. On the suite's dev half TracIn-CP cost 5x the backward passes and ranked no better "
-                "(combined: 0.466 vs 0.459 AUPRC), so the dev rule keeps the cheaper final adapter (BENCHMARKS.md)"})
+                "adapter only. On the suite's dev half TracIn-CP cost 5x the backward passes and ranked worse "
+                "(combined: 0.435 vs 0.515 mean culprit AUPRC), so the dev rule keeps the final adapter (BENCHMARKS.md)"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
     proj_budget: str = field(default="energy", metadata={
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
                 "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
                 "size (equal shares)"})
     rank: str = field(default="combined", metadata={
-        "help": "how training rows are ranked: combined (default: on the suite's dev half 0.459 mean culprit AUPRC "
-                "vs 0.264 for the gradient alone, BENCHMARKS.md; the effect's robust z plus "
+        "help": "how training rows are ranked: combined (default: on the suite's dev half 0.515 mean culprit AUPRC "
+                "vs 0.300 for the gradient alone, BENCHMARKS.md; the effect's robust z plus "
                 "TF-IDF and RepSim relevance to the failing prompts, each counted only when it tells failing from "
                 "passing prompts): the gradient alone cannot tell cut rows from other "
                 "categories' rows whose large gradients align with the queries, similarity alone cannot tell them "
