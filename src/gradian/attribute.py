@@ -113,7 +113,7 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
 
     ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, batch_size=settings.batch_size)
     write_json(settings.out_dir / "ranking.json", ranking.to_dict())
-    effects = scores.effects if settings.rank == "gradient" else ranking.effects  # the memory map, unless shifted
+    effects = ranking.effects  # the memory map itself for --rank gradient; shifted by relevance for combined
     say("clusters: grouping and naming the training rows")
     clusters = cluster(settings, audit, extraction.store, effects)
     return _finish(settings, audit, summary, effects, clusters, pairs, extraction.tracin, measured=measured,

@@ -43,6 +43,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
+from gradian.scores.scoring import total_effect
+
 MAD_TO_SIGMA = 1.4826
 RELEVANCE_AGGREGATE = "mean"  # a row's relevance: its mean over the failing queries (max fell to 0.36 on format-cluster)
 
@@ -119,8 +121,8 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = T
 
     `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against.
     """
-    effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))  # (Q, N)
-    effect = effects.mean(axis=0)  # (N,)
+    effects = np.atleast_2d(effects)  # (Q, N); a memory map stays one
+    effect = total_effect(effects)  # (N,), read in chunks
     harm_z, _, scale = robust_z(-effect)  # (N,)
     checks = {r.kind: relevance_check(r, -effect) for r in relevances}
     if not gated:
@@ -131,15 +133,16 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = T
         shift += weight * robust_z(relevance.train)[0]
     shift /= max(1.0, float(weights.sum()))
     return Ranking(
-        rank="combined", effects=effects - scale * shift[None, :], gradient_effect=effect, score=harm_z + shift,
+        rank="combined", effects=np.asarray(effects, dtype=np.float64) - scale * shift[None, :],  # (Q, N)
+        gradient_effect=effect, score=harm_z + shift,
         relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
     )
 
 
 def gradient_ranking(effects: np.ndarray) -> Ranking:
-    """The gradient's ranking alone: effects unchanged, the score its robust z of harm."""
-    effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))
-    effect = effects.mean(axis=0)
+    """The gradient's ranking alone: the effects as given (a memory map stays one), the score its robust z of harm."""
+    effects = np.atleast_2d(effects)  # (Q, N)
+    effect = total_effect(effects)  # (N,)
     return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
 
 
