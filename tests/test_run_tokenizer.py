@@ -13,6 +13,18 @@ from gradian.cli.main import _register, cli
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
+def recorded_only_in_the_tokenizer(source, folder, field: str):
+    """A copy of a scenario run whose `field` is recorded only in the tokenizer it saved: no config line, no
+    training_args.bin (as a plain `Trainer` run leaves it)."""
+    shutil.copytree(source, folder)
+    for args in folder.glob("run/**/training_args.bin"):
+        args.unlink()
+    config = folder / "run" / "sft_config.yaml"
+    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
+                              if not line.startswith(f"{field}:")))
+    return folder
+
+
 @pytest.fixture
 def trainer_pad_eos(scenario, tmp_path):
     """The `pad-eos` run as a plain `Trainer` run leaves it: pad == eos only in the tokenizer the run saved.
@@ -20,14 +32,7 @@ def trainer_pad_eos(scenario, tmp_path):
     The base model's tokenizer has its own `<pad>`; the config names the pad-masking collator but no pad_token,
     and there is no training_args.bin (a `TrainingArguments` has no pad_token field to record it in).
     """
-    folder = tmp_path / "pad-eos"
-    shutil.copytree(scenario("pad-eos"), folder)
-    for args in folder.glob("run/**/training_args.bin"):
-        args.unlink()
-    config = folder / "run" / "sft_config.yaml"
-    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
-                              if not line.startswith("pad_token:")))
-    return folder
+    return recorded_only_in_the_tokenizer(scenario("pad-eos"), tmp_path / "pad-eos", "pad_token")
 
 
 def audit(folder, **kwargs):
@@ -98,13 +103,7 @@ def test_cli_shows_the_tokenizer_source(trainer_pad_eos, cli_runner, tmp_path):
 def test_eos_the_trainer_replaced_is_the_runs_setting(scenario, tmp_path):
     """`no-eos` trained with eos_token='\\n': with that recorded only in the saved tokenizer (no config field, no
     training_args.bin), the model's real EOS is still reported as never supervised."""
-    folder = tmp_path / "no-eos"
-    shutil.copytree(scenario("no-eos"), folder)
-    for args in folder.glob("run/**/training_args.bin"):
-        args.unlink()
-    config = folder / "run" / "sft_config.yaml"
-    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
-                              if not line.startswith("eos_token:")))
+    folder = recorded_only_in_the_tokenizer(scenario("no-eos"), tmp_path / "no-eos", "eos_token")
     result = audit(folder)
     assert result.tokenizer_source.differs_from_base["eos_token"] == ["</s>", "\n"]
     assert result.setup.eos_token == "\n" and "eos_token" not in result.setup.assumed

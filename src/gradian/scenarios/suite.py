@@ -23,6 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradian.scenarios.catalog import SFT_DEFAULTS
+from gradian.scenarios.causes import CAUSES
+
 SPLITS = ("dev", "test")
 LAYOUTS = ("category", "half", "small", "elsewhere")
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
@@ -58,14 +61,10 @@ class Family:
 
     @property
     def capability(self) -> str:
-        from gradian.scenarios.causes import CAUSES
-
         names = {CAUSES[p.cause].capability for p in self.plants}
         return "json_formatting:keys" if "json_formatting:keys" in names else "json_formatting"
 
     def sft(self) -> dict[str, Any]:
-        from gradian.scenarios.catalog import SFT_DEFAULTS
-
         sft = {**SFT_DEFAULTS, "learning_rate": self.learning_rate, "num_train_epochs": self.epochs,
                **SAVES[self.save]}
         if self.structural == "pad-eos":
