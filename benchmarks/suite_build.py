@@ -18,13 +18,13 @@ from gradian.scenarios import build, built_before
 from gradian.scenarios.suite import families
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--split", choices=["dev", "test"], default=None)
     parser.add_argument("--family", nargs="*", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cache, rows = args.out / "cache", []
     for family in families(args.split):
         if args.family and family.name not in args.family:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
+QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
                 "RepSim (max)", "RepSim (mean)", "gradient (default)", "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
@@ -121,26 +121,13 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
                                                                                      dict[str, np.ndarray]]:
     """What every method is computed from, kept in WORK (`ingredients.json`, `ingredients.npz`) for reruns:
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
-    from gradian.attribute import attribute, base_kind, query_pairs
-    from gradian.audit import diagnose
-    from gradian.gradients.energy import share_budget
-    from gradian.gradients.extract import GradientSettings, extract_train_features
-    from gradian.regression.capabilities import get_capability
-    from gradian.regression.loading import load_models
-    from gradian.regression.measure import measure_regression
+    from gradian.attribute import attribute
     from gradian.scores import relevance as rel
     from gradian.scores.combine import relevance_parts
-    from gradian.scores.queries import query_features
-    from gradian.scores.scoring import score
-    from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
-    from gradian.settings import AttributeSettings
 
     truth = json.loads((folder / "truth.json").read_text())
-    out = work / "attribute"
-    settings = AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability=truth.get("capability", "json_formatting"), out=str(out), rank="combined")
+    settings = _settings(folder, work, truth)
+    out = Path(settings.out)
     clock = Clock()
     fresh = {"attribute": not (out / "report.json").exists(), "final": _fresh(work / "gradients")}
     report = clock.timed("attribute", lambda: attribute(settings).report)
@@ -157,47 +144,99 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     if not meta["attributed"]:
         return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
-    audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
-                     run=settings.run)
-    model, tokenizer = load_models(audit.base_ref, settings.adapter, device="cpu")
-    capability = get_capability(settings.capability)
-    regression = measure_regression(model, tokenizer, audit.eval_examples, capability, audit.setup, out)  # cached
-    gradient = GradientSettings(proj_dim=GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size)
-    gradient, _ = share_budget(model, audit.rendered, gradient, settings.proj_budget,  # as attribute shares it
-                               cache=out / "projection-shares.json")
-    store = clock.timed("extract final", extract_train_features, model, audit.rendered, work / "gradients",
-                        settings=gradient)
-    checkpoints = checkpoint_weights(settings.run) if audit.run is not None and audit.run.checkpoints else []
-    fresh["tracin"] = _fresh(work / "gradients-checkpoints" / f"checkpoint-{checkpoints[0].step}") if checkpoints \
-        else False
-    for kind in kinds:
-        pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, kind, model)
-        q = clock.timed(f"query {kind}", query_features, model, pairs, kind=base_kind(kind), settings=gradient)
-        for unit in (True, False):
-            norm = "unit" if unit else "raw"
-            arrays[f"effect/{kind} · {norm} · final"] = clock.timed(
-                f"score {kind} {norm}", score, store, q, unit_norm_train=unit).mean(axis=0)
-            if checkpoints:
-                arrays[f"effect/{kind} · {norm} · TracIn-CP"] = clock.timed(
-                    f"tracin {kind} {norm}", tracin_cp_effects, model, audit.rendered, pairs, checkpoints,
-                    work / "gradients-checkpoints", settings=gradient, kind=base_kind(kind), unit_norm_train=unit,
-                    final_store=store).mean(axis=0)
+    run = _GradientRun(settings, work, clock)
+    fresh["tracin"] = run.fresh_tracin
+    run.effects(kinds, arrays)
     meta["tracin_extractions"] = len(list((work / "gradients-checkpoints").glob("checkpoint-*")))
     arrays["effect/default"] = np.load(out / "scores.npy").mean(axis=0)  # attribute's own (the default query)
 
     query_ids = report["run"]["queries"]
-    failing_prompts = [row.prompt for row in regression.rows if row.id in set(query_ids)]
-    texts = [e.text for e in audit.examples]
+    failing_prompts = [row.prompt for row in run.regression.rows if row.id in set(query_ids)]
+    texts = [e.text for e in run.audit.examples]
     arrays["sim/tfidf"] = clock.timed("tfidf", rel.tfidf_similarity, texts, failing_prompts)
     arrays["sim/bm25"] = clock.timed("bm25", rel.bm25_scores, texts, failing_prompts)
-    parts = clock.timed("repsim", relevance_parts, model, audit.examples, audit.rendered, regression.rows, query_ids,
-                        batch_size=settings.batch_size)
+    parts = clock.timed("repsim", relevance_parts, run.model, run.audit.examples, run.audit.rendered,
+                        run.regression.rows, query_ids, batch_size=settings.batch_size)
     for kind, (sim, vectors, failing) in parts.items():
         arrays[f"part/{kind}/sim"], arrays[f"part/{kind}/eval"], arrays[f"part/{kind}/failing"] = sim, vectors, failing
-    meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in audit.examples]
+    meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
     meta["default_tracin"] = bool((report["run"].get("tracin_cp") or {}).get("checkpoints"))
     meta["unit_norm_train"] = settings.unit_norm_train
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
+
+
+def _settings(folder: Path, work: Path, truth: dict[str, Any]):
+    from gradian.settings import AttributeSettings
+
+    return AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability=truth.get("capability", "json_formatting"), out=str(work / "attribute"), rank="combined")
+
+
+class _GradientRun:
+    """The run's model, audit, regression (attribute's cache) and gradient stores, for the query-kind variants."""
+
+    def __init__(self, settings: Any, work: Path, clock: Clock) -> None:
+        from gradian.audit import diagnose
+        from gradian.gradients.energy import share_budget
+        from gradian.gradients.extract import GradientSettings, extract_train_features
+        from gradian.regression.capabilities import get_capability
+        from gradian.regression.loading import load_models
+        from gradian.regression.measure import measure_regression
+        from gradian.scores.tracin import checkpoint_weights
+
+        out = Path(settings.out)
+        self.work, self.clock, self.settings = work, clock, settings
+        self.audit = diagnose(settings.dataset, base_model=settings.base_model, eval_dataset=settings.eval_dataset,
+                              run=settings.run)
+        self.model, self.tokenizer = load_models(self.audit.base_ref, settings.adapter, device="cpu")
+        self.capability = get_capability(settings.capability)
+        self.regression = measure_regression(self.model, self.tokenizer, self.audit.eval_examples, self.capability,
+                                             self.audit.setup, out)  # cached
+        gradient = GradientSettings(proj_dim=GradientSettings().proj_dim, seed=settings.seed,
+                                    batch_size=settings.batch_size)
+        self.gradient, _ = share_budget(self.model, self.audit.rendered, gradient, settings.proj_budget,
+                                        cache=out / "projection-shares.json")  # as attribute shares it
+        self.store = clock.timed("extract final", extract_train_features, self.model, self.audit.rendered,
+                                 work / "gradients", settings=self.gradient)
+        run = self.audit.run
+        self.checkpoints = checkpoint_weights(settings.run) if run is not None and run.checkpoints else []
+        self.fresh_tracin = bool(self.checkpoints) and _fresh(
+            work / "gradients-checkpoints" / f"checkpoint-{self.checkpoints[0].step}")
+
+    def effects(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
+        """Each kind's (N,) mean effect, raw and unit-normalised, on the final adapter and by TracIn-CP."""
+        from gradian.attribute import base_kind, query_pairs
+        from gradian.scores.queries import query_features
+        from gradian.scores.scoring import score
+        from gradian.scores.tracin import tracin_cp_effects
+
+        timed, audit = self.clock.timed, self.audit
+        for kind in kinds:
+            pairs = query_pairs(self.regression, self.capability, audit.eval_examples, self.tokenizer, audit.setup,
+                                kind, self.model)
+            q = timed(f"query {kind}", query_features, self.model, pairs, kind=base_kind(kind), settings=self.gradient)
+            for unit in (True, False):
+                norm = "unit" if unit else "raw"
+                arrays[f"effect/{kind} · {norm} · final"] = timed(
+                    f"score {kind} {norm}", score, self.store, q, unit_norm_train=unit).mean(axis=0)
+                if self.checkpoints:
+                    arrays[f"effect/{kind} · {norm} · TracIn-CP"] = timed(
+                        f"tracin {kind} {norm}", tracin_cp_effects, self.model, audit.rendered, pairs,
+                        self.checkpoints, self.work / "gradients-checkpoints", settings=self.gradient,
+                        kind=base_kind(kind), unit_norm_train=unit, final_store=self.store).mean(axis=0)
+
+
+def default_variant() -> str:
+    """The variant `gradian attribute` runs with its defaults today (TracIn-CP unless checkpoints are off)."""
+    from dataclasses import fields
+
+    from gradian.settings import AttributeSettings
+
+    default = {f.name: f.default for f in fields(AttributeSettings)}
+    return f"{default['query']} · {'unit' if default['unit_norm_train'] else 'raw'} · " \
+           f"{'final' if default['checkpoints'] == 'off' else 'TracIn-CP'}"
 
 
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
@@ -236,14 +275,13 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                     "seconds": seconds["extract final"] + seconds[first_tracin]
                     + (seconds[own] if own != first_tracin else 0.0)}
         gradients[name] = (arrays[key], cost)
-    default = f"{meta['query']} · {'unit' if meta['unit_norm_train'] else 'raw'} · " \
-              f"{'TracIn-CP' if meta['default_tracin'] else 'final'}"
+    default = default_variant()
     default_cost = gradients[default][1] if default in gradients else {**free, "seconds": float("nan")}
 
     def plus_relevance(cost):
         return {**cost, "forward_rows": n_rows, "seconds": cost["seconds"] + seconds["repsim"]}
 
-    effect = arrays["effect/default"][None, :]
+    effect = (arrays[f"effect/{default}"] if default in gradients else arrays["effect/default"])[None, :]
     methods["gradient (default)"] = (-effect[0], default_cost)
     other = next(how for how in ("max", "mean") if how != RELEVANCE_AGGREGATE)
     methods["combined (default)"] = (combine(effect, relevance(RELEVANCE_AGGREGATE)).score,
@@ -279,14 +317,33 @@ def evaluate(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[st
     return record
 
 
+def _report_facts(out: Path) -> dict[str, Any]:
+    """The verdict and clusters of the report now in `out` (a later `attribute` into it, with today's defaults,
+    replaces the ones the ingredients were kept with); nothing when it is of an older schema."""
+    from gradian.report.rows import EXAMPLES_FILE, read_examples
+
+    if not (out / EXAMPLES_FILE).exists():
+        return {}
+    report, rows = json.loads((out / "report.json").read_text()), read_examples(out)
+    return {"verdict": report["verdict"]["kind"], "verdict_culprits": report["verdict"]["culprit_ids"],
+            "ids": [row["id"] for row in rows], "labels": [row["cluster"] for row in rows]}
+
+
 def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) -> dict[str, Any]:
     """Ingredients from WORK when a run already left them, else computed (and kept); then evaluated."""
     truth = json.loads((folder / "truth.json").read_text())
     meta_path, arrays_path = work / "ingredients.json", work / "ingredients.npz"
     if meta_path.exists() and arrays_path.exists():
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text()) | _report_facts(work / "attribute")
         with np.load(arrays_path) as stored:
             arrays = {key: stored[key] for key in stored.files}
+        missing = [k for k in kinds if meta["attributed"] and f"effect/{k} · unit · final" not in arrays]
+        if missing:  # a kind this folder's ingredients lack: only its variants are computed, then kept
+            clock = Clock()
+            _GradientRun(_settings(folder, work, truth), work, clock).effects(missing, arrays)
+            meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
+            np.savez(arrays_path, **arrays)
+            meta_path.write_text(json.dumps(meta, indent=1, default=float))
     else:
         work.mkdir(parents=True, exist_ok=True)
         meta, arrays = ingredients(folder, work, kinds)
@@ -317,14 +374,81 @@ def summary(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
     return lines
 
 
+def family_means(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method: per split, the mean AUPRC over families (each family the mean of its seeds) and the worst family;
+    the mean backward rows per run and the median ÷ epoch. TracIn-CP runs only where the run kept checkpoints,
+    so `families` of `of` says over how many families a mean is."""
+    per: dict[tuple[str, str, str], list[float]] = {}
+    cost: dict[str, list[dict[str, Any]]] = {}
+    families = {split: {r["family"] for r in records if r["split"] == split and r["methods"]}
+                for split in {r["split"] for r in records}}
+    for r in records:
+        for name, m in r["methods"].items():
+            per.setdefault((name, r["split"], r["family"]), []).append(m["auprc"])
+            cost.setdefault(name, []).append(m)
+    out: dict[str, dict[str, Any]] = {}
+    for name in cost:
+        row: dict[str, Any] = {}
+        for split, names in families.items():
+            means = [float(np.mean(per[(name, split, f)])) for f in sorted(names) if (name, split, f) in per]
+            if means:
+                row[split] = {"mean": float(np.mean(means)), "worst": min(means), "families": len(means),
+                              "of": len(names)}
+        worth = [m["epochs_worth"] for m in cost[name] if m["epochs_worth"] is not None]
+        out[name] = {**row, "backward_rows": float(np.mean([m["backward_rows"] for m in cost[name]])),
+                     "epochs_worth": float(np.median(worth)) if worth else None}
+    return out
+
+
+def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
+    """BENCHMARKS.md's rule for defaults: among the gradient-based rankings run on every dev family, the highest
+    mean dev AUPRC; one within `margin` of it that costs fewer backward passes wins (the cheapest such)."""
+    ranked = {n: m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))
+              and m.get("dev", {}).get("families") == m.get("dev", {}).get("of")}
+    best = max(m["dev"]["mean"] for m in ranked.values())
+    near = [n for n, m in ranked.items() if m["dev"]["mean"] >= best - margin]
+    return min(near, key=lambda n: (ranked[n]["backward_rows"], -ranked[n]["dev"]["mean"]))
+
+
+def means_table(records: list[dict[str, Any]]) -> list[str]:
+    """The means over families beside each other, best dev first, and the dev rule's choice."""
+    means = family_means(records)
+    lines = ["### Means over families (each family the mean of its seeds)", "",
+             "| method | dev: mean AUPRC | dev: worst family | test: mean AUPRC | test: worst family | "
+             "backward rows per run (mean) | ÷ epoch (median) |", "|---|---|---|---|---|---|---|"]
+    def cell(m: dict[str, Any], split: str, key: str) -> str:
+        if split not in m:
+            return "–"
+        part = m[split]
+        return f"{part[key]:.3f}" + ("" if part["families"] == part["of"] else f" ({part['families']} of {part['of']})")
+
+    order = sorted(means, key=lambda n: (n not in MAIN_METHODS[:8], -means[n].get("dev", {}).get("mean", -1)))
+    for name in order:
+        m = means[name]
+        worth = "–" if m["epochs_worth"] is None else f"{m['epochs_worth']:.1f}"
+        lines.append(f"| {name} | {cell(m, 'dev', 'mean')} | {cell(m, 'dev', 'worst')} | {cell(m, 'test', 'mean')} | "
+                     f"{cell(m, 'test', 'worst')} | {m['backward_rows']:.0f} | {worth} |")
+    if any("dev" in m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))):
+        lines += ["", f"The dev rule's choice: **{dev_rule(means)}**.", ""]
+    return lines
+
+
+def summary_tables(records: list[dict[str, Any]]) -> list[str]:
+    """The per-family summaries of both splits and the means over families, with the dev rule's choice."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["split"], record["family"]), []).append(record)
+    return ["÷ epoch: the method's wall time (generation excluded) over the run's own training time per epoch, "
+            "both on the machine that ran them; a store already extracted when timed is marked in the JSON "
+            "(`fresh`).", "", *summary(groups), *means_table(records)]
+
+
 def markdown(records: list[dict[str, Any]]) -> str:
     """One table per family and split: every method's mean AUPRC, P@k, cluster-first and causes named, and cost."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for record in records:
         groups.setdefault((record["split"], record["family"]), []).append(record)
-    lines = ["÷ epoch: the method's wall time (generation excluded) over the run's own training time per epoch, "
-             "both on the machine that ran them; a store already extracted when timed is marked in the JSON "
-             "(`fresh`).", "", *summary(groups)]
+    lines = summary_tables(records)
     for (split, family), rows in sorted(groups.items()):
         scored = [r for r in rows if r["methods"]]
         seeds = sorted(r["seed"] for r in rows)

@@ -28,12 +28,13 @@ def expected(kind: str, significant: bool) -> str:
     return {"data-cluster": "data-cluster", "setup": "setup"}.get(kind, "diffuse")
 
 
-def verdict_of(folder: Path, work: Path) -> dict[str, Any]:
+def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
+    """The verdict on the run in `folder`, from the report in `out` (`attribute` with its defaults writes it there
+    when there is none)."""
     from gradian.attribute import attribute
     from gradian.settings import AttributeSettings
 
     truth = json.loads((folder / "truth.json").read_text())
-    out = work / folder.name
     if not (out / "report.json").exists():
         settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"),
                                      run=str(folder / "run"), dataset=str(folder / "train.jsonl"),
@@ -90,7 +91,7 @@ def main() -> None:
     for folder in sorted(p for p in args.runs.iterdir() if (p / "measured.json").exists()):
         if args.only and folder.name not in args.only:
             continue
-        rows.append(verdict_of(folder, args.work))
+        rows.append(verdict_of(folder, args.work / folder.name))
         print(json.dumps(rows[-1]), flush=True)
     (args.work / "verdicts.json").write_text(json.dumps(rows, indent=1) + "\n")
     text = markdown(rows)

@@ -68,3 +68,39 @@ def test_markdown_has_one_table_per_family_and_split(harness):
     assert "| combined (default) | 0.900 |" in text.split("### cut")[0]  # the dev summary, before the tables
     assert "| combined (default) | 0.900 | 0.800 | 2/2 | – | 400 | 0 | 2.0 |" in text
     assert text.index("| random |") < text.index("| combined (default) |")  # MAIN_METHODS order
+
+
+def test_dev_rule_takes_the_best_dev_mean_unless_a_cheaper_one_is_within_the_margin(harness):
+    def record(split, family, seed, methods):
+        return {"split": split, "family": family, "seed": seed, "methods": {
+            name: {"auprc": auprc, "backward_rows": rows, "epochs_worth": 1.0} for name, (auprc, rows) in methods.items()}}
+
+    records = [record("dev", "a", 0, {"gradient · x · raw · TracIn-CP": (0.9, 2000), "combined · x · raw · final":
+                                      (0.89, 400), "combined · y · raw · final": (0.7, 400), "TF-IDF (max)": (1.0, 0)}),
+               record("dev", "b", 0, {"gradient · x · raw · TracIn-CP": (0.7, 2000), "combined · x · raw · final":
+                                      (0.69, 400), "combined · y · raw · final": (0.5, 400), "TF-IDF (max)": (1.0, 0)}),
+               record("test", "c", 0, {"combined · y · raw · final": (1.0, 400)}),
+               record("dev", "c", 0, {"gradient · x · raw · TracIn-CP": (0.8, 2000), "combined · x · raw · final":
+                                      (0.79, 400), "combined · y · raw · final": (0.6, 400), "TF-IDF (max)": (1.0, 0),
+                                      "gradient · z · raw · TracIn-CP": (1.0, 2000)})]
+    means = harness.family_means(records)
+    assert means["gradient · x · raw · TracIn-CP"]["dev"] == {"mean": pytest.approx(0.8), "worst": 0.7, "families": 3,
+                                                           "of": 3}
+    assert "test" not in means["gradient · x · raw · TracIn-CP"]  # it ran on no test family
+    assert harness.dev_rule(means) == "combined · x · raw · final"  # within 0.02 of the best at a fifth of the cost
+    assert harness.dev_rule(means, margin=0.0) == "gradient · x · raw · TracIn-CP"  # baselines never chosen
+    assert means["gradient · z · raw · TracIn-CP"]["dev"]["families"] == 1  # one of three: never chosen
+
+
+def test_each_script_rewrites_only_its_own_region_of_the_page(tmp_path):
+    spec = importlib.util.spec_from_file_location("page", HARNESS.parent / "page.py")
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# B\n\nhand\n<!-- a: begin -->\nold a\n<!-- a: end -->\nmiddle\n<!-- b: begin -->\nold b\n"
+                    "<!-- b: end -->\ntail\n")
+    page.replace_region(path, "a", "new a\n")
+    assert path.read_text() == ("# B\n\nhand\n<!-- a: begin -->\nnew a\n<!-- a: end -->\nmiddle\n<!-- b: begin -->\n"
+                                "old b\n<!-- b: end -->\ntail\n")
+    with pytest.raises(SystemExit, match="needs one"):
+        page.replace_region(path, "c", "x")
