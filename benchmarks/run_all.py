@@ -513,6 +513,7 @@ def main() -> None:
     parser.add_argument("--from-results", action="store_true", help="rewrite the page from --root/results.json")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    page.region(args.output, "run_all.py")  # before hours of work, not after
     if args.from_results:
         saved = json.loads((args.root / "results.json").read_text())
         verdicts, methods = saved["verdicts"], saved["methods"]

@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--page", type=Path, default=HERE.parent / "BENCHMARKS.md")
     parser.add_argument("--no-verify", action="store_true", help="skip step 4 (its retrains are the slow part)")
     args = parser.parse_args(argv)
+    page.region(args.page, "suite.py")  # before hours of work, not after
     suite_build.main(["--out", str(args.out), "--seeds", *map(str, args.seeds)])
     builds = json.loads((args.out / "builds.json").read_text())
     data_runs = ranked(builds)
