@@ -95,23 +95,29 @@ def tiny_lora_model():
 
 
 def synthetic_rows(n: int, vocab: int, seed: int = 0):
-    """(examples, rendered): prompt/completion rows of four topics, and their token rows (24 tokens each)."""
+    """(examples, rendered) as columns (`data.columns`): prompt/completion rows of four topics and their token rows
+    (24 tokens each), built a batch at a time, so no list of n row objects is ever held."""
+    from gradian.data.columns import ExampleColumns, RenderedColumns
     from gradian.data.examples import Example
     from gradian.data.render import IGNORE, Rendered
 
     rng = np.random.default_rng(seed)
     names = sorted(TOPICS)
     topic = rng.integers(0, len(names), n)
-    tokens = rng.integers(4, vocab, size=(n, TOKENS)).tolist()
-    examples, rendered = [], []
-    for i in range(n):
-        words = TOPICS[names[topic[i]]]
-        example_id = f"r{i}"
-        examples.append(Example(example_id, i + 1, {"prompt": f"please help my {words} {i % 97}",
-                                                    "completion": f'{{"intent": "{names[topic[i]]}", "n": {i}}}'}))
-        ids = tokens[i]
-        rendered.append(Rendered(example_id, ids, [IGNORE] * 8 + ids[8:], TOKENS, 8))
-    return examples, rendered
+    tokens = rng.integers(4, vocab, size=(n, TOKENS))
+
+    def examples():
+        for i in range(n):
+            words = TOPICS[names[topic[i]]]
+            yield Example(f"r{i}", i + 1, {"prompt": f"please help my {words} {i % 97}",
+                                           "completion": f'{{"intent": "{names[topic[i]]}", "n": {i}}}'})
+
+    def rendered():
+        for i in range(n):
+            ids = tokens[i].tolist()
+            yield Rendered(f"r{i}", ids, [IGNORE] * 8 + ids[8:], TOKENS, 8)
+
+    return ExampleColumns.from_examples(examples()), RenderedColumns.from_rendered(rendered())
 
 
 def synthetic_store(root: Path, n: int, settings) -> None:
@@ -159,25 +165,26 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
         effects = effects_file(out / "scores.npy", QUERIES, n)
         score(store, queries, unit_norm_train=True, out=effects)
         effects = publish(effects, out / "scores.npy")
-    texts = [(e.prompt_text, e.completion_text) for e in examples]
+    texts = examples.texts()  # two string columns
     with meter.stage("cluster"):
         fitted = fit_clusters(texts, store, seed=0)
         sample = fitted.embedding.sample
         names = name_clusters([texts[i] for i in sample], fitted.labels[sample])
-    ids = [e.id for e in examples]
+    ids = examples.ids  # a string column
     with meter.stage("summary"):
         summaries = summarize_clusters(ids, fitted.labels, effects, names, [], seed=0)
     regression = dict(capability="json_formatting", base_rate=0.95, finetuned_rate=0.6, delta=-0.35, ci_low=-0.45,
                       ci_high=-0.25, p_value=1e-6, n=80, significant=True)
     with meter.stage("report"):
         effect = total_effect(effects)
-        verdict = decide(regression, [], summaries, effect, ids)
+        verdict = decide(regression, [], summaries, effect, list(ids))  # decide takes a list of ids
         report = build_report(regression=regression, verdict=verdict, findings=[], examples=examples,
                               effects=effects, labels=fitted.labels, clusters=summaries, embedding=fitted.embedding)
         write_report(out / "report", report, examples, ExampleRows.of(ids, effect, fitted.labels, [],
                                                                       verdict.culprit_ids))
     meter.running = False
     return {"n": n, "synthetic": synthetic, "start_rss": start_rss, "rows_anon": rows_anon,
+            "rows_bytes": examples.nbytes + rendered.nbytes,
             "store_bytes": sum(p.stat().st_size for p in (out / "gradients").glob("shard-*.npy")),
             "report_json_bytes": (out / "report" / "report.json").stat().st_size, "stages": meter.stages,
             "tokens_per_row": TOKENS, "proj_dim": PROJ_DIM, "queries": QUERIES}

@@ -183,7 +183,7 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
         score_features(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
                        out=effects)
     effects = publish(effects, out / "scores.npy")
-    write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
+    write_json(out / "scores.json", {"ids": list(store.ids), "queries": [p.eval_id for p in pairs],
                                      "query": settings.query, "preconditioner": settings.preconditioner,
                                      "checkpoints": extraction.tracin["checkpoints"],
                                      "checkpoints_skipped": extraction.skipped})

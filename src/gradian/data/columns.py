@@ -1,17 +1,17 @@
 """Rows as columns: the training rows and their rendering held in Arrow record batches, not N Python objects.
 
 A million rows as `Example` dicts and `Rendered` token lists cost ~1.3 KB a row in Python objects. Here they are
-Arrow columns, as `datasets` holds a dataset: token ids in one flat int32 buffer per batch with int64 offsets
-(Arrow's large_list), strings as UTF-8 buffers with offsets (large_string), flags as fixed-width arrays.
+Arrow columns, as `datasets` holds a dataset: token ids in one flat int32 buffer per batch of BATCH_ROWS rows
+with int32 offsets (Arrow's list), strings as UTF-8 buffers with offsets, flags as bits and fixed-width arrays.
 `ExampleColumns` is a `Sequence[Example]` and `RenderedColumns` a `Sequence[Rendered]`: indexing or iterating
 builds one row object at a time, so code written for lists keeps working while nothing holds N of them. A row is
 found in its batch by a binary search over the batch offsets (as `datasets.table.IndexedTableMixin` does).
 
 What is kept per example: id, line, source, prompt text and completion text; a prompt/completion or text row's
 `fields` are rebuilt from its two texts, other shapes (messages) keep their fields as JSON too; `raw` is kept as
-JSON only where it is not the fields themselves. Per rendered row: its tokens, a 0/1 byte per token saying whether
-the token is its own label (else IGNORE), the labels themselves only for a row where that does not hold, and the
-row's lengths and flags.
+JSON only where it is not the fields themselves. Per rendered row: its tokens, one bit per token saying whether the
+token is its own label (else IGNORE), the labels themselves only for a row where that does not hold, and the row's
+lengths and flags: about 4.1 bytes a token plus ~60 bytes a row (`nbytes`).
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ BATCH_ROWS = 4096
 PLAIN, TEXT, JSON_FIELDS = 0, 1, 2  # how an example's fields are kept (`kind`)
 
 EXAMPLE_SCHEMA = pa.schema([
-    ("id", pa.large_string()), ("line", pa.int64()), ("source", pa.int32()), ("kind", pa.int8()),
-    ("prompt", pa.large_string()), ("completion", pa.large_string()),
-    ("fields", pa.large_string()),  # JSON, null for a PLAIN or TEXT row
-    ("raw", pa.large_string()),  # JSON, null when the raw row is its fields
+    ("id", pa.string()), ("line", pa.int32()), ("source", pa.int32()), ("kind", pa.int8()),
+    ("prompt", pa.string()), ("completion", pa.string()),
+    ("fields", pa.string()),  # JSON, "" for a PLAIN or TEXT row (JSON is never empty)
+    ("raw", pa.string()),  # JSON, "" when the raw row is its fields
 ])
 RENDERED_SCHEMA = pa.schema([
-    ("example_id", pa.large_string()), ("input_ids", pa.large_list(pa.int32())),
-    ("trained", pa.large_list(pa.uint8())),  # 1 where a token's label is the token, 0 where it is IGNORE
-    ("labels", pa.large_list(pa.int32())),  # null unless the labels are not `trained`'s tokens-or-IGNORE
-    ("full_length", pa.int64()), ("prompt_length", pa.int64()), ("tail_cut", pa.bool_()), ("dropped", pa.bool_()),
+    ("example_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
+    ("trained", pa.list_(pa.bool_())),  # True where a token's label is the token, False where it is IGNORE
+    ("labels", pa.list_(pa.int32())),  # null unless the labels are not `trained`'s tokens-or-IGNORE
+    ("full_length", pa.int32()), ("prompt_length", pa.int32()), ("tail_cut", pa.bool_()), ("dropped", pa.bool_()),
     ("over_limit", pa.dictionary(pa.int32(), pa.string())),
 ])
 
@@ -71,8 +71,11 @@ class _Batches:
         return pa.chunked_array([b.column(name) for b in self.batches], type=self.schema.field(name).type)
 
     def take(self, indices: Any) -> list[pa.RecordBatch]:
+        """The rows at `indices`, BATCH_ROWS to a batch (a batch's int32 offsets never overflow)."""
         table = pa.Table.from_batches(self.batches, schema=self.schema)
-        return table.take(pa.array(np.asarray(indices, dtype=np.int64))).combine_chunks().to_batches()
+        indices = np.asarray(indices, dtype=np.int64)
+        return [table.take(pa.array(indices[start : start + BATCH_ROWS])).combine_chunks().to_batches()[0]
+                for start in range(0, len(indices), BATCH_ROWS)]
 
     @property
     def nbytes(self) -> int:
@@ -86,10 +89,23 @@ def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 
 class StringColumn(Sequence[str]):
-    """One string per row (ids, texts) in an Arrow large_string array; `positions` finds values without a dict."""
+    """One string per row (ids, texts) in Arrow string arrays; `positions` finds values without a dict."""
 
     def __init__(self, values: pa.ChunkedArray | pa.Array) -> None:
         self.values = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+
+    @classmethod
+    def of(cls, values: Iterable[str], batch_rows: int = BATCH_ROWS) -> StringColumn:
+        """A column of `values` (a list, or any iterable), built a batch at a time."""
+        return cls(pa.chunked_array([_strings(chunk) for chunk in _chunks(values, batch_rows)], type=pa.string()))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same strings in the same order (a list of ids, another column)."""
+        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
+            return NotImplemented if not isinstance(other, Sequence) else False
+        return all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return len(self.values)
@@ -118,7 +134,7 @@ class StringColumn(Sequence[str]):
     def positions(self, values: Iterable[str]) -> np.ndarray:
         """(len(values),) int64: the row of each value (its first), -1 where it is not in the column."""
         wanted = pa.array(list(values), type=pa.large_string())
-        found = pc.index_in(wanted, value_set=self.values.combine_chunks())
+        found = pc.index_in(wanted, value_set=self.values.cast(pa.large_string()).combine_chunks())
         return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
     @property
@@ -139,7 +155,7 @@ def positions_of(ids: Sequence[str], values: Iterable[str]) -> np.ndarray:
 def mask_of(ids: Sequence[str], values: Iterable[str]) -> np.ndarray:
     """(len(ids),) bool: which rows hold one of `values`."""
     if isinstance(ids, StringColumn):
-        wanted = pa.array(list(values), type=pa.large_string())
+        wanted = pa.array(list(values), type=pa.string())
         return np.asarray(pc.is_in(ids.values, value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
     chosen = set(values)
     return np.fromiter((value in chosen for value in ids), dtype=bool, count=len(ids))
@@ -215,7 +231,7 @@ class ExampleColumns(Sequence[Example]):
             fields = {"text": completion}
         else:
             fields = json.loads(values["fields"])
-        raw = dict(fields) if values["raw"] is None else json.loads(values["raw"])
+        raw = json.loads(values["raw"]) if values["raw"] else dict(fields)
         return Example(values["id"], values["line"], fields, self.sources[values["source"]], raw)
 
     def take(self, indices: Any) -> ExampleColumns:
@@ -239,16 +255,32 @@ class ExampleColumns(Sequence[Example]):
 
 
 def _example_batch(examples: list[Example], sources: dict[str, int]) -> pa.RecordBatch:
-    columns: dict[str, list[Any]] = {name: [] for name in EXAMPLE_SCHEMA.names}
-    for example in examples:
-        kind = _kind(example.fields)
-        values = (example.id, example.line, sources.setdefault(example.source, len(sources)), kind,
-                  example.prompt_text, example.completion_text,
-                  None if kind != JSON_FIELDS else json.dumps(example.fields, ensure_ascii=False),
-                  None if example.raw == example.fields else json.dumps(example.raw, ensure_ascii=False))
-        for name, value in zip(EXAMPLE_SCHEMA.names, values, strict=True):
-            columns[name].append(value)
-    return pa.RecordBatch.from_pydict(columns, schema=EXAMPLE_SCHEMA)
+    kinds = [_kind(example.fields) for example in examples]
+    columns = [
+        _strings([example.id for example in examples]),
+        pa.array(np.fromiter((example.line for example in examples), dtype=np.int32, count=len(examples))),
+        pa.array(np.fromiter((sources.setdefault(example.source, len(sources)) for example in examples),
+                             dtype=np.int32, count=len(examples))),
+        pa.array(np.array(kinds, dtype=np.int8)),
+        _strings([example.prompt_text for example in examples]),
+        _strings([example.completion_text for example in examples]),
+        _strings([json.dumps(example.fields, ensure_ascii=False) if kind == JSON_FIELDS else ""
+                  for example, kind in zip(examples, kinds, strict=True)]),
+        _strings(["" if example.raw == example.fields else json.dumps(example.raw, ensure_ascii=False)
+                  for example in examples]),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=EXAMPLE_SCHEMA)
+
+
+def _strings(values: list[str]) -> pa.StringArray:
+    """A string array of exactly the bytes it holds (Arrow's builder would leave grown buffers behind)."""
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(values)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{offsets[-1]} bytes of text in one batch of {len(values)} rows; use smaller batches")
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(b"".join(encoded)))
 
 
 def _kind(fields: dict[str, Any]) -> int:
@@ -315,14 +347,15 @@ class RenderedColumns(Sequence[Rendered]):
 
 
 class _TokenView:
-    """NumPy views of one batch's buffers (no copy but the two 1-byte flag columns), to build rows fast."""
+    """NumPy views of one batch's buffers (no copy but the two flag columns), to build rows fast."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         tokens, trained = batch.column("input_ids"), batch.column("trained")
         self.offsets = tokens.offsets.to_numpy()  # (n + 1,) into `values`
         self.values = tokens.values.to_numpy()  # (T,) int32
-        self.trained = trained.values.to_numpy()  # (T,) uint8
-        self.shift = int(trained.offsets[0].as_py()) - int(self.offsets[0])  # where its rows start, relative
+        bits = trained.values  # one bit per token, Arrow's order (least significant first)
+        self.bits = np.frombuffer(bits.buffers()[1], dtype=np.uint8) if len(bits) else np.zeros(0, np.uint8)
+        self.bit_start = bits.offset + int(trained.offsets[0].as_py()) - int(self.offsets[0])
         self.labels = batch.column("labels")
         self.ids = batch.column("example_id")
         self.full_length = batch.column("full_length").to_numpy()
@@ -336,13 +369,19 @@ class _TokenView:
     def nbytes(self) -> int:
         return self.tail_cut.nbytes + self.dropped.nbytes
 
+    def trained(self, start: int, stop: int) -> np.ndarray:
+        """(stop - start,) bool: which of the tokens [start, stop) are their own labels."""
+        first, last = self.bit_start + start, self.bit_start + stop
+        lo = first // 8
+        unpacked = np.unpackbits(self.bits[lo : (last + 7) // 8], bitorder="little")
+        return unpacked[first - 8 * lo : last - 8 * lo].astype(bool)
+
     def row(self, i: int, example_id: str | None = None) -> Rendered:
         start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
         tokens = self.values[start:stop]
         labels = self.labels[i].as_py()
         if labels is None:
-            trained = self.trained[start + self.shift : stop + self.shift].astype(bool)
-            labels = np.where(trained, tokens, IGNORE).tolist()
+            labels = np.where(self.trained(start, stop), tokens, IGNORE).tolist()
         return Rendered(self.ids[i].as_py() if example_id is None else example_id, tokens.tolist(), labels,
                         int(self.full_length[i]), int(self.prompt_length[i]), bool(self.tail_cut[i]),
                         bool(self.dropped[i]), self.over_names[self.over_codes[i]])
@@ -353,41 +392,49 @@ class _TokenView:
 
 
 def _rendered_batch(rows: Sequence[Rendered]) -> pa.RecordBatch:
-    """One record batch of `rows`: flat tokens, the trained byte per token, labels kept only where they must be."""
+    """One record batch of `rows`: flat tokens, a trained bit per token, labels kept only where they must be."""
     lengths = np.fromiter((len(r.input_ids) for r in rows), dtype=np.int64, count=len(rows))
     offsets = np.concatenate([[0], np.cumsum(lengths)])  # (n + 1,)
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{offsets[-1]} tokens in one batch of {len(rows)} rows; use smaller batches")
     tokens = np.fromiter(itertools.chain.from_iterable(r.input_ids for r in rows), dtype=np.int32,
                          count=int(offsets[-1]))  # (T,)
-    same_length = all(len(r.labels) == len(r.input_ids) for r in rows)
-    if same_length:
-        labels = np.fromiter(itertools.chain.from_iterable(r.labels for r in rows), dtype=np.int64, count=len(tokens))
-        trained = labels == tokens  # (T,)
-        odd = np.concatenate([[0], np.cumsum(~(trained | (labels == IGNORE)))])
-        plain = odd[offsets[1:]] == odd[offsets[:-1]]  # (n,) every label is its token or IGNORE
-    else:
-        trained = np.zeros(len(tokens), dtype=bool)
-        plain = np.zeros(len(rows), dtype=bool)
-        for i, r in enumerate(rows):
-            if len(r.labels) == len(r.input_ids):
-                hit = np.asarray(r.labels) == np.asarray(r.input_ids)
-                trained[offsets[i]:offsets[i + 1]] = hit
-                plain[i] = bool(np.all(hit | (np.asarray(r.labels) == IGNORE)))
-    kept = [r.labels for r, ok in zip(rows, plain, strict=True) if not ok]
-    label_offsets = np.concatenate([[0], np.cumsum([0 if ok else len(r.labels) for r, ok in zip(rows, plain,
-                                                                                              strict=True)])])
+    trained, plain = _trained(rows, tokens, offsets)
+    label_lengths = np.where(plain, 0, [len(r.labels) for r in rows])
+    label_offsets = np.concatenate([[0], np.cumsum(label_lengths)]).astype(np.int32)
+    kept = (r.labels for r, ok in zip(rows, plain, strict=True) if not ok)
     label_values = np.fromiter(itertools.chain.from_iterable(kept), dtype=np.int32, count=int(label_offsets[-1]))
+    token_offsets = pa.array(offsets.astype(np.int32))
+    bits = pa.BooleanArray.from_buffers(pa.bool_(), len(trained), [None, pa.py_buffer(np.packbits(
+        trained, bitorder="little"))])
     arrays = [
-        pa.array([r.example_id for r in rows], type=pa.large_string()),
-        pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tokens)),
-        pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(trained.astype(np.uint8))),
-        pa.LargeListArray.from_arrays(pa.array(label_offsets), pa.array(label_values), mask=pa.array(plain)),
-        pa.array(np.fromiter((r.full_length for r in rows), dtype=np.int64, count=len(rows))),
-        pa.array(np.fromiter((r.prompt_length for r in rows), dtype=np.int64, count=len(rows))),
+        _strings([r.example_id for r in rows]),
+        pa.ListArray.from_arrays(token_offsets, pa.array(tokens)),
+        pa.ListArray.from_arrays(token_offsets, bits),
+        pa.ListArray.from_arrays(pa.array(label_offsets), pa.array(label_values), mask=pa.array(plain)),
+        pa.array(np.fromiter((r.full_length for r in rows), dtype=np.int32, count=len(rows))),
+        pa.array(np.fromiter((r.prompt_length for r in rows), dtype=np.int32, count=len(rows))),
         pa.array([r.tail_cut for r in rows], type=pa.bool_()),
         pa.array([r.dropped for r in rows], type=pa.bool_()),
         pa.array([r.over_limit for r in rows], type=pa.string()).dictionary_encode(),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=RENDERED_SCHEMA)
+
+
+def _trained(rows: Sequence[Rendered], tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T,) bool: label == token, and (n,) bool: the row's every label is its token or IGNORE."""
+    if all(len(r.labels) == len(r.input_ids) for r in rows):
+        labels = np.fromiter(itertools.chain.from_iterable(r.labels for r in rows), dtype=np.int64, count=len(tokens))
+        trained = labels == tokens  # (T,)
+        odd = np.concatenate([[0], np.cumsum(~(trained | (labels == IGNORE)))])  # labels neither, counted
+        return trained, odd[offsets[1:]] == odd[offsets[:-1]]
+    trained, plain = np.zeros(len(tokens), dtype=bool), np.zeros(len(rows), dtype=bool)
+    for i, r in enumerate(rows):  # a row whose labels are not one per token keeps its labels as they are
+        if len(r.labels) == len(r.input_ids):
+            labels, ids = np.asarray(r.labels), np.asarray(r.input_ids)
+            trained[offsets[i] : offsets[i + 1]] = labels == ids
+            plain[i] = bool(np.all((labels == ids) | (labels == IGNORE)))
+    return trained, plain
 
 
 def ids_of(examples: Sequence[Example]) -> Sequence[str]:
