@@ -87,9 +87,7 @@ class ShardFile:
         self.features[local] = features.astype(self.features.dtype, copy=False)  # before the flags
         self.done[local] = True
         self.remaining -= new
-        if self.remaining == 0 and new:
-            self.features.flush()
-            self.done.flush()
+        if self.remaining == 0 and new:  # the shared mapping's pages are the page cache's: no flush needed
             self.features = np.load(self.features_path, mmap_mode="r+")
             self.done = np.load(self.done_path, mmap_mode="r+", allow_pickle=False)
 
