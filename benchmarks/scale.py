@@ -12,8 +12,9 @@ On the tiny model (hidden 32, 2 layers, LoRA r=4 on q/v, projection 256 floats i
 `--synthetic` skips extraction and writes a store of seeded random features instead (memory-mapped, like a real
 one), for the N whose extraction would not fit the time budget. Memory is sampled every 20 ms from
 /proc/self/status: `rss` (VmRSS: heap plus the mapped files' resident pages, which the kernel can drop) and
-`anon` (RssAnon: the heap alone, what must fit in RAM). `rows` is the anon memory the inputs (the Example and
-rendered rows) hold before the stages run.
+`anon` (RssAnon: the heap alone, what must fit in RAM). `rows` is the anon memory the inputs hold before the
+stages run: the training rows and their rendering as columns (`data.columns`, as the audit hands them on), whose
+own size (`rows_bytes`, from the arrays' nbytes) is reported beside it.
 
     python benchmarks/scale.py --sizes 10000 100000 --synthetic-sizes 1000000 --two-processes 10000
 """
@@ -276,11 +277,18 @@ def markdown(results: dict) -> str:
                          f"{stage['seconds']:.1f} | {stage['seconds'] / run['n'] * 1e4:.2f} | "
                          f"{stage['peak_rss'] / mb:.0f} | {stage['peak_anon'] / mb:.0f} |")
     lines.append("")
-    lines.append("| N | rows' anon MB | store MB | report.json KB |")
-    lines.append("|---|---|---|---|")
+    lines.append("| N | rows' anon MB | rows' arrays MB (bytes a row) | store MB | report.json KB |")
+    lines.append("|---|---|---|---|---|")
     for run in results["runs"]:
-        lines.append(f"| {run['n']:,} | {run['rows_anon'] / mb:.0f} | {run['store_bytes'] / mb:.0f} | "
+        lines.append(f"| {run['n']:,} | {run['rows_anon'] / mb:.0f} | {run['rows_bytes'] / mb:.0f} "
+                     f"({run['rows_bytes'] / run['n']:.0f}) | {run['store_bytes'] / mb:.0f} | "
                      f"{run['report_json_bytes'] / 1024:.0f} |")
+    peaks = {run["n"]: [max(stage[key] for stage in run["stages"].values()) for key in ("peak_rss", "peak_anon")]
+             for run in results["runs"]}
+    low, high = min(peaks), max(peaks)
+    lines += ["", f"Peak over the stages, {high:,} rows vs {low:,}: RSS {peaks[high][0] / mb:.0f} / "
+                  f"{peaks[low][0] / mb:.0f} MB = {peaks[high][0] / peaks[low][0]:.2f}x, anon "
+                  f"{peaks[high][1] / mb:.0f} / {peaks[low][1] / mb:.0f} MB = {peaks[high][1] / peaks[low][1]:.2f}x."]
     two = results.get("two_processes")
     if two:
         lines += ["", f"Extraction of {two['n']:,} rows: 1 process {two['one']:.1f} s, 2 processes (torchrun, gloo) "
