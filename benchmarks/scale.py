@@ -118,7 +118,8 @@ def synthetic_rows(n: int, vocab: int, seed: int = 0):
             ids = tokens[i].tolist()
             yield Rendered(f"r{i}", ids, [IGNORE] * 8 + ids[8:], TOKENS, 8)
 
-    return ExampleColumns.from_examples(examples()), RenderedColumns.from_rendered(rendered())
+    columns = ExampleColumns.from_examples(examples())
+    return columns, RenderedColumns.from_rendered(rendered(), ids=columns.ids)  # one id column for both
 
 
 def synthetic_store(root: Path, n: int, settings) -> None:

@@ -244,3 +244,15 @@ def test_the_report_from_columns_is_the_report_from_lists(tmp_path):
     top = json.loads(outputs[1]["report.json"])["top_rows"]
     assert {row["id"] for row in top} == set(culprits)
     assert texts_of(columns)[2] == (train[2].prompt_text, train[2].completion_text)
+
+
+def test_rendered_rows_share_the_examples_id_column_and_must_be_their_rows():
+    train = examples([{"prompt": f"p{i}", "completion": f"c{i}"} for i in range(10)])
+    columns = ExampleColumns.from_examples(train, batch_rows=4)
+    listed = [Rendered(e.id, [1, 2, 3], [IGNORE, 2, 3], 3, 1) for e in train]
+    shared = RenderedColumns.from_rendered(listed, batch_rows=3, ids=columns.ids)  # batches that do not align
+    own = RenderedColumns.from_rendered(listed, batch_rows=3)
+    assert list(shared) == listed == list(own) and shared[-1] == listed[-1] and shared.ids is columns.ids
+    assert shared.nbytes == own.nbytes - own.ids.nbytes  # the shared column is the examples' to count
+    with pytest.raises(ValueError, match="not the examples' rows"):
+        RenderedColumns.from_rendered(listed[::-1], ids=columns.ids)

@@ -107,7 +107,7 @@ def diagnose(
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"rendering {len(examples)} rows")
-    rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup))
+    rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup), ids=examples.ids)
     say("running the checks")
     ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
     return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,

@@ -39,7 +39,7 @@ EXAMPLE_SCHEMA = pa.schema([
     ("raw", pa.string()),  # JSON, "" when the raw row is its fields
 ])
 RENDERED_SCHEMA = pa.schema([
-    ("example_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
+    ("input_ids", pa.list_(pa.int32())),  # the rows' ids are a column of their own (`RenderedColumns.ids`)
     ("trained", pa.list_(pa.bool_())),  # True where a token's label is the token, False where it is IGNORE
     ("labels", pa.list_(pa.int32())),  # null unless the labels are not `trained`'s tokens-or-IGNORE
     ("full_length", pa.int32()), ("prompt_length", pa.int32()), ("tail_cut", pa.bool_()), ("dropped", pa.bool_()),
@@ -191,6 +191,7 @@ class ExampleColumns(Sequence[Example]):
     def __init__(self, batches: Iterable[pa.RecordBatch], sources: Sequence[str]) -> None:
         self._rows = _Batches(batches, EXAMPLE_SCHEMA)
         self.sources = list(sources)
+        self.ids = StringColumn(self._rows.column("id"))  # (N,) every row's id, shared by its rendered rows
 
     @classmethod
     def from_examples(cls, examples: Iterable[Example], batch_rows: int = BATCH_ROWS) -> ExampleColumns:
@@ -237,9 +238,6 @@ class ExampleColumns(Sequence[Example]):
     def take(self, indices: Any) -> ExampleColumns:
         return ExampleColumns(self._rows.take(indices), self.sources)
 
-    @property
-    def ids(self) -> StringColumn:
-        return StringColumn(self._rows.column("id"))
 
     @property
     def lines(self) -> np.ndarray:
@@ -295,18 +293,39 @@ def _kind(fields: dict[str, Any]) -> int:
 class RenderedColumns(Sequence[Rendered]):
     """Rendered rows as columns (see the module docstring); `rendered[i]` is the `Rendered` row training saw."""
 
-    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+    def __init__(self, batches: Iterable[pa.RecordBatch], ids: StringColumn, *, shared_ids: bool = False) -> None:
         self._rows = _Batches(batches, RENDERED_SCHEMA)
         self._views = [_TokenView(batch) for batch in self._rows.batches]
+        self.ids = ids  # (N,) example id of every row
+        self.shared_ids = shared_ids  # the examples' own id column (one owner: not counted in `nbytes`)
+        if len(ids) != len(self._rows):
+            raise ValueError(f"{len(ids)} ids for {len(self._rows)} rendered rows")
 
     @classmethod
-    def from_chunks(cls, chunks: Iterable[Sequence[Rendered]]) -> RenderedColumns:
-        """Columns of rows that arrive a chunk at a time (`data.render.render_chunks`); each chunk is one batch."""
-        return cls(_rendered_batch(chunk) for chunk in chunks if len(chunk))
+    def from_chunks(cls, chunks: Iterable[Sequence[Rendered]], ids: StringColumn | None = None) -> RenderedColumns:
+        """Columns of rows that arrive a chunk at a time (`data.render.render_chunks`); each chunk is one batch.
+
+        With `ids` (the examples' id column) the rows must be those examples in order, and share that column.
+        """
+        batches, own, done = [], [], 0
+        for chunk in chunks:
+            if not len(chunk):
+                continue
+            names = [row.example_id for row in chunk]
+            if ids is None:
+                own.append(_strings(names))
+            elif names != ids.values.slice(done, len(chunk)).to_pylist():
+                raise ValueError(f"rendered rows {done}..{done + len(chunk)} are not the examples' rows in order")
+            batches.append(_rendered_batch(chunk))
+            done += len(chunk)
+        if ids is not None:
+            return cls(batches, ids, shared_ids=True)
+        return cls(batches, StringColumn(pa.chunked_array(own, type=pa.string())))
 
     @classmethod
-    def from_rendered(cls, rendered: Iterable[Rendered], batch_rows: int = BATCH_ROWS) -> RenderedColumns:
-        return cls.from_chunks(_chunks(rendered, batch_rows))
+    def from_rendered(cls, rendered: Iterable[Rendered], batch_rows: int = BATCH_ROWS,
+                      ids: StringColumn | None = None) -> RenderedColumns:
+        return cls.from_chunks(_chunks(rendered, batch_rows), ids)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -321,21 +340,18 @@ class RenderedColumns(Sequence[Rendered]):
         if isinstance(index, slice):
             return self.take(np.arange(len(self))[index])
         batch, row = self._rows.locate(index)
-        return self._views[batch].row(row)
+        return self._views[batch].row(row, self.ids[self._rows.starts[batch] + row])
 
     def __iter__(self) -> Iterator[Rendered]:
+        names = iter(self.ids)
         for view in self._views:
-            yield from view.rows()
+            yield from view.rows(names)
 
     def __repr__(self) -> str:
         return f"RenderedColumns({len(self)} rows, {self.nbytes} bytes)"
 
     def take(self, indices: Any) -> RenderedColumns:
-        return RenderedColumns(self._rows.take(indices))
-
-    @property
-    def ids(self) -> StringColumn:
-        return StringColumn(self._rows.column("example_id"))
+        return RenderedColumns(self._rows.take(indices), self.ids.take(indices))
 
     def lengths(self) -> np.ndarray:
         """(N,) tokens of every row as trained."""
@@ -343,7 +359,8 @@ class RenderedColumns(Sequence[Rendered]):
 
     @property
     def nbytes(self) -> int:
-        return self._rows.nbytes + sum(view.nbytes for view in self._views)
+        own = 0 if self.shared_ids else self.ids.nbytes
+        return self._rows.nbytes + sum(view.nbytes for view in self._views) + own
 
 
 class _TokenView:
@@ -357,7 +374,6 @@ class _TokenView:
         self.bits = np.frombuffer(bits.buffers()[1], dtype=np.uint8) if len(bits) else np.zeros(0, np.uint8)
         self.bit_start = bits.offset + int(trained.offsets[0].as_py()) - int(self.offsets[0])
         self.labels = batch.column("labels")
-        self.ids = batch.column("example_id")
         self.full_length = batch.column("full_length").to_numpy()
         self.prompt_length = batch.column("prompt_length").to_numpy()
         self.tail_cut = batch.column("tail_cut").to_numpy(zero_copy_only=False)
@@ -376,19 +392,20 @@ class _TokenView:
         unpacked = np.unpackbits(self.bits[lo : (last + 7) // 8], bitorder="little")
         return unpacked[first - 8 * lo : last - 8 * lo].astype(bool)
 
-    def row(self, i: int, example_id: str | None = None) -> Rendered:
+    def row(self, i: int, example_id: str) -> Rendered:
         start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
         tokens = self.values[start:stop]
         labels = self.labels[i].as_py()
         if labels is None:
             labels = np.where(self.trained(start, stop), tokens, IGNORE).tolist()
-        return Rendered(self.ids[i].as_py() if example_id is None else example_id, tokens.tolist(), labels,
+        return Rendered(example_id, tokens.tolist(), labels,
                         int(self.full_length[i]), int(self.prompt_length[i]), bool(self.tail_cut[i]),
                         bool(self.dropped[i]), self.over_names[self.over_codes[i]])
 
-    def rows(self) -> Iterator[Rendered]:
-        for i, example_id in enumerate(self.ids.to_pylist()):
-            yield self.row(i, example_id)
+    def rows(self, ids: Iterator[str]) -> Iterator[Rendered]:
+        """This batch's rows, their ids taken from `ids` in order."""
+        for i in range(len(self.offsets) - 1):
+            yield self.row(i, next(ids))
 
 
 def _rendered_batch(rows: Sequence[Rendered]) -> pa.RecordBatch:
@@ -408,7 +425,6 @@ def _rendered_batch(rows: Sequence[Rendered]) -> pa.RecordBatch:
     bits = pa.BooleanArray.from_buffers(pa.bool_(), len(trained), [None, pa.py_buffer(np.packbits(
         trained, bitorder="little"))])
     arrays = [
-        _strings([r.example_id for r in rows]),
         pa.ListArray.from_arrays(token_offsets, pa.array(tokens)),
         pa.ListArray.from_arrays(token_offsets, bits),
         pa.ListArray.from_arrays(pa.array(label_offsets), pa.array(label_values), mask=pa.array(plain)),
