@@ -214,26 +214,27 @@ class ExampleColumns(Sequence[Example]):
             return self.take(np.arange(len(self))[index])
         batch, row = self._rows.locate(index)
         record = self._rows.batches[batch]
-        return self._example({name: record.column(name)[row].as_py() for name in EXAMPLE_SCHEMA.names})
+        return self._example(*(record.column(name)[row].as_py() for name in EXAMPLE_SCHEMA.names))
 
     def __iter__(self) -> Iterator[Example]:
-        for batch in self._rows.batches:
-            for values in batch.to_pylist():
-                yield self._example(values)
+        for batch in self._rows.batches:  # a batch's columns to Python at once: far faster than row by row
+            for values in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+                yield self._example(*values)
 
     def __repr__(self) -> str:
         return f"ExampleColumns({len(self)} rows, {self.nbytes} bytes)"
 
-    def _example(self, values: dict[str, Any]) -> Example:
-        kind, prompt, completion = values["kind"], values["prompt"], values["completion"]
+    def _example(self, example_id: str, line: int, source: int, kind: int, prompt: str, completion: str,
+                 fields_json: str, raw_json: str) -> Example:
+        """One row from its column values, in EXAMPLE_SCHEMA's order."""
         if kind == PLAIN:
             fields: dict[str, Any] = {"prompt": prompt, "completion": completion}
         elif kind == TEXT:
             fields = {"text": completion}
         else:
-            fields = json.loads(values["fields"])
-        raw = json.loads(values["raw"]) if values["raw"] else dict(fields)
-        return Example(values["id"], values["line"], fields, self.sources[values["source"]], raw)
+            fields = json.loads(fields_json)
+        raw = dict(fields) if not raw_json else {} if raw_json == "{}" else json.loads(raw_json)
+        return Example(example_id, line, fields, self.sources[source], raw)
 
     def take(self, indices: Any) -> ExampleColumns:
         return ExampleColumns(self._rows.take(indices), self.sources)
@@ -403,9 +404,18 @@ class _TokenView:
                         bool(self.dropped[i]), self.over_names[self.over_codes[i]])
 
     def rows(self, ids: Iterator[str]) -> Iterator[Rendered]:
-        """This batch's rows, their ids taken from `ids` in order."""
-        for i in range(len(self.offsets) - 1):
-            yield self.row(i, next(ids))
+        """This batch's rows, their ids taken from `ids` in order (the batch's buffers go to Python at once)."""
+        first, last = int(self.offsets[0]), int(self.offsets[-1])
+        tokens = self.values[first:last]  # (T,)
+        flat_tokens = tokens.tolist()
+        flat_labels = np.where(self.trained(first, last), tokens, IGNORE).tolist()
+        bounds = (self.offsets - first).tolist()
+        columns = zip(self.labels.to_pylist(), self.full_length.tolist(), self.prompt_length.tolist(),
+                      self.tail_cut.tolist(), self.dropped.tolist(), self.over_codes.tolist(), strict=True)
+        for i, (labels, full, prompt, tail_cut, dropped, over) in enumerate(columns):
+            start, stop = bounds[i], bounds[i + 1]
+            yield Rendered(next(ids), flat_tokens[start:stop], flat_labels[start:stop] if labels is None else labels,
+                           full, prompt, tail_cut, dropped, self.over_names[over])
 
 
 def _rendered_batch(rows: Sequence[Rendered]) -> pa.RecordBatch:
