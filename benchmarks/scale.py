@@ -98,9 +98,10 @@ def tiny_lora_model():
 def synthetic_rows(n: int, vocab: int, seed: int = 0):
     """(examples, rendered) as columns (`data.columns`): prompt/completion rows of four topics and their token rows
     (24 tokens each), built a batch at a time, so no list of n row objects is ever held."""
-    from gradian.data.columns import ExampleColumns, RenderedColumns
+    from gradian.data.columns import ExampleColumns
     from gradian.data.examples import Example
     from gradian.data.render import IGNORE, Rendered
+    from gradian.data.rendered_columns import RenderedColumns
 
     rng = np.random.default_rng(seed)
     names = sorted(TOPICS)

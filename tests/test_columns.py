@@ -19,7 +19,6 @@ from gradian.clusters.summary import (
 from gradian.data.base_model import BaseModelRef
 from gradian.data.columns import (
     ExampleColumns,
-    RenderedColumns,
     StringColumn,
     ids_of,
     mask_of,
@@ -28,6 +27,7 @@ from gradian.data.columns import (
 )
 from gradian.data.examples import Example, read_dataset
 from gradian.data.render import IGNORE, Rendered, render_chunks, render_dataset
+from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.setup import TrainingSetup
 from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report

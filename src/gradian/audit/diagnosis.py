@@ -15,9 +15,10 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import run_audit
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
-from gradian.data.columns import ExampleColumns, RenderedColumns
+from gradian.data.columns import ExampleColumns
 from gradian.data.examples import Example, iter_dataset, read_dataset
 from gradian.data.render import render_chunks
+from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import apply_training_tokens
