@@ -12,8 +12,9 @@ On the tiny model (hidden 32, 2 layers, LoRA r=4 on q/v, projection 256 floats i
 `--synthetic` skips extraction and writes a store of seeded random features instead (memory-mapped, like a real
 one), for the N whose extraction would not fit the time budget. Memory is sampled every 20 ms from
 /proc/self/status: `rss` (VmRSS: heap plus the mapped files' resident pages, which the kernel can drop) and
-`anon` (RssAnon: the heap alone, what must fit in RAM). `rows` is the anon memory the inputs (the Example and
-rendered rows) hold before the stages run.
+`anon` (RssAnon: the heap alone, what must fit in RAM). `rows` is the anon memory the inputs hold before the
+stages run: the training rows and their rendering as columns (`data.columns`, as the audit hands them on), whose
+own size (`rows_bytes`, from the arrays' nbytes) is reported beside it.
 
     python benchmarks/scale.py --sizes 10000 100000 --synthetic-sizes 1000000 --two-processes 10000
 """
@@ -95,23 +96,31 @@ def tiny_lora_model():
 
 
 def synthetic_rows(n: int, vocab: int, seed: int = 0):
-    """(examples, rendered): prompt/completion rows of four topics, and their token rows (24 tokens each)."""
+    """(examples, rendered) as columns (`data.columns`): prompt/completion rows of four topics and their token rows
+    (24 tokens each), built a batch at a time, so no list of n row objects is ever held."""
+    from gradian.data.columns import ExampleColumns
     from gradian.data.examples import Example
     from gradian.data.render import IGNORE, Rendered
+    from gradian.data.rendered_columns import RenderedColumns
 
     rng = np.random.default_rng(seed)
     names = sorted(TOPICS)
     topic = rng.integers(0, len(names), n)
-    tokens = rng.integers(4, vocab, size=(n, TOKENS)).tolist()
-    examples, rendered = [], []
-    for i in range(n):
-        words = TOPICS[names[topic[i]]]
-        example_id = f"r{i}"
-        examples.append(Example(example_id, i + 1, {"prompt": f"please help my {words} {i % 97}",
-                                                    "completion": f'{{"intent": "{names[topic[i]]}", "n": {i}}}'}))
-        ids = tokens[i]
-        rendered.append(Rendered(example_id, ids, [IGNORE] * 8 + ids[8:], TOKENS, 8))
-    return examples, rendered
+    tokens = rng.integers(4, vocab, size=(n, TOKENS))
+
+    def examples():
+        for i in range(n):
+            words = TOPICS[names[topic[i]]]
+            yield Example(f"r{i}", i + 1, {"prompt": f"please help my {words} {i % 97}",
+                                           "completion": f'{{"intent": "{names[topic[i]]}", "n": {i}}}'})
+
+    def rendered():
+        for i in range(n):
+            ids = tokens[i].tolist()
+            yield Rendered(f"r{i}", ids, [IGNORE] * 8 + ids[8:], TOKENS, 8)
+
+    columns = ExampleColumns.from_examples(examples())
+    return columns, RenderedColumns.from_rendered(rendered(), ids=columns.ids)  # one id column for both
 
 
 def synthetic_store(root: Path, n: int, settings) -> None:
@@ -159,25 +168,26 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
         effects = effects_file(out / "scores.npy", QUERIES, n)
         score(store, queries, unit_norm_train=True, out=effects)
         effects = publish(effects, out / "scores.npy")
-    texts = [(e.prompt_text, e.completion_text) for e in examples]
+    texts = examples.texts()  # two string columns
     with meter.stage("cluster"):
         fitted = fit_clusters(texts, store, seed=0)
         sample = fitted.embedding.sample
         names = name_clusters([texts[i] for i in sample], fitted.labels[sample])
-    ids = [e.id for e in examples]
+    ids = examples.ids  # a string column
     with meter.stage("summary"):
         summaries = summarize_clusters(ids, fitted.labels, effects, names, [], seed=0)
     regression = dict(capability="json_formatting", base_rate=0.95, finetuned_rate=0.6, delta=-0.35, ci_low=-0.45,
                       ci_high=-0.25, p_value=1e-6, n=80, significant=True)
     with meter.stage("report"):
         effect = total_effect(effects)
-        verdict = decide(regression, [], summaries, effect, ids)
+        verdict = decide(regression, [], summaries, effect, list(ids))  # decide takes a list of ids
         report = build_report(regression=regression, verdict=verdict, findings=[], examples=examples,
                               effects=effects, labels=fitted.labels, clusters=summaries, embedding=fitted.embedding)
         write_report(out / "report", report, examples, ExampleRows.of(ids, effect, fitted.labels, [],
                                                                       verdict.culprit_ids))
     meter.running = False
     return {"n": n, "synthetic": synthetic, "start_rss": start_rss, "rows_anon": rows_anon,
+            "rows_bytes": examples.nbytes + rendered.nbytes,
             "store_bytes": sum(p.stat().st_size for p in (out / "gradients").glob("shard-*.npy")),
             "report_json_bytes": (out / "report" / "report.json").stat().st_size, "stages": meter.stages,
             "tokens_per_row": TOKENS, "proj_dim": PROJ_DIM, "queries": QUERIES}
@@ -269,11 +279,18 @@ def markdown(results: dict) -> str:
                          f"{stage['seconds']:.1f} | {stage['seconds'] / run['n'] * 1e4:.2f} | "
                          f"{stage['peak_rss'] / mb:.0f} | {stage['peak_anon'] / mb:.0f} |")
     lines.append("")
-    lines.append("| N | rows' anon MB | store MB | report.json KB |")
-    lines.append("|---|---|---|---|")
+    lines.append("| N | rows' anon MB | rows' arrays MB (bytes a row) | store MB | report.json KB |")
+    lines.append("|---|---|---|---|---|")
     for run in results["runs"]:
-        lines.append(f"| {run['n']:,} | {run['rows_anon'] / mb:.0f} | {run['store_bytes'] / mb:.0f} | "
+        lines.append(f"| {run['n']:,} | {run['rows_anon'] / mb:.0f} | {run['rows_bytes'] / mb:.0f} "
+                     f"({run['rows_bytes'] / run['n']:.0f}) | {run['store_bytes'] / mb:.0f} | "
                      f"{run['report_json_bytes'] / 1024:.0f} |")
+    peaks = {run["n"]: [max(stage[key] for stage in run["stages"].values()) for key in ("peak_rss", "peak_anon")]
+             for run in results["runs"]}
+    low, high = min(peaks), max(peaks)
+    lines += ["", f"Peak over the stages, {high:,} rows vs {low:,}: RSS {peaks[high][0] / mb:.0f} / "
+                  f"{peaks[low][0] / mb:.0f} MB = {peaks[high][0] / peaks[low][0]:.2f}x, anon "
+                  f"{peaks[high][1] / mb:.0f} / {peaks[low][1] / mb:.0f} MB = {peaks[high][1] / peaks[low][1]:.2f}x."]
     two = results.get("two_processes")
     if two:
         lines += ["", f"Extraction of {two['n']:,} rows: 1 process {two['one']:.1f} s, 2 processes (torchrun, gloo) "

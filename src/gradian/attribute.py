@@ -18,6 +18,7 @@ import numpy as np
 
 from gradian.audit import DiagnoseResult
 from gradian.clusters.groups import candidate_groups
+from gradian.data.columns import ids_of
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks, join
 from gradian.lock import output_lock
@@ -132,7 +133,7 @@ def _finish(
     measured: RegressionResult | None = None,
     ranking: Ranking | None = None,
 ) -> AttributeResult:
-    ids = [example.id for example in audit.examples]
+    ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     effect = None if effects is None else total_effect(effects)  # (N,)
     labels = clusters.labels if clusters is not None else None
     failing = measured.failures() if measured is not None else []
@@ -140,7 +141,7 @@ def _finish(
     groups = candidate_groups(audit.examples, audit.findings, effects, clusters.summaries if clusters else None,
                               [row.prompt for row in failing], seed=settings.seed)
     summaries = groups.clusters  # the same clusters, each with where the failures sit
-    verdict = decide(summary, audit.findings, summaries, effect, ids, symptoms=symptoms, groups=groups.groups)
+    verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups)
     report = build_report(
         regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
         labels=labels, clusters=summaries, embedding=clusters.embedding if clusters is not None else None,

@@ -30,6 +30,7 @@ from gradian.audit import DiagnoseResult, diagnose
 from gradian.clusters.cluster import Embedding, fit_clusters
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
+from gradian.data.columns import ids_of, texts_of
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.distributed import Ranks
@@ -182,7 +183,7 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
         score_features(store, queries, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
                        out=effects)
     effects = publish(effects, out / "scores.npy")
-    write_json(out / "scores.json", {"ids": store.ids, "queries": [p.eval_id for p in pairs],
+    write_json(out / "scores.json", {"ids": list(store.ids), "queries": [p.eval_id for p in pairs],
                                      "query": settings.query, "preconditioner": settings.preconditioner,
                                      "checkpoints": extraction.tracin["checkpoints"],
                                      "checkpoints_skipped": extraction.skipped})
@@ -192,14 +193,13 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
 def cluster(settings: AttributeSettings, audit: DiagnoseResult, features: FeatureStore | np.ndarray | None,
             effects: np.ndarray) -> Clusters:
     """Clusters fitted on a sample of the rows (text and gradient features), named on it, every row assigned."""
-    examples = audit.examples
-    texts = [(example.prompt_text, example.completion_text) for example in examples]
+    texts = texts_of(audit.examples)  # two string columns, read a chunk of rows at a time
     fitted = fit_clusters(texts, features, n_clusters=settings.n_clusters, seed=settings.seed,
                           fit_rows=FIT_CLUSTER_ROWS)
     sample = fitted.embedding.sample
     names = name_clusters([texts[i] for i in sample], fitted.labels[sample])  # c-TF-IDF on the sample
-    ids = [example.id for example in examples]
-    summaries = summarize_clusters(ids, fitted.labels, effects, names, audit.findings, seed=settings.seed)
+    summaries = summarize_clusters(ids_of(audit.examples), fitted.labels, effects, names, audit.findings,
+                                   seed=settings.seed)
     return Clusters(fitted.labels, summaries, fitted.embedding)
 
 

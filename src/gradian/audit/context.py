@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 class AuditContext:
     """The input of every check. `rendered[i]` is `examples[i]` as the trainer tokenized it."""
 
-    examples: list[Example]
-    rendered: list[Rendered]
+    examples: Sequence[Example]  # `data.columns.ExampleColumns` in `diagnose`: a row is built when read
+    rendered: Sequence[Rendered]
     tokenizer: Any
     setup: TrainingSetup
     run: RunInfo | None = None
@@ -59,8 +60,9 @@ class AuditContext:
         return ids
 
     @property
-    def rows(self) -> list[tuple[Example, Rendered]]:
-        return list(zip(self.examples, self.rendered, strict=True))
+    def rows(self) -> Iterator[tuple[Example, Rendered]]:
+        """(example, rendered) pairs one at a time."""
+        return zip(self.examples, self.rendered, strict=True)
 
     @property
     def log_history(self) -> list[dict[str, Any]]:

@@ -15,8 +15,10 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import run_audit
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
-from gradian.data.examples import Example, read_dataset
-from gradian.data.render import Rendered, render_dataset
+from gradian.data.columns import ExampleColumns
+from gradian.data.examples import Example, iter_dataset, read_dataset
+from gradian.data.render import render_chunks
+from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import apply_training_tokens
@@ -53,8 +55,8 @@ class DiagnoseResult:
     """Findings (most severe first) plus what they were computed from, so `attribute` can reuse the render."""
 
     findings: list[Finding]
-    examples: list[Example]
-    rendered: list[Rendered]
+    examples: ExampleColumns  # the training rows as columns: a Sequence[Example], no N Python objects held
+    rendered: RenderedColumns  # `rendered[i]` is `examples[i]` as trained, a Sequence[Rendered]
     tokenizer: Any
     setup: TrainingSetup
     run: RunInfo | None
@@ -95,7 +97,7 @@ def diagnose(
     info = run if isinstance(run, RunInfo) else read_run(run, config, overrides)
     say("reading the dataset")
     field = info.setup.dataset_text_field  # TRL's dataset_text_field names the text column
-    examples = _examples(dataset, eval_set=False, text_field=field)
+    examples = _training_rows(dataset, text_field=field)
     eval_examples = _examples(eval_dataset, eval_set=True, text_field=field) if eval_dataset is not None else None
     ref = base_model if isinstance(base_model, BaseModelRef) else resolve_base_model(base_model)
     scorer = _capability(capability)
@@ -106,7 +108,7 @@ def diagnose(
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"rendering {len(examples)} rows")
-    rendered = render_dataset(examples, tokenizer, setup)
+    rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup), ids=examples.ids)
     say("running the checks")
     ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
     return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,
@@ -161,6 +163,15 @@ def _capability(capability: str | Capability | None) -> Capability | None:
     from gradian.regression.capabilities import get_capability
 
     return get_capability(capability)
+
+
+def _training_rows(value: str | Path | Sequence[Example], text_field: str = "text") -> ExampleColumns:
+    """The training rows as columns, read a batch at a time (a file is never held as a list of `Example`s)."""
+    if isinstance(value, ExampleColumns):
+        return value
+    if isinstance(value, (str, Path)):
+        return ExampleColumns.from_examples(iter_dataset(value, text_field=text_field))
+    return ExampleColumns.from_examples(value)
 
 
 def _examples(value: str | Path | Sequence[Example], eval_set: bool, text_field: str = "text") -> list[Example]:

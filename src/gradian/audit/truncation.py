@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -120,7 +121,7 @@ def json_depth(text: str) -> tuple[int, bool]:
     return depth, in_string
 
 
-def _short_for_cluster(examples: list[Example], completions: list[str]) -> dict[str, str]:
+def _short_for_cluster(examples: Sequence[Example], completions: list[str]) -> dict[str, str]:
     """Rows ending abruptly (a letter, digit, comma or colon) at ≤ half the median length of rows whose
     prompts share their most distinctive word."""
     words = [set(WORD.findall(e.prompt_text.lower())) for e in examples]

@@ -309,8 +309,9 @@ def _relabel_by_size(labels: np.ndarray) -> np.ndarray:
     """Largest cluster first, so labels are stable across runs that find the same groups."""
     values, counts = np.unique(labels, return_counts=True)
     order = values[np.lexsort((values, -counts))]
-    mapping = {int(old): new for new, old in enumerate(order)}
-    return np.array([mapping[int(label)] for label in labels], dtype=np.int64)
+    mapping = np.empty(len(values), dtype=np.int64)
+    mapping[np.searchsorted(values, order)] = np.arange(len(order))  # old label's rank -> new label
+    return mapping[np.searchsorted(values, labels)]  # (N,), no Python int per row
 
 
 def map_coordinates(

@@ -14,14 +14,15 @@ gradients, so it holds where gradient harm is spread.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.clusters.summary import ClusterSummary, group_statistics
+from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
+from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
 
 NEIGHBOURS = 10
@@ -86,35 +87,36 @@ def candidate_groups(
 ) -> CandidateGroups:
     """Finding groups (most harmful first when effects exist, else largest first) and clusters, each with its
     failure share; `effects` is (Q, N) or None when attribution did not run."""
-    ids = [example.id for example in examples]
+    ids = ids_of(examples)
     groups = finding_groups(ids, findings, effects, seed=seed)
-    neighbours = nearest_rows([_row_text(e) for e in examples], list(failing_prompts))  # (P, k)
+    neighbours = nearest_rows(_row_texts(examples), list(failing_prompts))  # (P, k)
     if neighbours is not None:
-        position = {example_id: i for i, example_id in enumerate(ids)}
-        groups = [dataclasses.replace(g, failure_share=failure_share(neighbours, _members(g.example_ids, position)))
+        groups = [dataclasses.replace(g, failure_share=failure_share(neighbours, _members(ids, g.example_ids)))
                   for g in groups]
-        clusters = [dataclasses.replace(c, failure_share=failure_share(neighbours,
-                                                                       _members(c.example_ids, position)))
+        clusters = [dataclasses.replace(c, failure_share=failure_share(neighbours, _members(ids, c.example_ids)))
                     for c in clusters or []] if clusters is not None else None
     return CandidateGroups(groups, clusters, 0 if neighbours is None else len(neighbours))
 
 
 def finding_groups(
-    ids: list[str], findings: list[Finding], effects: np.ndarray | None, *, seed: int = 0
+    ids: Sequence[str], findings: list[Finding], effects: np.ndarray | None, *, seed: int = 0
 ) -> list[FindingGroup]:
     """One group per check that names rows (findings of one check merged, the most severe one's title kept)."""
-    known = set(ids)
-    merged: dict[str, tuple[Finding, set[str]]] = {}
+    merged: dict[str, tuple[Finding, np.ndarray]] = {}
     for finding in by_severity(findings):
-        rows = {str(i) for i in finding.example_ids} & known
-        if rows:  # the first finding of a check is its most severe: its title names the group
-            merged.setdefault(finding.check, (finding, set()))[1].update(rows)
+        found = positions_of(ids, [str(i) for i in finding.example_ids])
+        rows = found[found >= 0]
+        if len(rows):  # the first finding of a check is its most severe: its title names the group
+            first, seen = merged.get(finding.check, (finding, np.zeros(0, dtype=np.int64)))
+            merged[finding.check] = (first, np.union1d(seen, rows))
     if not merged:
         return []
     checks = sorted(merged)
-    membership = np.array([[i in merged[check][1] for i in ids] for check in checks], dtype=bool)  # (G, N)
+    membership = np.zeros((len(checks), len(ids)), dtype=bool)  # (G, N)
+    for row, check in zip(membership, checks, strict=True):
+        row[merged[check][1]] = True
     groups = [FindingGroup(check, merged[check][0].severity, merged[check][0].title,
-                           [i for i, hit in zip(ids, row, strict=True) if hit], float(row.mean()))
+                           [ids[int(i)] for i in np.flatnonzero(row)], float(row.mean()))
               for check, row in zip(checks, membership, strict=True)]
     if effects is not None:
         stats = group_statistics(effects, membership, seed=seed)
@@ -127,25 +129,37 @@ def finding_groups(
     return sorted(groups, key=lambda g: (-g.size, g.check))
 
 
-def nearest_rows(train_texts: list[str], prompts: list[str], k: int = NEIGHBOURS) -> np.ndarray | None:
-    """(P, k) indices of the k training rows most similar to each prompt (TF-IDF cosine, most similar first);
-    prompts that share no term with any row are left out. None when there is nothing to match."""
+def nearest_rows(train_texts: Sequence[str], prompts: list[str], k: int = NEIGHBOURS,
+                 chunk_rows: int = CHUNK_ROWS) -> np.ndarray | None:
+    """(P, k) indices of the k training rows most similar to each prompt (TF-IDF cosine, most similar first, ties
+    to the earlier row); prompts that share no term with any row are left out. None when there is nothing to match.
+
+    The similarities are computed a chunk of training rows at a time, keeping each prompt's best k so far: memory
+    holds a (P, chunk + k) block, never (P, N).
+    """
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics.pairwise import linear_kernel
 
-    if not train_texts or not prompts:
+    if not len(train_texts) or not prompts:
         return None
     vectorizer = TfidfVectorizer(sublinear_tf=True, token_pattern=r"(?u)\b\w+\b")
     try:
-        rows = vectorizer.fit_transform(train_texts)  # (N, V), rows l2-normalised
+        vectorizer.fit(train_texts)
     except ValueError:  # no term at all in the training rows
         return None
-    similarity = linear_kernel(vectorizer.transform(prompts), rows)  # (P, N) cosine
-    similarity = similarity[similarity.max(axis=1) > 0]
-    if not len(similarity):
-        return None
-    k = min(k, similarity.shape[1])
-    return np.argsort(-similarity, axis=1, kind="stable")[:, :k]
+    queries = vectorizer.transform(prompts)  # (P, V)
+    k = min(k, len(train_texts))
+    best = np.zeros((len(prompts), 0), dtype=np.int64)  # (P, ≤ k) rows, best first
+    best_scores = np.zeros((len(prompts), 0))
+    for start in range(0, len(train_texts), chunk_rows):
+        stop = min(start + chunk_rows, len(train_texts))
+        block = linear_kernel(queries, vectorizer.transform([train_texts[i] for i in range(start, stop)]))  # (P, c)
+        rows = np.hstack([best, np.broadcast_to(np.arange(start, stop), block.shape)])  # (P, k + c)
+        scores = np.hstack([best_scores, block])
+        order = np.lexsort((rows, -scores), axis=-1)[:, :k]  # highest first, the earlier row on a tie
+        best, best_scores = np.take_along_axis(rows, order, 1), np.take_along_axis(scores, order, 1)
+    matched = best_scores.max(axis=1) > 0
+    return best[matched] if matched.any() else None
 
 
 def failure_share(neighbours: np.ndarray, inside: np.ndarray) -> float:
@@ -153,11 +167,30 @@ def failure_share(neighbours: np.ndarray, inside: np.ndarray) -> float:
     return float(inside[neighbours].mean())  # (P, k) -> scalar
 
 
-def _members(example_ids: list[str], position: dict[str, int]) -> np.ndarray:
-    inside = np.zeros(len(position), dtype=bool)
-    inside[[position[i] for i in example_ids if i in position]] = True
+def _members(ids: Sequence[str], example_ids: Sequence[str]) -> np.ndarray:
+    """(N,) bool: the rows among `ids` named in `example_ids`."""
+    found = positions_of(ids, example_ids)
+    inside = np.zeros(len(ids), dtype=bool)
+    inside[found[found >= 0]] = True
     return inside
 
 
-def _row_text(example: Example) -> str:
-    return example.prompt_text or example.completion_text
+class _RowTexts(Sequence[str]):
+    """Each row's prompt text, its completion text when it has no prompt, read one row at a time."""
+
+    def __init__(self, texts: Sequence[tuple[str, str]]) -> None:
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        prompt, completion = self.texts[index]
+        return prompt or completion
+
+    def __iter__(self) -> Iterator[str]:
+        return (prompt or completion for prompt, completion in self.texts)
+
+
+def _row_texts(examples: Sequence[Example]) -> Sequence[str]:
+    return _RowTexts(texts_of(examples))

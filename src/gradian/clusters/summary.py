@@ -7,15 +7,18 @@ bootstrap over eval queries (the queries are the sample: another eval set would 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.stats import bootstrap
 
 from gradian.audit.finding import Finding
+from gradian.data.columns import StringColumn, positions_of
 
 N_RESAMPLES = 2000
+CHUNK_ROWS = 16384  # rows read at a time when summing per group
 CONFIDENCE = 0.95
 
 
@@ -25,7 +28,7 @@ class ClusterSummary:
 
     id: int
     name: str
-    example_ids: list[str]
+    example_ids: Sequence[str]  # a `StringColumn` (data.columns) over the run's ids, or a list
     size_share: float
     harm_share: float
     harm_share_ci: tuple[float, float]
@@ -38,14 +41,20 @@ class ClusterSummary:
     def size(self) -> int:
         return len(self.example_ids)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+    def to_dict(self, *, ids: bool = True) -> dict[str, Any]:
+        """Plain data; without `ids` the members are left out (report.json has them in examples.jsonl)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: it would deep-copy the ids
+        if ids:
+            data["example_ids"] = list(self.example_ids)
+        else:
+            del data["example_ids"]
+        data["flag_rates"] = {check: dict(rates) for check, rates in self.flag_rates.items()}
         data["harm_share_ci"] = list(self.harm_share_ci)
         return data
 
 
 def summarize_clusters(
-    ids: list[str],
+    ids: Sequence[str],
     labels: np.ndarray,
     effects: np.ndarray,
     names: dict[int, str],
@@ -53,30 +62,107 @@ def summarize_clusters(
     *,
     seed: int = 0,
 ) -> list[ClusterSummary]:
-    """One `ClusterSummary` per cluster, most harmful first. `effects` is (Q, N), one row per eval query."""
-    effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))  # (Q, N)
+    """One `ClusterSummary` per cluster, most harmful first. `effects` is (Q, N), one row per eval query (it may be
+    the memory-mapped scores.npy: it is read a chunk of rows at a time). A cluster's `example_ids` are a
+    `StringColumn` when `ids` is one (`data.columns`), else a list."""
+    effects = np.atleast_2d(effects)  # (Q, N), not copied
     labels = np.asarray(labels)
     if effects.shape[1] != len(ids) or len(labels) != len(ids):
         raise ValueError(f"{len(ids)} ids, {len(labels)} labels and effects of shape {effects.shape} disagree")
     clusters = sorted(int(c) for c in np.unique(labels))
-    membership = np.stack([labels == c for c in clusters])  # (C, N)
+    membership = LabelMembership(labels, clusters)
     stats = group_statistics(effects, membership, seed=seed)
-    flagged = flagged_ids(findings)
+    flags = RowFlags.of(ids, findings)
     summaries = []
     for row, cluster in enumerate(clusters):
-        inside = membership[row]
+        inside = labels == cluster  # (N,) bool
         summaries.append(ClusterSummary(
             id=cluster,
             name=names.get(cluster, f"cluster {cluster}"),
-            example_ids=[ids[i] for i in np.flatnonzero(inside)],
+            example_ids=_subset(ids, np.flatnonzero(inside)),
             size_share=float(stats.size_share[row]),
             harm_share=float(stats.harm_share[row]),
             harm_share_ci=(float(stats.ci_low[row]), float(stats.ci_high[row])),
             lift=float(stats.lift[row]),
             mean_effect=float(stats.mean_effect[row]),
-            flag_rates=flag_rates(ids, inside, flagged),
+            flag_rates=flags.rates(inside),
         ))
     return sorted(summaries, key=lambda s: (-s.harm_share, -s.lift, s.id))
+
+
+def _subset(ids: Sequence[str], rows: np.ndarray) -> Sequence[str]:
+    return ids.take(rows) if isinstance(ids, StringColumn) else [ids[i] for i in rows]
+
+
+class Membership(Protocol):
+    """Which rows belong to each of G groups, read a chunk of rows at a time."""
+
+    @property
+    def n_groups(self) -> int: ...
+
+    @property
+    def n_rows(self) -> int: ...
+
+    def block(self, span: slice) -> np.ndarray:
+        """(G, c) float64 0/1 of the rows in `span`."""
+        ...
+
+
+@dataclass
+class LabelMembership:
+    """Clusters as groups: row i belongs to the group of its label (no (G, N) array is built)."""
+
+    labels: np.ndarray  # (N,)
+    clusters: list[int]
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.clusters)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.labels)
+
+    def block(self, span: slice) -> np.ndarray:
+        return (np.asarray(self.labels[span])[None, :] == np.asarray(self.clusters)[:, None]).astype(np.float64)
+
+
+@dataclass
+class MaskMembership:
+    """Groups that may overlap (the rows each finding flags): a (G, N) 0/1 array, converted a chunk at a time."""
+
+    mask: np.ndarray  # (G, N) bool or 0/1
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.mask)
+
+    @property
+    def n_rows(self) -> int:
+        return self.mask.shape[1]
+
+    def block(self, span: slice) -> np.ndarray:
+        return np.asarray(self.mask[:, span], dtype=np.float64)
+
+
+def as_membership(membership: np.ndarray | Membership) -> Membership:
+    if isinstance(membership, np.ndarray):
+        return MaskMembership(np.atleast_2d(membership))
+    return membership
+
+
+def group_sums(values: np.ndarray, membership: Membership, chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
+    """(..., G) sums of (..., N) `values` over each group's rows, a chunk of rows at a time."""
+    out = np.zeros((*values.shape[:-1], membership.n_groups))
+    for start in range(0, membership.n_rows, chunk_rows):
+        span = slice(start, start + chunk_rows)
+        out += np.asarray(values[..., span], dtype=np.float64) @ membership.block(span).T
+    return out
+
+
+def group_sizes(membership: Membership) -> np.ndarray:
+    """(G,) rows in each group."""
+    return group_sums(np.ones(membership.n_rows), membership)
 
 
 @dataclass
@@ -91,33 +177,32 @@ class GroupStatistics:
     mean_effect: np.ndarray
 
 
-def group_statistics(effects: np.ndarray, membership: np.ndarray, *, seed: int = 0) -> GroupStatistics:
+def group_statistics(effects: np.ndarray, membership: np.ndarray | Membership, *, seed: int = 0) -> GroupStatistics:
     """Harm share, its bootstrap CI over queries, lift and mean effect of every group. `effects` (Q, N), `membership`
-    (G, N) boolean; a group's lift is its harm share over its size share (nan for an empty group)."""
-    effects = np.atleast_2d(np.asarray(effects, dtype=np.float64))  # (Q, N)
-    inside = np.asarray(membership, dtype=bool)  # (G, N)
-    weights = inside.astype(np.float64)
-    mean_effect = effects.mean(axis=0)  # (N,)
-    shares = harm_shares(mean_effect, weights)  # (G,)
-    low, high = harm_share_ci(effects, weights, seed=seed)
-    sizes = weights.sum(axis=1)  # (G,)
-    size_share = sizes / max(inside.shape[1], 1)
+    (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an empty group)."""
+    effects = np.atleast_2d(effects)  # (Q, N), read in chunks
+    groups = as_membership(membership)
+    mean_effect = total_mean(effects)  # (N,)
+    shares = harm_shares(mean_effect, groups)  # (G,)
+    low, high = harm_share_ci(effects, groups, seed=seed)
+    sizes = group_sizes(groups)  # (G,)
+    size_share = sizes / max(groups.n_rows, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         lift = np.where(sizes > 0, shares / size_share, np.nan)
-        group_mean = np.where(sizes > 0, weights @ mean_effect / sizes, np.nan)
+        group_mean = np.where(sizes > 0, group_sums(mean_effect, groups) / sizes, np.nan)
     return GroupStatistics(size_share, shares, np.atleast_1d(low), np.atleast_1d(high), lift, group_mean)
 
 
-def harm_shares(effect: np.ndarray, membership: np.ndarray) -> np.ndarray:
+def harm_shares(effect: np.ndarray, membership: np.ndarray | Membership) -> np.ndarray:
     """Share of the total harm per cluster, (..., C), for effects (..., N) and membership (C, N); 0 with no harm."""
     harm = np.maximum(-effect, 0.0)  # (..., N)
     total = harm.sum(axis=-1, keepdims=True)  # (..., 1)
-    per_cluster = harm @ membership.T  # (..., C)
+    per_cluster = group_sums(harm, as_membership(membership))  # (..., C)
     return np.divide(per_cluster, total, out=np.zeros_like(per_cluster), where=total > 0)
 
 
 def harm_share_ci(
-    effects: np.ndarray, membership: np.ndarray, *, seed: int = 0, n_resamples: int = N_RESAMPLES,
+    effects: np.ndarray, membership: np.ndarray | Membership, *, seed: int = 0, n_resamples: int = N_RESAMPLES,
     chunk_rows: int = 16384,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap CI of every cluster's harm share, resampling eval queries (rows of `effects`).
@@ -125,8 +210,9 @@ def harm_share_ci(
     Each resample's harm is summed per cluster a chunk of training rows at a time, so memory holds a
     (resamples, chunk) block, never (resamples, N): `effects` may be the memory-mapped scores.npy.
     """
+    groups = as_membership(membership)
     n_queries, n_rows = effects.shape
-    point = harm_shares(total_mean(effects, chunk_rows), membership)
+    point = harm_shares(total_mean(effects, chunk_rows), groups)
     if n_queries < 2:  # one query: nothing to resample, the share is all we know
         return point.copy(), point.copy()
 
@@ -134,12 +220,12 @@ def harm_share_ci(
         query_rows = np.atleast_2d(query_rows)  # (B, Q) resampled query indices
         counts = np.zeros((query_rows.shape[0], n_queries))
         np.add.at(counts, (np.arange(query_rows.shape[0])[:, None], query_rows), 1.0)  # (B, Q)
-        per_cluster = np.zeros((query_rows.shape[0], len(membership)))  # (B, C) Σ harm inside each cluster
+        per_cluster = np.zeros((query_rows.shape[0], groups.n_groups))  # (B, C) Σ harm inside each cluster
         total = np.zeros((query_rows.shape[0], 1))  # (B, 1) Σ harm of every row
         for start in range(0, n_rows, chunk_rows):
             span = slice(start, start + chunk_rows)
             harm = np.maximum(-(counts @ np.asarray(effects[:, span], dtype=np.float64) / n_queries), 0.0)  # (B, c)
-            per_cluster += harm @ np.asarray(membership[:, span], dtype=np.float64).T
+            per_cluster += harm @ groups.block(span).T
             total += harm.sum(axis=1, keepdims=True)
         return np.divide(per_cluster, total, out=np.zeros_like(per_cluster), where=total > 0).T  # (C, B)
 
@@ -167,24 +253,32 @@ def flagged_ids(findings: list[Finding]) -> dict[str, set[str]]:
     return flagged
 
 
-def flag_rates(ids: list[str], inside: np.ndarray, flagged: dict[str, set[str]]) -> dict[str, dict[str, float]]:
-    """The join: for each check, the share of rows flagged inside the cluster and outside it."""
-    n_inside, n_outside = int(inside.sum()), int((~inside).sum())
-    rates = {}
-    for check, flagged_set in sorted(flagged.items()):
-        hits = np.array([i in flagged_set for i in ids], dtype=bool)
-        rates[check] = {
-            "inside": float(hits[inside].sum() / n_inside) if n_inside else 0.0,
-            "outside": float(hits[~inside].sum() / n_outside) if n_outside else 0.0,
-        }
-    return rates
+@dataclass
+class RowFlags:
+    """Which per-row checks flag each row: `hits[k, i]` is True when `checks[k]` flags row i (a (K, N) bool array,
+    not a dict of N lists)."""
 
+    checks: list[str]  # sorted
+    hits: np.ndarray  # (K, N) bool
 
-def examples_flags(ids: list[str], findings: list[Finding]) -> dict[str, list[str]]:
-    """`{example id: [checks that flag it]}` for every id (empty list when unflagged)."""
-    flags: dict[str, list[str]] = {i: [] for i in ids}
-    for check, flagged_set in sorted(flagged_ids(findings).items()):
-        for example_id in flagged_set:
-            if example_id in flags:
-                flags[example_id].append(check)
-    return flags
+    @classmethod
+    def of(cls, ids: Sequence[str], findings: list[Finding]) -> RowFlags:
+        flagged = flagged_ids(findings)
+        checks = sorted(flagged)
+        hits = np.zeros((len(checks), len(ids)), dtype=bool)
+        for k, check in enumerate(checks):
+            rows = positions_of(ids, flagged[check])
+            hits[k, rows[rows >= 0]] = True
+        return cls(checks, hits)
+
+    def of_row(self, i: int) -> list[str]:
+        """The checks that flag row i, sorted."""
+        return [self.checks[k] for k in np.flatnonzero(self.hits[:, i])]
+
+    def rates(self, inside: np.ndarray) -> dict[str, dict[str, float]]:
+        """The join: for each check, the share of rows flagged inside the group (`inside`, (N,) bool) and outside."""
+        n_inside, n_outside = int(inside.sum()), int((~inside).sum())
+        return {check: {
+            "inside": float(self.hits[k, inside].sum() / n_inside) if n_inside else 0.0,
+            "outside": float(self.hits[k, ~inside].sum() / n_outside) if n_outside else 0.0,
+        } for k, check in enumerate(self.checks)}

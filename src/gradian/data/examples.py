@@ -121,6 +121,14 @@ def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
     With `eval_set=True` the reference answer is optional. `text_field` is TRL's `dataset_text_field`: the
     column that holds a language-modelling row's text.
     """
+    return list(iter_dataset(path, eval_set=eval_set, text_field=text_field))
+
+
+def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text") -> Iterator[Example]:
+    """`read_dataset` one row at a time (for `data.columns.ExampleColumns.from_examples`: no list of every row).
+
+    The errors are `read_dataset`'s; an empty file raises once the end is reached.
+    """
     path = Path(path)
     if not path.exists():
         raise InputError("no such file; check the path.", path)
@@ -128,7 +136,6 @@ def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
         raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
     if not path.is_file():  # a pipe would block, a device would never end
         raise InputError("is not a regular file (a pipe or a device); pass the JSONL file itself.", path)
-    examples: list[Example] = []
     first_line_of: dict[str, int] = {}
     for line, row in _rows(path):
         example = _example(row, line, path, eval_set, text_field)
@@ -139,10 +146,9 @@ def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
                 line,
             )
         first_line_of[example.id] = line
-        examples.append(example)
-    if not examples:
+        yield example
+    if not first_line_of:
         raise InputError("the dataset is empty; expected one JSON object per line.", path)
-    return examples
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:

@@ -16,7 +16,8 @@ over-long rows follow `excess_length_strategy`. `Rendered.over_limit` says what 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,24 +86,28 @@ def render_example(example: Example, tokenizer: Any, setup: TrainingSetup) -> Re
 
 def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Rendered]:
     """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
-    if setup.framework == "axolotl":
-        options = axolotl_options(setup)
-        entries: dict[str, dict[str, Any]] = {}  # one datasets entry per source file
+    return [row for chunk in render_chunks(examples, tokenizer, setup) for row in chunk]
+
+
+def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSetup) -> Iterator[list[Rendered]]:
+    """The rendered rows of `examples` in order, BATCH rows at a time (a caller may keep each chunk as columns:
+    `data.columns.RenderedColumns.from_chunks`, so no list of every row is ever held)."""
+    rows = iter(examples)  # read in order: columns build a batch of rows at once
+    offsets = _OffsetsCheck()
+    options = axolotl_options(setup) if setup.framework == "axolotl" else {}
+    entries: dict[str, dict[str, Any]] = {}  # axolotl: one datasets entry per source file
+    while chunk := list(itertools.islice(rows, BATCH)):
+        if setup.framework != "axolotl":
+            tokenized = _tokenize_chunk(chunk, tokenizer, setup, offsets)
+            yield [_finish(example, *row, tokenizer, setup) for example, row in zip(chunk, tokenized, strict=True)]
+            continue
         out = []
-        for example in examples:
+        for example in chunk:
             if example.source not in entries:
                 entries[example.source] = entry_for(example, options)
             entry = entries[example.source]
             out.append(_finish_axolotl(example, *render_axolotl(example, tokenizer, options, entry), entry, setup))
-        return out
-    rendered: list[Rendered | None] = [None] * len(examples)
-    offsets = _OffsetsCheck()
-    for start in range(0, len(examples), BATCH):
-        chunk = list(range(start, min(start + BATCH, len(examples))))
-        rows = _tokenize_chunk([examples[i] for i in chunk], tokenizer, setup, offsets)
-        for index, row in zip(chunk, rows, strict=True):
-            rendered[index] = _finish(examples[index], *row, tokenizer, setup)
-    return rendered  # type: ignore[return-value]
+        yield out
 
 
 class _OffsetsCheck:

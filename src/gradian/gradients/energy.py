@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -39,7 +40,7 @@ KEEP_BYTES = 1 << 30  # most memory for the sample's exact gradients, which extr
 
 def gradient_energy(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     settings: GradientSettings,
     *,
     max_rows: int = ENERGY_ROWS,
@@ -74,7 +75,7 @@ def gradient_energy(
 
 def share_budget(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     settings: GradientSettings,
     budget: str,
     *,

@@ -222,7 +222,7 @@ def rows_sha(rendered: Sequence[Rendered]) -> str:
     return digest.hexdigest()
 
 
-def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = None) -> list[int]:
+def sampled_rows(rendered: Sequence[Rendered], seed: int, max_rows: int | None = None) -> list[int]:
     """Indices of the trained rows (`dropped` skipped), in order; with `max_rows`, a sample seeded by `seed`."""
     rows = [i for i, row in enumerate(rendered) if not row.dropped]
     if max_rows is not None and len(rows) > max_rows:
@@ -232,7 +232,7 @@ def sampled_rows(rendered: list[Rendered], seed: int, max_rows: int | None = Non
 
 
 def row_batches(
-    model: nn.Module, rendered: list[Rendered], rows: list[int], settings: GradientSettings,
+    model: nn.Module, rendered: Sequence[Rendered], rows: list[int], settings: GradientSettings,
     progress: Progress | None = None,
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """(batch rows, batch) over `rows` of `rendered`, batched as extraction batches them, on the model's device."""
@@ -246,7 +246,7 @@ def row_batches(
 
 def extract_train_features(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     store_dir: str | Path,
     *,
     settings: GradientSettings,
@@ -298,7 +298,7 @@ def extract_train_features(
     return FeatureStore(store_dir, meta=json.loads(json.dumps(meta)), ids=ids)  # as settings.json reads back
 
 
-def store_meta(model: nn.Module, rendered: list[Rendered], settings: GradientSettings,
+def store_meta(model: nn.Module, rendered: Sequence[Rendered], settings: GradientSettings,
                projector: KroneckerProjector, scale: ParameterScale | None,
                matrices: list[LoraMatrix]) -> dict[str, object]:
     """What a store's features mean; its hash names the files, so a change in any of it recomputes them."""
@@ -327,7 +327,7 @@ class ProjectedSample:
 
 
 def project_sample(
-    model: nn.Module, rendered: list[Rendered], sampled: SampledGradients, settings: GradientSettings,
+    model: nn.Module, rendered: Sequence[Rendered], sampled: SampledGradients, settings: GradientSettings,
     scale: ParameterScale | None = None, projector: KroneckerProjector | None = None,
 ) -> ProjectedSample:
     """Project the sampled exact gradients under `settings`, a batch at a time (no second copy of all of them)."""

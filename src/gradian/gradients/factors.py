@@ -15,6 +15,7 @@ the labels fall. Accumulated in float64; dropout off, losses as extraction sums 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +41,7 @@ class KroneckerFactors:
 
 def fit_factors(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     projector: KroneckerProjector,
     settings: GradientSettings,
     progress: Progress | None = None,

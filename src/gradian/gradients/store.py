@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.data.columns import StringColumn
 from gradian.errors import InputError
 from gradian.files import atomic_write
 
@@ -76,6 +77,19 @@ class ShardFile:
             self.done = np.lib.format.open_memmap(self.done_path, mode="w+", dtype=bool, shape=(stop - start,))
             self.features = np.lib.format.open_memmap(self.features_path, mode="w+", dtype=dtype,
                                                       shape=(stop - start, dim))
+        self.remaining = int((~np.asarray(self.done)).sum())  # rows still to write
+
+    def written(self, local: np.ndarray, features: np.ndarray) -> None:
+        """Store `features` at local rows `local`, then flag them done; a file complete is mapped afresh, so its
+        written pages leave this process's memory (they stay in the page cache): resident memory holds the files
+        being written, not the whole store."""
+        new = int((~self.done[local]).sum())
+        self.features[local] = features.astype(self.features.dtype, copy=False)  # before the flags
+        self.done[local] = True
+        self.remaining -= new
+        if self.remaining == 0 and new:  # the shared mapping's pages are the page cache's: no flush needed
+            self.features = np.load(self.features_path, mmap_mode="r+")
+            self.done = np.load(self.done_path, mmap_mode="r+", allow_pickle=False)
 
     def _resume(self, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The file's features and done flags from a stopped run; None when absent or damaged (then recomputed)."""
@@ -123,9 +137,7 @@ class ShardWriter:
             inside = (rows_array >= file.start) & (rows_array < file.stop)
             if not inside.any():
                 continue
-            local = rows_array[inside] - file.start
-            file.features[local] = features[inside].astype(file.features.dtype, copy=False)  # before the flags
-            file.done[local] = True
+            file.written(rows_array[inside] - file.start, features[inside])
 
 
 class FeatureStore:
@@ -138,7 +150,8 @@ class FeatureStore:
         if meta is None and not settings_path.exists():
             raise InputError("no feature store here (settings.json missing); run gradient extraction first", root)
         self.meta = meta if meta is not None else json.loads(settings_path.read_text())
-        self.ids: list[str] = ids if ids is not None else json.loads((self.root / "ids.json").read_text())
+        # the ids as one Arrow string column, not N Python strings held for the whole run
+        self.ids = StringColumn.of(ids if ids is not None else json.loads((self.root / "ids.json").read_text()))
         key, shard_rows = fingerprint(self.meta), int(self.meta["gradient"]["shard_rows"])
         self._files: list[tuple[int, int, Path | None, np.ndarray]] = []
         for index in range(n_files(len(self.ids), shard_rows)):

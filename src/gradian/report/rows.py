@@ -2,15 +2,16 @@
 
 A line is `{"id", "effect", "cluster", "flags", "culprit"}` in dataset order, plus the ranking's parts
 (`gradient_effect`, `rank_score`, `relevance_tfidf`, `relevance_repsim`) when attribution ran (documented in docs/report-schema.md).
-The rows are held as columns (arrays and one flags list), not one dict per row, and the file is written a line at
-a time, so a report over millions of rows stays flat in memory.
+The rows are held as columns (arrays, the flags as a (checks, N) bool array, the ids as a `data.columns.StringColumn`),
+not one dict per row, and the file is written a line at a time, so a report over millions of rows stays flat in
+memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding
-from gradian.clusters.summary import examples_flags
+from gradian.clusters.summary import RowFlags
+from gradian.data.columns import mask_of
 
 EXAMPLES_FILE = "examples.jsonl"
 
@@ -27,31 +29,30 @@ EXAMPLES_FILE = "examples.jsonl"
 class ExampleRows:
     """Columns of the per-row results: `effect` and `labels` are None when attribution did not run."""
 
-    ids: list[str]
+    ids: Sequence[str]
     effect: np.ndarray | None  # (N,) mean effect over the queries
     labels: np.ndarray | None  # (N,) cluster of each row
-    flags: dict[str, list[str]]  # {id: checks flagging it}
-    culprits: set[str]
+    flags: RowFlags  # (checks, N) which checks flag each row
+    culprits: np.ndarray  # (N,) bool
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (N,): the ranking's parts
 
     @classmethod
-    def of(cls, ids: list[str], effect: np.ndarray | None, labels: np.ndarray | None, findings: list[Finding],
+    def of(cls, ids: Sequence[str], effect: np.ndarray | None, labels: np.ndarray | None, findings: list[Finding],
            culprit_ids: list[str], extra: dict[str, np.ndarray] | None = None) -> ExampleRows:
-        return cls(ids, effect, labels, examples_flags(ids, findings), set(culprit_ids), extra or {})
+        return cls(ids, effect, labels, RowFlags.of(ids, findings), mask_of(ids, culprit_ids), extra or {})
 
-    def row(self, i: int) -> dict[str, Any]:
-        example_id = self.ids[i]
+    def row(self, i: int, example_id: str | None = None) -> dict[str, Any]:
         return {
-            "id": example_id,
+            "id": self.ids[i] if example_id is None else example_id,
             "effect": None if self.effect is None or not np.isfinite(self.effect[i]) else float(self.effect[i]),
             "cluster": None if self.labels is None else int(self.labels[i]),
-            "flags": self.flags.get(example_id, []),
-            "culprit": example_id in self.culprits,
+            "flags": self.flags.of_row(i),
+            "culprit": bool(self.culprits[i]),
             **{name: float(values[i]) for name, values in self.extra.items()},
         }
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self.row(i) for i in range(len(self.ids)))
+        return (self.row(i, example_id) for i, example_id in enumerate(self.ids))
 
     def write(self, path: Path) -> Path:
         """Write examples.jsonl through a temporary file (a reader never sees half of it)."""

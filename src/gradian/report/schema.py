@@ -7,6 +7,7 @@ major number when renaming or removing one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.cluster import Embedding, embed_examples
 from gradian.clusters.groups import CandidateGroups
-from gradian.clusters.summary import ClusterSummary, examples_flags, total_mean
+from gradian.clusters.summary import ClusterSummary, RowFlags, total_mean
+from gradian.data.columns import ids_of, mask_of, texts_of
 from gradian.data.examples import Example
 from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
@@ -35,7 +37,7 @@ def build_report(
     regression: dict[str, Any],
     verdict: Verdict,
     findings: list[Finding],
-    examples: list[Example] | None = None,
+    examples: Sequence[Example] | None = None,
     effects: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     clusters: list[ClusterSummary] | None = None,
@@ -58,11 +60,11 @@ def build_report(
     `symptoms` classify the failing answers; `groups` hold the per-row finding groups and where the failures sit.
     `ranking` (a `gradian.scores.combine.Ranking`) adds each row's gradient effect, relevances and rank score.
     """
-    examples = examples or []
-    ids = [e.id for e in examples]
+    examples = examples if examples is not None else []
+    ids = ids_of(examples)  # a StringColumn for ExampleColumns: no list of N ids
     effect = None if effects is None else total_mean(np.atleast_2d(effects))  # (N,)
-    flags = examples_flags(ids, findings)
-    culprits = set(verdict.culprit_ids)
+    flags = RowFlags.of(ids, findings)
+    culprits = mask_of(ids, verdict.culprit_ids)  # (N,) bool
     report = {
         "schema_version": SCHEMA_VERSION,
         "gradian_version": _gradian_version(),
@@ -78,7 +80,7 @@ def build_report(
         "failure_sites": groups.sites() if groups is not None else {},
         "effects": _effects_summary(effects, effect),
         "top_rows": _top_rows(examples, effect, labels, flags, culprits),
-        "charts": _charts(examples, effect, labels, embedding or _embedding(examples, features, labels, seed),
+        "charts": _charts(ids, effect, labels, embedding or _embedding(examples, features, labels, seed),
                           culprits, verdict, seed),
         "settings": settings or {},
         "artifacts": artifacts or {},
@@ -102,16 +104,15 @@ def _finding(finding: Finding) -> dict[str, Any]:
 
 
 def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
-    data = cluster.to_dict()
-    del data["example_ids"]  # members are in examples.jsonl (`cluster`): report.json stays small in N
+    data = cluster.to_dict(ids=False)  # members are in examples.jsonl (`cluster`): report.json stays small in N
     return {**data, "size": cluster.size}
 
 
-def _embedding(examples: list[Example], features: np.ndarray | None, labels: np.ndarray | None,
+def _embedding(examples: Sequence[Example], features: np.ndarray | None, labels: np.ndarray | None,
                seed: int) -> Embedding | None:
-    if labels is None or not examples:
+    if labels is None or not len(examples):
         return None
-    return embed_examples([(e.prompt_text, e.completion_text) for e in examples], features, seed=seed)
+    return embed_examples(texts_of(examples), features, seed=seed)
 
 
 def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> dict[str, Any]:
@@ -125,27 +126,30 @@ def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> d
     }
 
 
-def _top_rows(examples, effect, labels, flags, culprits) -> list[dict[str, Any]]:
+def _top_rows(examples: Sequence[Example], effect: np.ndarray | None, labels: np.ndarray | None, flags: RowFlags,
+              culprits: np.ndarray) -> list[dict[str, Any]]:
     """The culprits (most harmful first), else the most harmful rows, each with its text."""
-    if effect is None or not examples:
+    if effect is None or not len(examples):
         return []
-    order = np.argsort(effect, kind="stable")
-    chosen = [i for i in order if examples[i].id in culprits] if culprits else [i for i in order if effect[i] < 0]
-    return [
-        {
-            "id": examples[i].id, "effect": float(effect[i]), "cluster": None if labels is None else int(labels[i]),
-            "flags": flags[examples[i].id], "culprit": examples[i].id in culprits,
-            "prompt": _clip(examples[i].prompt_text), "completion": _clip(examples[i].completion_text),
-        }
-        for i in chosen[:TOP_ROWS]
-    ]
+    order = np.argsort(effect, kind="stable")  # (N,)
+    chosen = order[culprits[order]] if culprits.any() else order[effect[order] < 0]
+    rows = []
+    for i in chosen[:TOP_ROWS].tolist():
+        example = examples[i]
+        rows.append({
+            "id": example.id, "effect": float(effect[i]), "cluster": None if labels is None else int(labels[i]),
+            "flags": flags.of_row(i), "culprit": bool(culprits[i]),
+            "prompt": _clip(example.prompt_text), "completion": _clip(example.completion_text),
+        })
+    return rows
 
 
 def _clip(text: str) -> str:
     return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + " \u2026"
 
 
-def _charts(examples, effect, labels, embedding, culprits, verdict, seed) -> dict[str, Any]:
+def _charts(ids: Sequence[str], effect: np.ndarray | None, labels: np.ndarray | None, embedding: Embedding | None,
+            culprits: np.ndarray, verdict: Verdict, seed: int) -> dict[str, Any]:
     """Data behind the HTML charts: the effect histogram and the 2-D cluster map."""
     if effect is None or effect.size == 0:
         return {}
@@ -155,27 +159,27 @@ def _charts(examples, effect, labels, embedding, culprits, verdict, seed) -> dic
         "effect_histogram": {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold},
     }
     if labels is not None and embedding is not None:
-        keep = _map_sample(examples, culprits, seed)
-        coordinates = embedding.coordinates(np.asarray(keep, dtype=np.int64))  # (len(keep), 2)
+        keep = _map_sample(culprits, seed)
+        coordinates = embedding.coordinates(keep)  # (len(keep), 2)
         charts["cluster_map"] = {
             "method": embedding.method,
             "points": [
-                {"id": examples[i].id, "x": float(coordinates[j, 0]), "y": float(coordinates[j, 1]),
-                 "cluster": int(labels[i]), "culprit": examples[i].id in culprits}
-                for j, i in enumerate(keep)
+                {"id": ids[i], "x": float(coordinates[j, 0]), "y": float(coordinates[j, 1]),
+                 "cluster": int(labels[i]), "culprit": bool(culprits[i])}
+                for j, i in enumerate(keep.tolist())
             ],
         }
     return charts
 
 
-def _map_sample(examples: list[Example], culprits: set[str], seed: int) -> list[int]:
-    if len(examples) <= MAP_POINTS:
-        return list(range(len(examples)))
-    forced = [i for i, e in enumerate(examples) if e.id in culprits]
-    others = np.array([i for i, e in enumerate(examples) if e.id not in culprits])
+def _map_sample(culprits: np.ndarray, seed: int) -> np.ndarray:
+    """(≤ MAP_POINTS,) rows of the map in dataset order: every culprit, the rest a seeded sample."""
+    if len(culprits) <= MAP_POINTS:
+        return np.arange(len(culprits))
+    forced, others = np.flatnonzero(culprits), np.flatnonzero(~culprits)
     room = max(MAP_POINTS - len(forced), 0)
     sample = np.random.default_rng(seed).choice(others, size=min(room, len(others)), replace=False)
-    return sorted(forced + sample.tolist())
+    return np.sort(np.concatenate([forced, sample]))
 
 
 def jsonable(value: Any) -> Any:

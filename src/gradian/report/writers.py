@@ -9,11 +9,15 @@ report.json lacks. User text (prompts, completions, ids, names) is escaped: HTML
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from gradian.data.columns import ExampleColumns, ids_of, positions_of
 from gradian.data.examples import Example
 from gradian.files import atomic_write
 from gradian.report import charts
@@ -23,11 +27,12 @@ from gradian.report.verdict import number, pct
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
 
 
-def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Example],
+def write_report(out_dir: str | Path, report: dict[str, Any], examples: Sequence[Example],
                  rows: ExampleRows | None = None) -> dict[str, Path]:
     """Write every report file into `out_dir` (created if needed); returns `{name: path}` of what was written.
 
     `rows` are the per-row results written to examples.jsonl (without them: ids and flags only, no effects).
+    `examples` may be `data.columns.ExampleColumns`: only the culprit rows are ever built as `Example`s.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -38,52 +43,76 @@ def write_report(out_dir: str | Path, report: dict[str, Any], examples: list[Exa
         "report.html": atomic_write(out / "report.html", render_html(report)),
     }
     culprits = set(report["verdict"].get("culprit_ids") or [])
-    rows = rows if rows is not None else ExampleRows.of([e.id for e in examples], None, None, [], sorted(culprits))
+    ids = ids_of(examples)
+    rows = rows if rows is not None else ExampleRows.of(ids, None, None, [], sorted(culprits))
     written[EXAMPLES_FILE] = rows.write(out / EXAMPLES_FILE)
     if culprits:
-        by_id = {row["id"]: row for row in rows if row["culprit"]}
-        written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl", _culprit_lines(examples, culprits, by_id))
-        written["train.cleaned.jsonl"] = atomic_write(out / "train.cleaned.jsonl", cleaned_text(examples, culprits))
+        found = positions_of(ids, culprits)
+        chosen = np.sort(found[found >= 0])  # culprit rows in dataset order
+        known = {int(i): rows.row(int(i)) for i in chosen}
+        written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl", _culprit_lines(examples, chosen, known))
+        written["train.cleaned.jsonl"] = write_cleaned(out / "train.cleaned.jsonl", examples, chosen)
     return written
 
 
-def _culprit_lines(examples: list[Example], culprits: set[str], by_id: dict[str, dict[str, Any]]) -> str:
+def _culprit_lines(examples: Sequence[Example], chosen: np.ndarray, known: dict[int, dict[str, Any]]) -> str:
     """Each culprit's original row plus what Gradian knows about it under `_gradian`."""
     lines = []
-    for example in examples:
-        if example.id in culprits:
-            known = by_id.get(example.id, {})
-            extra = {"id": example.id, "line": example.line, "effect": known.get("effect"),
-                     "cluster": known.get("cluster"), "flags": known.get("flags", [])}
-            lines.append(json.dumps({**example.raw, "_gradian": extra}, ensure_ascii=False))
+    for i in chosen:
+        example, row = examples[int(i)], known[int(i)]
+        extra = {"id": example.id, "line": example.line, "effect": row.get("effect"), "cluster": row.get("cluster"),
+                 "flags": row.get("flags", [])}
+        lines.append(json.dumps({**example.raw, "_gradian": extra}, ensure_ascii=False))
     return "".join(line + "\n" for line in lines)
 
 
-def cleaned_text(examples: list[Example], culprits: set[str]) -> str:
-    """The training file minus the culprit rows, every other line byte-for-byte as it was.
+def write_cleaned(path: Path, examples: Sequence[Example], culprits: np.ndarray) -> Path:
+    """The training file minus the culprit rows (`culprits`: their positions), every other line byte-for-byte.
 
     When the examples' source file is JSONL whose lines still hold the same rows, its lines are copied; otherwise
-    (a JSON array, a file changed or gone) each kept row is written back as one JSON line.
+    (a JSON array, a file changed or gone) each kept row is written back as one JSON line. Written a line at a
+    time through a temporary file.
     """
-    source_lines = _source_lines(examples)
-    if source_lines is not None:
-        drop = {e.line for e in examples if e.id in culprits}
-        return "".join(line for number_, line in enumerate(source_lines, start=1) if number_ not in drop)
-    return "".join(json.dumps(e.raw, ensure_ascii=False) + "\n" for e in examples if e.id not in culprits)
+    source = _unchanged_source(examples)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8", newline="") as stream:
+        if source is not None:
+            drop = {examples[int(i)].line for i in culprits}
+            for number, line in enumerate(_lines(source), start=1):
+                if number not in drop:
+                    stream.write(line if line.endswith("\n") else line + "\n")
+        else:
+            skip = set(int(i) for i in culprits)
+            for index, example in enumerate(examples):
+                if index not in skip:
+                    stream.write(json.dumps(example.raw, ensure_ascii=False) + "\n")
+    os.replace(temporary, path)
+    return path
 
 
-def _source_lines(examples: list[Example]) -> list[str] | None:
-    sources = {e.source for e in examples}
-    if len(sources) != 1 or not next(iter(sources)) or not Path(next(iter(sources))).is_file():
+def _unchanged_source(examples: Sequence[Example]) -> Path | None:
+    """The one JSONL file every example was read from, when each example's line there still holds its row."""
+    sources = examples.sources if isinstance(examples, ExampleColumns) else list({e.source for e in examples})
+    if len(sources) != 1 or not sources[0] or not Path(sources[0]).is_file():
         return None
-    with open(next(iter(sources)), encoding="utf-8-sig", newline="") as stream:
-        lines = stream.readlines()
-    for example in examples:
-        if not 1 <= example.line <= len(lines) or not _same_row(lines[example.line - 1], example.raw):
-            return None
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    return lines
+    with open(sources[0], encoding="utf-8-sig", newline="") as stream:
+        number, line = 0, ""
+        for example in examples:  # dataset order is line order for a JSONL file
+            if example.line <= number:
+                return None
+            while number < example.line:
+                line = stream.readline()
+                if not line:
+                    return None
+                number += 1
+            if not _same_row(line, example.raw):
+                return None
+    return Path(sources[0])
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8-sig", newline="") as stream:
+        yield from stream
 
 
 def _same_row(line: str, raw: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ place; the model's own adapter weights are put back afterwards, also when someth
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +175,7 @@ def restored_weights(model: nn.Module) -> Iterator[None]:
 
 def checkpoint_stores(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     checkpoints: list[Checkpoint],
     store_root: str | Path,
     *,
@@ -209,7 +209,7 @@ def checkpoint_stores(
 
 def tracin_cp_effects(
     model: nn.Module,
-    rendered: list[Rendered],
+    rendered: Sequence[Rendered],
     pairs: list[QueryPair],
     checkpoints: list[Checkpoint],
     store_root: str | Path,
