@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,15 @@ def test_recovery_equals_the_naive_ratio_and_its_ci_holds_it():
     low, high = result.ci
     assert low < result.value < high
     assert 0.3 < low and high < 0.9
+
+
+def test_a_degenerate_bootstrap_falls_back_to_percentiles_without_warning_the_user():
+    base = np.ones(40)
+    finetuned = np.r_[np.zeros(8), np.ones(32)]  # 8 broken answers
+    with warnings.catch_warnings():  # a retrain that changed nothing: every resample's ratio is 0, BCa's is 0 / 0
+        warnings.simplefilter("error")
+        result = recovery(finetuned.copy(), original(base, finetuned))
+    assert result.value == 0.0 and result.ci == (0.0, 0.0)
 
 
 def test_nothing_lost_has_no_recovery():

@@ -14,6 +14,7 @@ prompts (each prompt keeps its base, fine-tuned and retrained score together).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -137,8 +138,12 @@ def recovery(after: np.ndarray, original: Original, seed: int = 0, confidence: f
     if np.all(gained == gained[0]) and np.all(lost == lost[0]):
         return Recovery(value, (value, value))
     for method in ("BCa", "percentile"):
-        result = stats.bootstrap((gained, lost), ratio, paired=True, vectorized=True, method=method,
-                                 confidence_level=confidence, n_resamples=N_RESAMPLES, rng=np.random.default_rng(seed))
+        with warnings.catch_warnings():  # a degenerate BCa interval is not finite: the percentile one is used then
+            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            result = stats.bootstrap((gained, lost), ratio, paired=True, vectorized=True, method=method,
+                                     confidence_level=confidence, n_resamples=N_RESAMPLES,
+                                     rng=np.random.default_rng(seed))
         low, high = result.confidence_interval
         if np.isfinite(low) and np.isfinite(high):
             return Recovery(value, (float(low), float(high)))
