@@ -11,8 +11,9 @@ In order, each step resumable in SUITE (a rerun recomputes only what is missing)
    others' (`suite_verdicts.py`) into `SUITE/verdicts/`;
 4. `suite_verify.py`: `gradian verify --groups 3` and the planted-rows truth check on every run of step 2.
 
-The tables replace what stands between `<!-- suite.py: begin -->` and `<!-- suite.py: end -->` in the page; the
-prose around them is written by hand from the numbers.
+The tables replace what stands between `<!-- suite.py: begin -->` and `<!-- suite.py: end -->` in the page (the
+prose around them is written by hand from the numbers); the per-run tables with every variant, and their JSON, go
+to `benchmarks/results/suite_quality.*` and `suite_verify.*`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # the per-run tables with every variant, and their JSON
 sys.path.insert(0, str(HERE))
 
 import page  # noqa: E402
@@ -100,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds = json.loads((args.out / "builds.json").read_text())
     data_runs = ranked(builds)
     quality = args.out / "quality"
-    suite_quality.main([*map(str, data_runs), "--work", str(quality)])
-    records = json.loads((quality / "results.json").read_text())
+    suite_quality.main([*map(str, data_runs), "--work", str(quality), "--results", str(RESULTS / "suite_quality.json"),
+                        "--markdown", str(RESULTS / "suite_quality.md")])
+    records = json.loads((RESULTS / "suite_quality.json").read_text())
     verdicts = [suite_verdicts.verdict_of(folder, quality / folder.name / "attribute") for folder in data_runs]
     others = sorted({Path(b["folder"]) for b in builds} - set(data_runs))
     verdicts += [suite_verdicts.verdict_of(folder, args.out / "verdicts" / folder.name) for folder in others]
@@ -110,9 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               suite_verdicts.markdown(verdicts)]
     if not args.no_verify:
         suite_verify.main([str(quality / folder.name) for folder in data_runs]
-                          + ["--results", str(args.out / "verify.json"), "--markdown", str(args.out / "verify.md")])
-        verified = json.loads((args.out / "verify.json").read_text())
-        tables += ["### verify on the data-cause runs", "", (args.out / "verify.md").read_text(),
+                          + ["--results", str(RESULTS / "suite_verify.json"), "--markdown", str(RESULTS / "suite_verify.md")])
+        verified = json.loads((RESULTS / "suite_verify.json").read_text())
+        tables += ["### verify on the data-cause runs", "", (RESULTS / "suite_verify.md").read_text(),
                    "### Culprit recovery where the planted rows are the cause", "", *truth_table(verified, records)]
     page.replace_region(args.page, "suite.py", "\n".join(tables))
     print(f"wrote the suite's tables into {args.page}")

@@ -130,7 +130,10 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     out = Path(settings.out)
     clock = Clock()
     fresh = {"attribute": not (out / "report.json").exists(), "final": _fresh(work / "gradients")}
+    from gradian.report.rows import read_examples
+
     report = clock.timed("attribute", lambda: attribute(settings).report)
+    report = {**report, "examples": read_examples(out)}  # per-row results live in examples.jsonl
     meta: dict[str, Any] = {
         "folder": str(folder), "scenario": truth["scenario"], "family": truth.get("family", truth["scenario"]),
         "split": truth.get("split", "unsplit"), "domain": truth.get("domain"), "seed": truth["seed"],

@@ -5,8 +5,8 @@
 RUNS_DIR holds the folders `benchmarks/suite_build.py` wrote. The expected verdict follows the family's kind and
 what its build measured (`attribute`'s own paired test decides whether there is a regression to explain):
 
-- a planted cause that left a significant regression: `data-cluster`, naming its rows (precision and recall of the
-  named rows against the planted ones are reported); one that left none: `no-regression`;
+- a planted cause that left a significant regression: `data-cluster`, naming its rows (right when at least 90% of
+  the named rows are planted and at least half the planted rows are named); one that left none: `no-regression`;
 - a setup fault with a regression: `setup`; without one: `no-regression`;
 - clean data: `no-regression`, or, when the fine-tune regressed anyway (a recipe that learned its purpose badly),
   `diffuse` — any named rows or setup fault would be wrong there.
@@ -20,6 +20,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+RIGHT_PRECISION, RIGHT_RECALL = 0.9, 0.5  # a data-cluster verdict is right when it names mostly planted rows, enough
 
 
 def expected(kind: str, significant: bool) -> str:
@@ -45,12 +47,15 @@ def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
     significant = bool(report["regression"].get("significant")) and report["regression"].get("delta", 0) < 0
     named, planted = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
     want = expected(truth["kind"], significant)
+    precision = len(named & planted) / len(named) if named else None
+    recall = len(named & planted) / len(planted) if planted and want == "data-cluster" else None
+    right = report["verdict"]["kind"] == want and (want != "data-cluster" or (
+        (precision or 0.0) >= RIGHT_PRECISION and (recall or 0.0) >= RIGHT_RECALL))
     return {
         "family": truth.get("family", truth["scenario"]), "split": truth.get("split", "unsplit"), "seed": truth["seed"],
         "kind": truth["kind"], "delta": report["regression"].get("delta"), "significant": significant,
-        "expected": want, "verdict": report["verdict"]["kind"], "right": report["verdict"]["kind"] == want,
-        "named": len(named), "precision": len(named & planted) / len(named) if named else None,
-        "recall": len(named & planted) / len(planted) if planted and want == "data-cluster" else None,
+        "expected": want, "verdict": report["verdict"]["kind"], "right": right,
+        "named": len(named), "precision": precision, "recall": recall,
         "symptom": (report.get("symptoms") or {}).get("dominant"),
         "rule": report["verdict"]["evidence"].get("culprit_rule") or report["verdict"]["evidence"].get("group"),
     }
