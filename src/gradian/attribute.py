@@ -18,7 +18,7 @@ import numpy as np
 
 from gradian.audit import DiagnoseResult
 from gradian.clusters.groups import candidate_groups
-from gradian.data.columns import ids_of
+from gradian.data.columns import ids_of, positions_of
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks, join
 from gradian.lock import output_lock
@@ -34,6 +34,7 @@ from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: F401 - their former home
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
+from gradian.scores.token_harm import harm_token, query_direction, token_harms
 from gradian.settings import AttributeSettings, ExtractSettings
 from gradian.stages import (
     Clusters,
@@ -117,8 +118,17 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
     effects = ranking.effects  # the memory map itself for --rank gradient; shifted by relevance for combined
     say("clusters: grouping and naming the training rows")
     clusters = cluster(settings, audit, extraction.store, effects)
+
+    def where_harm(ids: list[str]) -> dict[str, dict[str, Any] | None]:
+        """The token where each of these rows does most harm (`scores.token_harm`)."""
+        assert pairs is not None  # attribution ran
+        rows = [audit.rendered[int(i)] for i in positions_of(ids_of(audit.examples), ids)]
+        direction = query_direction(model, pairs, base_kind(settings.query))
+        harms = token_harms(model, rows, direction, batch_size=settings.batch_size)
+        return {row.example_id: harm_token(tokenizer, row, harm) for row, harm in zip(rows, harms, strict=True)}
+
     return _finish(settings, audit, summary, effects, clusters, pairs, extraction.tracin, measured=measured,
-                   ranking=ranking)
+                   ranking=ranking, where_harm=where_harm)
 
 
 def _finish(
@@ -132,6 +142,7 @@ def _finish(
     *,
     measured: RegressionResult | None = None,
     ranking: Ranking | None = None,
+    where_harm: Callable[[list[str]], dict[str, dict[str, Any] | None]] | None = None,
 ) -> AttributeResult:
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     effect = None if effects is None else total_effect(effects)  # (N,)
@@ -150,6 +161,10 @@ def _finish(
              "tokenizer_source": tokenizer_source(audit)},
         seed=settings.seed, symptoms=symptoms, groups=groups, ranking=ranking,
     )
+    if where_harm is not None and report["top_rows"]:
+        found = where_harm([row["id"] for row in report["top_rows"]])
+        for row in report["top_rows"]:
+            row["harm_token"] = found[row["id"]]
     rows = ExampleRows.of(ids, effect, labels, audit.findings, verdict.culprit_ids,
                           ranking.row_fields() if ranking is not None else None)
     paths = write_report(settings.out_dir, report, audit.examples, rows)

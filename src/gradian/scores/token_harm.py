@@ -1,0 +1,107 @@
+"""Where a harmful row does its harm: each supervised token's share of the row's effect.
+
+A row's effect is a sum over its supervised tokens, e_i = −Σ_t qᵀ ∇ℓ_{i,t} (identity preconditioner, the final
+adapter), so the token with the largest qᵀ ∇ℓ_{i,t} is where the row pushes the model toward the failure most (a
+cut row: the EOS where the answer stops; a fenced row: the opening fence). One number per token is a directional
+derivative of that token's loss along the query direction v = Σ_q q / ‖q‖ in the full LoRA parameter space:
+J v for the (T,) per-token losses, from two reverse passes per batch of rows (the gradient of (Jᵀu)·v in u, exact;
+checked against one backward pass per token in float64 in tests/test_token_harm.py):
+
+    harm_{i,t} = vᵀ ∇ℓ_{i,t}
+
+The report shows, for each of its top rows, the token with the largest harm and its share of the row's harm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gradian.data.render import IGNORE, Rendered
+from gradian.gradients.extract import collate, summed_nll
+from gradian.gradients.hooks import lora_matrices
+from gradian.scores.queries import QueryPair, query_rows
+
+
+def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> list[torch.Tensor]:
+    """v = Σ_q q / ‖q‖, q = ∇θ f of each pair (f as `scores.queries`), one tensor per LoRA matrix."""
+    weights = [m.module.weight for m in lora_matrices(model)]
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    total = [torch.zeros_like(w, dtype=torch.float64) for w in weights]
+    for pair in pairs:
+        rows = query_rows(pair, kind)
+        if not rows:
+            continue
+        batch = _to(collate([(ids, labels) for ids, labels, _ in rows], pad_id), model)
+        model.zero_grad(set_to_none=True)
+        with _requires_grad(weights):
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           position_ids=batch["position_ids"]).logits  # (R, T, V)
+            margin = torch.stack([-sign * summed_nll(logits[r : r + 1], batch["labels"][r : r + 1])
+                                  for r, (_, _, sign) in enumerate(rows)]).sum()  # f = Σ sign · log p
+            grads = torch.autograd.grad(margin, weights)
+        norm = torch.stack([(g.double() ** 2).sum() for g in grads]).sum().sqrt()
+        if norm > 0:
+            for acc, g in zip(total, grads, strict=True):
+                acc += g.double() / norm
+    return [t.to(w.dtype) for t, w in zip(total, weights, strict=True)]
+
+
+def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
+                batch_size: int = 16) -> list[np.ndarray]:
+    """Per row, (T_i,) harm vᵀ∇ℓ_t of each supervised token in order (positive: a step on it lowers f)."""
+    weights = [m.module.weight for m in lora_matrices(model)]
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    out: list[np.ndarray] = []
+    with _requires_grad(weights), sdpa_kernel(SDPBackend.MATH):  # the composite kernel has a double backward
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            batch = _to(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           position_ids=batch["position_ids"]).logits[:, :-1]  # (B, T-1, V)
+            labels = batch["labels"][:, 1:]  # (B, T-1)
+            mask = labels != IGNORE
+            logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+            losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none") * mask
+            # J v by two reverse passes: g(u) = Jᵀu is linear in u, so ∂(g(u)·v)/∂u = J v
+            u = torch.zeros_like(losses, requires_grad=True)  # (B, T-1)
+            grads = torch.autograd.grad(losses, weights, grad_outputs=u, create_graph=True)
+            along = torch.stack([(g * d.to(g.dtype)).sum() for g, d in zip(grads, direction, strict=True)]).sum()
+            (harm,) = torch.autograd.grad(along, u)  # (B, T-1)
+            out += [harm[b][mask[b]].double().cpu().numpy() for b in range(len(chunk))]
+    return out
+
+
+def harm_token(tokenizer: Any, row: Rendered, harm: np.ndarray) -> dict[str, Any] | None:
+    """The token where `row` does most harm: its position among the supervised tokens (from 1), its text, its share."""
+    positive = np.clip(harm, 0.0, None)
+    if positive.sum() <= 0:
+        return None
+    j = int(np.argmax(harm))
+    targets = [label for label in row.labels[1:] if label != IGNORE]
+    return {"position": j + 1, "of": len(targets), "token": tokenizer.decode([targets[j]]),
+            "share": float(positive[j] / positive.sum())}
+
+
+def _to(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    device = next(model.parameters()).device
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+@contextmanager
+def _requires_grad(weights: list[torch.Tensor]):
+    before = [w.requires_grad for w in weights]
+    for w in weights:
+        w.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for w, b in zip(weights, before, strict=True):
+            w.requires_grad_(b)

@@ -1,0 +1,104 @@
+"""Per-token harm: the central difference equals one backward pass per token in float64, and adds up to the row's
+effect; the harm token of a cut row is where the planted cause sits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from conftest import make_tiny_model
+from gradian.data.render import IGNORE, Rendered
+from gradian.gradients.extract import collate, summed_nll
+from gradian.gradients.hooks import lora_matrices
+from gradian.scores.queries import QueryPair
+from gradian.scores.token_harm import harm_token, query_direction, token_harms
+from test_report import NUMBER, json_leaves, renderings
+
+PAIRS = [QueryPair("a", [5, 6, 7], [8, 9, 10, 2], [8, 9, 12, 2]), QueryPair("b", [6, 5], [9, 8, 2], [11, 2])]
+ROWS = [Rendered("t0", [5, 6, 7, 8, 9, 10, 2], [IGNORE] * 3 + [8, 9, 10, 2], 7, 3),
+        Rendered("t1", [6, 5, 9, 11, 2], [IGNORE, IGNORE, 9, 11, 2], 5, 2),
+        Rendered("t2", [7, 7, 7, 8, 2, 3], [IGNORE, IGNORE, 7, 8, 2, IGNORE], 6, 2)]
+
+
+@pytest.fixture
+def model(tiny_tokenizer):
+    base = make_tiny_model(tiny_tokenizer, seed=3, dtype=torch.float64)
+    return get_peft_model(base, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False)).eval()
+
+
+def naive_harms(model, row: Rendered, direction: list[torch.Tensor]) -> np.ndarray:
+    """One backward pass per supervised token: vᵀ ∇ℓ_t."""
+    weights = [m.module.weight for m in lora_matrices(model)]
+    batch = collate([(row.input_ids, row.labels)], 0)
+    harms = []
+    for t in range(1, len(row.labels)):
+        if batch["labels"][0, t] == IGNORE:
+            continue
+        only = torch.full_like(batch["labels"], IGNORE)
+        only[0, t] = batch["labels"][0, t]
+        for w in weights:
+            w.requires_grad_(True)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits
+        grads = torch.autograd.grad(summed_nll(logits, only), weights)
+        harms.append(float(sum((g * d).sum() for g, d in zip(grads, direction, strict=True))))
+    return np.array(harms)
+
+
+@pytest.mark.parametrize("kind", ["naive", "contrastive"])
+def test_central_difference_equals_a_backward_pass_per_token(model, kind):
+    direction = query_direction(model, PAIRS, kind)
+    before = [m.module.weight.detach().clone() for m in lora_matrices(model)]
+    got = token_harms(model, ROWS, direction, batch_size=2)
+    for w, b in zip([m.module.weight for m in lora_matrices(model)], before, strict=True):
+        assert torch.equal(w, b)  # the adapter is left as it was
+    for row, harms in zip(ROWS, got, strict=True):
+        expected = naive_harms(model, row, direction)
+        assert harms.shape == expected.shape == (sum(label != IGNORE for label in row.labels[1:]),)
+        np.testing.assert_allclose(harms, expected, rtol=1e-5, atol=1e-8)
+
+
+def test_the_direction_is_the_sum_of_unit_query_gradients(model):
+    one = query_direction(model, PAIRS[:1], "naive")
+    assert torch.sqrt(sum((d ** 2).sum() for d in one)) == pytest.approx(1.0)
+    both = query_direction(model, PAIRS, "naive")
+    other = query_direction(model, PAIRS[1:], "naive")
+    for b, o, t in zip(both, one, other, strict=True):
+        torch.testing.assert_close(b, o + t)
+
+
+def test_harm_token_names_the_largest_token_and_its_share(tiny_tokenizer):
+    row = ROWS[0]
+    found = harm_token(tiny_tokenizer, row, np.array([0.1, -0.5, 0.3, 0.6]))
+    assert found == {"position": 4, "of": 4, "token": tiny_tokenizer.decode([2]), "share": pytest.approx(0.6)}
+    assert harm_token(tiny_tokenizer, row, np.array([-0.1, -0.2, 0.0, -1.0])) is None  # it only helps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,where", [("truncated-cluster", "last"), ("kitchen-fence-spaced", "first")])
+def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, tmp_path, name, where):
+    """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence (its first)."""
+    import json
+
+    from gradian.attribute import attribute
+    from gradian.settings import AttributeSettings
+
+    folder = scenario(name, 0)
+    truth = json.loads((folder / "truth.json").read_text())
+    report = attribute(AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability=truth.get("capability", "json_formatting"), out=str(tmp_path / "report"))).report
+    planted = [row for row in report["top_rows"] if row["id"] in set(truth["culprit_ids"])]
+    assert len(planted) >= 20, len(report["top_rows"])
+    at = [row["harm_token"]["position"] == (row["harm_token"]["of"] if where == "last" else 1)
+          for row in planted if row["harm_token"]]
+    assert len(at) == len(planted) and sum(at) >= 0.9 * len(at), [row["harm_token"] for row in planted]
+    if where == "first":
+        assert all(row["harm_token"]["token"].strip() == "`" for row in planted if row["harm_token"]["position"] == 1)
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert markdown.count("harm at token") == 1
+    allowed = set().union(*(renderings(v) for v in json_leaves(report)))
+    assert [token for token in NUMBER.findall(markdown) if token not in allowed] == []  # every number is in json
