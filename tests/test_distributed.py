@@ -79,9 +79,11 @@ def test_a_rank_killed_mid_extraction_resumes(tmp_path):
 
 
 def _rank_one_started(store: Path) -> bool:
-    """Rank 1 (files 4-7, rows 20-39) has flagged a row done, and its pid is written."""
+    """Rank 1 (files 4-7, rows 20-39) has flagged a row done, its pid is written, and rank 0 has written the store's
+    settings.json (the ranks start at their own pace: killed before that, there is no store to look into yet)."""
     flags = sorted(store.glob("shard-*-00004.done.npy"))
-    return bool(flags) and (store.parent / "pid-1").exists() and bool(np.load(flags[0]).any())
+    return bool(flags) and (store.parent / "pid-1").exists() and (store / "settings.json").exists() \
+        and bool(np.load(flags[0]).any())
 
 
 @pytest.mark.slow
