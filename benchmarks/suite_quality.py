@@ -130,18 +130,13 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     out = Path(settings.out)
     clock = Clock()
     fresh = {"attribute": not (out / "report.json").exists(), "final": _fresh(work / "gradients")}
-    from gradian.report.rows import read_examples
-
     report = clock.timed("attribute", lambda: attribute(settings).report)
-    report = {**report, "examples": read_examples(out)}  # per-row results live in examples.jsonl
     meta: dict[str, Any] = {
         "folder": str(folder), "scenario": truth["scenario"], "family": truth.get("family", truth["scenario"]),
         "split": truth.get("split", "unsplit"), "domain": truth.get("domain"), "seed": truth["seed"],
-        "kind": truth["kind"], "verdict": report["verdict"]["kind"], "epoch_seconds": epoch_seconds(folder / "run"),
-        "n_culprits": len(truth["culprit_ids"]), "ranking_checks": report.get("ranking", {}).get("checks"),
-        "ids": [row["id"] for row in report["examples"]], "labels": [row["cluster"] for row in report["examples"]],
-        "verdict_culprits": report["verdict"]["culprit_ids"], "query": settings.query,
-        "attributed": bool(truth["culprit_ids"] and report["clusters"]),
+        "kind": truth["kind"], "epoch_seconds": epoch_seconds(folder / "run"), "n_culprits": len(truth["culprit_ids"]),
+        "ranking_checks": report.get("ranking", {}).get("checks"),
+        "attributed": bool(truth["culprit_ids"] and report["clusters"]), **_report_facts(out),
     }
     arrays: dict[str, np.ndarray] = {}
     if not meta["attributed"]:
@@ -163,8 +158,6 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     for kind, (sim, vectors, failing) in parts.items():
         arrays[f"part/{kind}/sim"], arrays[f"part/{kind}/eval"], arrays[f"part/{kind}/failing"] = sim, vectors, failing
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
-    meta["default_tracin"] = bool((report["run"].get("tracin_cp") or {}).get("checkpoints"))
-    meta["unit_norm_train"] = settings.unit_norm_train
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
 
@@ -321,8 +314,9 @@ def evaluate(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[st
 
 
 def _report_facts(out: Path) -> dict[str, Any]:
-    """The verdict and clusters of the report now in `out` (a later `attribute` into it, with today's defaults,
-    replaces the ones the ingredients were kept with); nothing when it is of an older schema."""
+    """The verdict, row ids and clusters of the report in `out` (read again at every evaluation: a later
+    `attribute` into it, with today's defaults, replaces the ones the ingredients were kept with); nothing when it
+    is of a schema older than examples.jsonl."""
     from gradian.report.rows import EXAMPLES_FILE, read_examples
 
     if not (out / EXAMPLES_FILE).exists():

@@ -35,12 +35,12 @@ PLANTED = "without-planted"
 
 def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
     """Retrain without the planted culprit rows (the run's own recipe and seed) and measure its recovery."""
+    from gradian.data.base_model import resolve_base_model
     from gradian.data.run_folder import read_run
     from gradian.regression.loading import read_adapter_config
-    from gradian.verify.run import _base
 
     used = json.loads((out / "report.json").read_text())["settings"]
-    base, run = _base(used), read_run(used["run"], used.get("config"))
+    base, run = resolve_base_model(used["base_model"]), read_run(used["run"], used.get("config"))
     recipe = read_recipe(run, read_adapter_config(Path(used["adapter"])))
     planted = set(truth["culprit_ids"])
     rows = [e for e in read_dataset(used["dataset"]) if e.id not in planted]

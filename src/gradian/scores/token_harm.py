@@ -40,7 +40,6 @@ def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> 
         if not rows:
             continue
         batch = _to(collate([(ids, labels) for ids, labels, _ in rows], pad_id), model)
-        model.zero_grad(set_to_none=True)
         with _requires_grad(weights):
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            position_ids=batch["position_ids"]).logits  # (R, T, V)
