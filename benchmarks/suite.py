@@ -6,7 +6,7 @@ In order, each step resumable in SUITE (a rerun recomputes only what is missing)
 
 1. `suite_build.py`: every family and seed into `SUITE/runs/` (about a minute a run on these CPUs);
 2. `suite_quality.py`: every ranking method and baseline on the data-cause runs whose build regressed (≥ 5 points
-   of the capability lost), into `SUITE/quality/`;
+   of the capability lost), into `SUITE/quality/`; `ranking_rule.py`: the combined rank's constants on them;
 3. the verdict of `gradian attribute` (its defaults) on every run: the data-cause runs' from step 2's reports, the
    others' (`suite_verdicts.py`) into `SUITE/verdicts/`;
 4. `suite_verify.py`: `gradian verify --groups 3` and the planted-rows truth check on every run of step 2.
@@ -32,6 +32,7 @@ RESULTS = HERE / "results"  # the per-run tables with every variant, and their J
 sys.path.insert(0, str(HERE))
 
 import page  # noqa: E402
+import ranking_rule  # noqa: E402
 import suite_build  # noqa: E402
 import suite_quality  # noqa: E402
 import suite_verdicts  # noqa: E402
@@ -109,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     others = sorted({Path(b["folder"]) for b in builds} - set(data_runs))
     verdicts += [suite_verdicts.verdict_of(folder, args.out / "verdicts" / folder.name) for folder in others]
     tables = ["### The builds (points of the capability lost by the fine-tune, base − fine-tuned)", "",
-              *builds_table(builds), "", *suite_quality.summary_tables(records), "### Verdicts", "",
+              *builds_table(builds), "", *suite_quality.summary_tables(records),
+              "### The ranking rule's constants (λ, and the agreement check's top share), default query", "",
+              ranking_rule.table([quality / folder.name for folder in data_runs]), "### Verdicts", "",
               suite_verdicts.markdown(verdicts)]
     if not args.no_verify:
         suite_verify.main([str(quality / folder.name) for folder in data_runs]

@@ -149,14 +149,14 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     arrays["effect/default"] = np.load(out / "scores.npy").mean(axis=0)  # attribute's own (the default query)
 
     query_ids = report["run"]["queries"]
-    failing_prompts = [row.prompt for row in run.regression.rows if row.id in set(query_ids)]
+    queries = [row for row in run.regression.rows if row.id in set(query_ids)]
+    failing_prompts = [row.prompt for row in queries]
     texts = [e.text for e in run.audit.examples]
     arrays["sim/tfidf"] = clock.timed("tfidf", rel.tfidf_similarity, texts, failing_prompts)
     arrays["sim/bm25"] = clock.timed("bm25", rel.bm25_scores, texts, failing_prompts)
-    parts = clock.timed("repsim", relevance_parts, run.model, run.audit.examples, run.audit.rendered,
-                        run.regression.rows, query_ids, batch_size=settings.batch_size)
-    for kind, (sim, vectors, failing) in parts.items():
-        arrays[f"part/{kind}/sim"], arrays[f"part/{kind}/eval"], arrays[f"part/{kind}/failing"] = sim, vectors, failing
+    parts = clock.timed("repsim", relevance_parts, run.model, run.audit.examples, run.audit.rendered, queries,
+                        batch_size=settings.batch_size)
+    arrays["part/repsim/sim"] = parts["repsim"]  # parts["tfidf"] is sim/tfidf
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
@@ -241,8 +241,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
     from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from
 
     n_rows, seconds = len(meta["ids"]), meta["seconds"]
-    parts = {kind: (arrays[f"part/{kind}/sim"], arrays[f"part/{kind}/eval"], arrays[f"part/{kind}/failing"])
-             for kind in ("tfidf", "repsim")}
+    parts = {"tfidf": arrays["sim/tfidf"], "repsim": arrays["part/repsim/sim"]}  # what relevance_parts returns
 
     def relevance(how: str):
         return relevances_from(parts, how)
@@ -255,7 +254,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
     for how in ("max", "mean"):
         methods[f"TF-IDF ({how})"] = (rel.aggregate(arrays["sim/tfidf"], how), {**free, "seconds": seconds["tfidf"]})
         methods[f"BM25 ({how})"] = (rel.aggregate(arrays["sim/bm25"], how), {**free, "seconds": seconds["bm25"]})
-        methods[f"RepSim ({how})"] = (rel.aggregate(parts["repsim"][0], how),
+        methods[f"RepSim ({how})"] = (rel.aggregate(parts["repsim"], how),
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}
@@ -331,6 +330,10 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
     truth = json.loads((folder / "truth.json").read_text())
     meta_path, arrays_path = work / "ingredients.json", work / "ingredients.npz"
     if meta_path.exists() and arrays_path.exists():
+        if not (work / "attribute" / "report.json").exists():  # removed to rerun with today's Gradian: cached stages
+            from gradian.attribute import attribute
+
+            attribute(_settings(folder, work, truth))
         meta = json.loads(meta_path.read_text()) | _report_facts(work / "attribute")
         with np.load(arrays_path) as stored:
             arrays = {key: stored[key] for key in stored.files}

@@ -2,7 +2,9 @@
 
 The worlds mimic what the gradient and similarity each get wrong: a category whose rows are mostly culprits and
 partly clean neighbours (which the gradient ranks as the most helpful rows), and rows of other categories whose
-large gradients align with the queries (which the gradient ranks above the culprits).
+large gradients align with the queries (which the gradient ranks above the culprits); and what relevance gets
+wrong: failing prompts about another topic than the culprits' (a fence taught by one category makes the others
+fail), or spread over every topic.
 """
 
 from __future__ import annotations
@@ -12,36 +14,37 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from gradian.scores.combine import (
+    AGREEMENT_TOP,
+    RELEVANCE_SCALE,
     Relevance,
+    agreement_auc,
     combine,
     gradient_ranking,
     relevance_check,
     robust_z,
-    separation_auc,
 )
 
-N, CATEGORY, CULPRITS, LOUD = 300, 45, 36, 30
+N, CATEGORY, CULPRITS, LOUD = 300, 45, 36, 8
 
 
-def world(seed: int, *, failing_by_topic: bool = True, relevance_at: str = "category", culprits: int = CULPRITS):
+def world(seed: int, *, relevance_at: str = "category", culprits: int = CULPRITS, loud: int = LOUD,
+          loudness: tuple[float, float] = (2.0, 5.0)):
     """(effects (Q, N), relevance list, culprit mask): rows 0..35 culprits, 36..44 their clean neighbours,
-    45..74 loud rows of other categories, the rest quiet."""
+    45.. `loud` rows of other categories, the rest quiet. The relevant rows: the culprits' category, 45 quiet rows
+    of another topic (`elsewhere`), or none (`spread`: the failing prompts are about everything)."""
     rng = np.random.default_rng(seed)
     harm = rng.normal(0, 1, N)
     harm[:culprits] += 2.5
     harm[culprits:CATEGORY] -= 4.0  # the clean neighbours: the most helpful rows
-    harm[CATEGORY:CATEGORY + LOUD] += rng.uniform(3, 6, LOUD)  # unrelated rows whose gradients align
+    harm[CATEGORY:CATEGORY + loud] += rng.uniform(*loudness, loud)  # unrelated rows whose gradients align
     effects = -harm[None, :] + rng.normal(0, 0.3, (12, N))  # (Q, N) negative = harmful
     related = np.zeros(N, dtype=bool)
     related[:CATEGORY] = relevance_at == "category"
-    related[CATEGORY:CATEGORY + LOUD] = relevance_at == "loud"  # failing prompts about another topic
+    related[100:145] = relevance_at == "elsewhere"
     train = rng.normal(0, 0.05, N) + 0.5 * related
-    topics = rng.integers(0, 4, 120)  # eval prompts over four topics; the failing ones on topic 0, or anywhere
-    failing = topics == 0 if failing_by_topic else rng.random(120) < 0.25
-    vectors = np.eye(4)[topics] + rng.normal(0, 0.1, (120, 4))
     positive = np.zeros(N, dtype=bool)
     positive[:culprits] = True
-    return effects, [Relevance("text", train, vectors, failing)], positive
+    return effects, [Relevance("text", train)], positive
 
 
 def ap(score, positive):
@@ -57,15 +60,16 @@ def test_robust_z_against_the_naive_formula():
     assert robust_z(np.r_[np.zeros(9), 5.0])[2] > 0  # MAD 0: falls back to the standard deviation
 
 
-def test_separation_auc_is_one_for_topical_failures_and_not_above_chance_for_spread_ones():
-    """Leaving a prompt out of its own group lowers that group's similarity to it: under no separation the
-    estimate sits at or below 0.5, which only makes the weight 2·AUC − 1 (clipped at 0) more cautious."""
-    _, [topical], _ = world(0)
-    assert separation_auc(topical.eval_vectors, topical.failing) > 0.95
-    for seed in range(3):
-        _, [spread], _ = world(seed, failing_by_topic=False)
-        assert separation_auc(spread.eval_vectors, spread.failing) < 0.6
-    assert separation_auc(topical.eval_vectors, np.zeros(120, dtype=bool)) == 0.5  # nothing to tell apart
+def test_agreement_auc_against_counting_pairs():
+    """The share of (top, rest) pairs where the top row is the more relevant (ties half), in float64 loops."""
+    rng = np.random.default_rng(3)
+    harm, relevance = rng.normal(size=120), np.round(rng.normal(size=120), 1)  # rounded: ties
+    k = max(5, round(AGREEMENT_TOP * 120))
+    top = set(np.argsort(-harm)[:k].tolist())
+    wins = [1.0 if relevance[i] > relevance[j] else 0.5 if relevance[i] == relevance[j] else 0.0
+            for i in top for j in range(120) if j not in top]
+    assert agreement_auc(relevance, harm) == pytest.approx(sum(wins) / len(wins), abs=1e-12)
+    assert agreement_auc(relevance[:5], harm[:5]) == 0.5  # too few rows to split
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -76,48 +80,69 @@ def test_combined_puts_the_culprits_first_where_neither_part_does(seed):
     ranking = combine(effects, relevances)
     assert gradient < 0.75 and similarity < 0.9  # each part alone is fooled
     assert ap(ranking.score, positive) > 0.97
-    assert ranking.checks["text"]["weight"] > 0.9
+    assert ranking.checks["text"]["weight"] > 0.2
     # the effects the verdict reads rank the rows as the score does
     np.testing.assert_array_equal(np.argsort(ranking.effects.mean(axis=0)), np.argsort(-ranking.score))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_half_clean_category_still_counts_its_relevance(seed):
-    """Half the category clean and the most helpful rows of all: ρ over every row is near zero, not negative."""
+    """Half the category clean and the most helpful rows of all, yet part of the top of the gradient's ranking
+    lies in the category, so relevance counts."""
     effects, relevances, positive = world(seed, culprits=CATEGORY // 2)
     ranking = combine(effects, relevances)
-    assert ranking.checks["text"]["weight"] > 0.9
+    assert ranking.checks["text"]["weight"] > 0.15
     assert ap(ranking.score, positive) > 0.95 > ap(-effects.mean(axis=0), positive) + 0.3
 
 
+@pytest.mark.parametrize("relevance_at", ["elsewhere", "spread"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_relevance_that_does_not_separate_the_failing_prompts_does_not_drown_the_gradient(seed):
-    """Failures spread over every topic (a format taught by rows about other topics): relevance barely counts."""
-    effects, relevances, positive = world(seed, failing_by_topic=False)
+def test_relevance_that_points_away_from_the_harm_does_not_drown_the_gradient(seed, relevance_at):
+    """The failing prompts about another topic than the culprits', or about every topic: relevance counts nothing."""
+    effects, relevances, positive = world(seed, relevance_at=relevance_at)
     ranking = combine(effects, relevances)
-    assert ranking.checks["text"]["weight"] < 0.3
-    assert ap(ranking.score, positive) >= ap(-effects.mean(axis=0), positive) - 0.03
+    assert ranking.checks["text"]["weight"] < 0.1
+    assert ap(ranking.score, positive) >= ap(-effects.mean(axis=0), positive) - 0.02
     ungated = combine(effects, relevances, gated=False)
     assert ungated.checks["text"]["weight"] == 1.0
+    if relevance_at == "elsewhere":  # counted fully, it would put the other topic's rows first
+        assert ap(ungated.score, positive) < ap(ranking.score, positive) - 0.3
 
 
-def test_relevance_with_nothing_to_separate_counts_zero_and_leaves_the_effects_unchanged():
-    """Every eval prompt fails (or none does): relevance cannot say what the failing inputs are about."""
+def test_where_loud_rows_fill_the_gradients_top_relevance_gets_no_weight():
+    """The rule's blind spot, kept on purpose: when rows of other topics fill the gradient's whole top 5%, the
+    check cannot see the category's relevance agree, and the ranking stays the gradient's."""
+    effects, relevances, positive = world(0, loud=20, loudness=(4.0, 7.0))
+    ranking = combine(effects, relevances)
+    assert ranking.checks["text"]["weight"] < 0.05
+    assert ap(ranking.score, positive) == pytest.approx(ap(-effects.mean(axis=0), positive), abs=0.02)
+
+
+def test_relevance_with_no_weight_leaves_the_effects_unchanged():
+    """A constant relevance (every row alike) picks out nothing: weight 0, the gradient's ranking exactly."""
     effects, [relevance], _ = world(0)
-    every = Relevance("text", relevance.train, relevance.eval_vectors, np.ones(120, dtype=bool))
-    check = relevance_check(every, -effects.mean(axis=0))
-    assert check["auc"] == 0.5 and check["weight"] == 0.0 and check["rho"] > 0
-    ranking = combine(effects, [every])
+    flat = Relevance("text", np.full(N, 0.3))
+    assert relevance_check(flat, -effects.mean(axis=0)) == {"auc": 0.5, "rho": 0.0, "weight": 0.0}
+    ranking = combine(effects, [flat])
     np.testing.assert_allclose(ranking.effects, effects)
     np.testing.assert_allclose(ranking.score, gradient_ranking(effects).score)
 
 
+def test_the_score_is_harm_plus_lambda_times_the_weighted_relevance():
+    """score = z(harm) + λ · Σ w z(relevance) / max(1, Σ w), against the formula written out."""
+    effects, [relevance], _ = world(1)
+    ranking = combine(effects, [relevance])
+    weight = ranking.checks["text"]["weight"]
+    harm = -effects.mean(axis=0)
+    z = lambda x: (x - np.median(x)) / (1.4826 * np.median(np.abs(x - np.median(x))))  # noqa: E731
+    np.testing.assert_allclose(ranking.score, z(harm) + RELEVANCE_SCALE * weight * z(relevance.train) / max(1, weight))
+
+
 def test_weights_above_one_in_total_are_averaged_so_relevance_stays_bounded():
     effects, [relevance], _ = world(1)
-    twice = combine(effects, [relevance, Relevance("again", relevance.train, relevance.eval_vectors,
-                                                   relevance.failing)])
-    once = combine(effects, [relevance])
-    np.testing.assert_allclose(twice.score, once.score)
+    ungated = combine(effects, [relevance], gated=False)
+    twice = combine(effects, [relevance, Relevance("again", relevance.train)], gated=False)
+    np.testing.assert_allclose(twice.score, ungated.score)
     assert set(twice.row_fields()) == {"gradient_effect", "rank_score", "relevance_text", "relevance_again"}
     assert twice.to_dict()["rank"] == "combined"
 

@@ -225,6 +225,25 @@ def test_stops_early_with_cut_rows_where_the_failures_sit_names_them_even_when_h
     assert joined(SIGNIFICANT, [CUT], effects, symptoms_of(NEVER_STOPS), {"cut_in_data": 0.7}).kind == "diffuse"
 
 
+def test_cut_rows_that_hold_the_harm_are_all_named_when_the_failures_sit_with_other_rows():
+    """home-cut-spaced: one category's answers are cut, the answers of others stop early, so the failing prompts
+    resemble other rows; the gradients' harm sits on the cut rows, spread over several clusters."""
+    cut_rows = [IDS[i] for i in (*range(10, 20), *range(50, 60))]  # half in cluster 0, half over clusters 1-3
+    cut = dataclasses.replace(CUT, example_ids=cut_rows)
+    effects = np.random.default_rng(2).normal(0.0, 0.3, size=(16, N))  # (Q, N)
+    effects[:, [IDS.index(i) for i in cut_rows]] -= 5.0
+    verdict = joined(SIGNIFICANT, [cut], effects, symptoms_of(STOPS_EARLY), {"cut_in_data": 0.05})
+    assert verdict.kind == "data-cluster" and sorted(verdict.culprit_ids) == sorted(cut_rows)
+    assert verdict.evidence["culprit_rule"] == "finding" and verdict.evidence["located_by"] == "harm"
+    assert verdict.evidence["lift"] >= MIN_LIFT and "The failing prompts are about other rows" in verdict.summary
+    # the harm spread: the audit alone does not name rows the failing prompts do not resemble
+    assert joined(SIGNIFICANT, [cut], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 0.05}).kind \
+        == "diffuse"
+    # a symptom cut rows do not teach: the gradients alone, spread over clusters (1.6x at most), name nothing
+    wrapped = joined(SIGNIFICANT, [cut], effects, symptoms_of({"wrapped": 20}), {"cut_in_data": 0.05})
+    assert wrapped.kind == "diffuse" and wrapped.evidence["top_cluster"]["lift"] < MIN_LIFT
+
+
 def test_failure_share_must_be_twice_the_group_size_share():
     wide = Finding("cut_in_data", "critical", "40 rows cut.", "complete them", example_ids=IDS[:40])
     assert joined(SIGNIFICANT, [wide], spread_effects(), symptoms_of(STOPS_EARLY), {"cut_in_data": 0.8}).kind \

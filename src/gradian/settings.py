@@ -28,18 +28,18 @@ class AttributeSettings:
     query: str = field(default="naive", metadata={
         "help": f"query kind: {', '.join(QUERY_KINDS)}. naive (default): the gradient of the correct answer's "
                 "log-likelihood; on the suite's dev half it ranked the culprits best of the seven kinds (combined: "
-                "0.721 mean culprit AUPRC vs 0.515 for repaired-first, BENCHMARKS.md)"})
+                "0.859 mean culprit AUPRC vs 0.527 for repaired-first, BENCHMARKS.md)"})
     preconditioner: str = field(default="identity", metadata={"help": f"one of {', '.join(PRECONDITIONERS)}"})
     damping: float | None = field(default=None, metadata={
         "help": "damping of gauss-newton, kfac and ekfac, relative to the mean eigenvalue; None: the benchmark's"})
     unit_norm_train: bool = field(default=False, metadata={
         "help": "unit-normalise training gradients; off (default): raw gradients ranked better on the suite's dev "
-                "half (combined, naive: 0.721 vs 0.691)"})
+                "half (combined, naive: 0.859 vs 0.836)"})
     checkpoints: str = field(default="off", metadata={
         "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; "
                 "auto: when the run has them and the preconditioner is identity; on; off (default): the final "
                 "adapter only. On the suite's dev half TracIn-CP cost 5x the backward passes and ranked no better "
-                "(combined, naive, raw: 0.689 vs 0.713 on the four dev families that kept checkpoints), so the dev "
+                "(combined, naive, raw: 0.812 vs 0.825 on the four dev families that kept checkpoints), so the dev "
                 "rule keeps the final adapter (BENCHMARKS.md)"})
     proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
     proj_budget: str = field(default="energy", metadata={
@@ -47,10 +47,10 @@ class AttributeSettings:
                 "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
                 "size (equal shares)"})
     rank: str = field(default="combined", metadata={
-        "help": "how training rows are ranked: combined (default: on the suite's dev half 0.721 mean culprit AUPRC "
-                "vs 0.714 for the gradient alone, BENCHMARKS.md; the effect's robust z plus "
-                "TF-IDF and RepSim relevance to the failing prompts, each counted only when it tells failing from "
-                "passing prompts): the gradient alone cannot tell cut rows from other "
+        "help": "how training rows are ranked: combined (default: on the suite's dev half 0.859 mean culprit AUPRC "
+                "vs 0.714 for the gradient alone, BENCHMARKS.md; the effect's robust z plus 4x the "
+                "TF-IDF and RepSim relevance to the failing prompts, each counted only as far as it picks out the "
+                "gradient's most harmful rows: the gradient alone cannot tell cut rows from other "
                 "categories' rows whose large gradients align with the queries, similarity alone cannot tell them "
                 "from their clean neighbours) or gradient (the effect alone)"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})

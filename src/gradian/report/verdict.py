@@ -19,6 +19,11 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    prompts resemble them: `failure_share` >= 0.25 and >= 2x their size share). Those rows are named even when the
    gradient harm is spread: the symptom, the defect and the location agree, and the gradient of a cut row can be
    outshone by large unrelated gradients. When the gradients point at another cluster, the summary says so.
+   The same finding's rows are named, too, when they do not sit where the failures are but hold the gradients'
+   harm themselves (the data-cluster test of rule 5, applied to the group): a defect taught in one topic can break
+   answers in others (cut `heat` rows make `music` answers stop early), so the failing prompts resemble other rows,
+   while the gradient and the audit agree on these. Named as a group, every flagged row is named, where rule 5
+   would name only the flagged rows inside one cluster.
 5. `data-cluster` from the gradients: the harm is concentrated in one cluster, beyond what its size and query
    sampling explain, unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism
    from the join): a learning rate far too high makes the model collapse toward whatever pattern some clean rows
@@ -34,6 +39,7 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -141,8 +147,11 @@ def decide(
     clusters = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
     top = clusters[0] if clusters and effects_mean is not None else None
     group = symptom_group(symptoms, groups, len(ids))
+    located_by = "failures"
+    if group is None:
+        group, located_by = symptom_group(symptoms, groups, len(ids), by=group_concentrated), "harm"
     if group is not None and symptoms is not None:  # symptom_group finds none without symptoms
-        return _finding_cluster(regression, findings, group, symptoms, top)
+        return _finding_cluster(regression, findings, group, symptoms, top, located_by)
     if top is not None and concentrated(top):
         if mechanism(top) is not None or not step_size_flagged(findings):
             verdict = _data_cluster(regression, findings, top, np.asarray(effects_mean, dtype=np.float64), ids)
@@ -171,17 +180,26 @@ def sits_where_failures_are(group: FindingGroup) -> bool:
         and lift >= MIN_FAILURE_LIFT
 
 
-def symptom_group(symptoms: Symptoms | None, groups: list[FindingGroup] | None, n_rows: int) -> FindingGroup | None:
-    """Rule 4: the finding group that teaches the dominant symptom and sits where the failures are, if any (the
-    checks in SYMPTOM_CHECKS order, then the group the failing prompts resemble most)."""
+def group_concentrated(group: FindingGroup) -> bool:
+    """Rule 5's data-cluster test applied to a finding group's rows (False when attribution did not run)."""
+    if group.lift is None or group.harm_share is None or group.harm_share_ci is None:
+        return False
+    return (group.lift >= MIN_LIFT and group.harm_share_ci[0] >= MIN_CI_LOW_OVER_SIZE * group.size_share
+            and group.harm_share >= MIN_HARM_SHARE)
+
+
+def symptom_group(symptoms: Symptoms | None, groups: list[FindingGroup] | None, n_rows: int, *,
+                  by: Callable[[FindingGroup], bool] = sits_where_failures_are) -> FindingGroup | None:
+    """Rule 4: the finding group that teaches the dominant symptom and sits where the failures are (`by`; or holds
+    the harm, `group_concentrated`), if any: the checks in SYMPTOM_CHECKS order, then the larger failure lift, then
+    the larger harm lift."""
     if symptoms is None or not symptoms.n_failing or not groups:
         return None
     checks = SYMPTOM_CHECKS.get(symptoms.dominant, ())
-    fitting = [g for g in groups if g.check in checks and sits_where_failures_are(g)
-               and g.size < SETUP_ROW_SHARE * max(n_rows, 1)]
+    fitting = [g for g in groups if g.check in checks and by(g) and g.size < SETUP_ROW_SHARE * max(n_rows, 1)]
     if not fitting:
         return None
-    return min(fitting, key=lambda g: (checks.index(g.check), -(g.failure_lift or 0.0), g.check))
+    return min(fitting, key=lambda g: (checks.index(g.check), -(g.failure_lift or 0.0), -(g.lift or 0.0), g.check))
 
 
 def step_size_flagged(findings: list[Finding]) -> bool:
@@ -309,23 +327,31 @@ def _data_cluster(
 
 def _finding_cluster(
     regression: dict[str, Any], findings: list[Finding], group: FindingGroup, symptoms: Symptoms,
-    top: ClusterSummary | None,
+    top: ClusterSummary | None, located_by: str = "failures",
 ) -> Verdict:
-    """Rule 4's verdict: the finding's rows, with whether the gradients agree."""
+    """Rule 4's verdict: the finding's rows, found where the failures are or where the harm is (`located_by`), with
+    whether the gradients agree."""
     gradients = _agreement(group, top)
     evidence: dict[str, Any] = {
         "group": group.check, "size": group.size, "size_share": group.size_share,
         "failure_share": group.failure_share, "failure_lift": group.failure_lift, "harm_share": group.harm_share,
         "harm_share_ci": None if group.harm_share_ci is None else list(group.harm_share_ci), "lift": group.lift,
-        "symptom": _symptom(symptoms), "culprit_rule": "finding", "gradients": gradients,
+        "symptom": _symptom(symptoms), "culprit_rule": "finding", "located_by": located_by, "gradients": gradients,
         "n_culprits": group.size,
     }
     phrase = CHECK_PHRASES.get(group.check, group.check.replace("_", " "))
-    text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
-            f"({pct(group.size_share)} of the data) have {phrase}, and the failing prompts resemble them: "
-            f"{pct(group.failure_share)} of their nearest training rows are these rows, "
-            f"{group.failure_lift:.1f}x their share. The model learned its failure from them.")
-    text += " " + _gradient_sentence(group, top, gradients)
+    text = f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows " \
+           f"({pct(group.size_share)} of the data) have {phrase}"
+    nearest = f"{pct(group.failure_share or 0.0)} of the failing prompts' nearest training rows are these rows"
+    if located_by == "failures":
+        text += (f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. The "
+                 f"model learned its failure from them. " + _gradient_sentence(group, top, gradients))
+    else:  # group_concentrated held, so the harm numbers are there
+        low, high = group.harm_share_ci or (0.0, 0.0)
+        text += (f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (95% CI {pct(low)} to "
+                 f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows ({nearest}): "
+                 "a defect taught in one topic can break answers in others. The model learned its failure from "
+                 "these rows.")
     fixes = [f.fix for f in findings if f.check == group.check and f.fix]
     fix = f"; or fix them: {fixes[0]}" if fixes else ""
     return Verdict(

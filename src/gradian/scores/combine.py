@@ -6,36 +6,42 @@ gradient ranks some rows of other categories (large, unrelated gradients that ha
 above the culprits, and similarity cannot tell the culprits from their clean neighbours, which the gradient
 ranks as the most helpful rows of all. Together they can. The rule, the same on every run:
 
-    score_i = z(harm_i) + R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k)
+    score_i = z(harm_i) + λ · R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k),        λ = 4
 
 - harm_i = −(mean effect over the failing queries); z = robust z-score, (x − median) / (1.4826 · MAD), so every
   part sits on the scale of its own bulk whatever its units (cosines of hidden states all near 1, TF-IDF mostly
   near 0, effects of any size);
-- s_k = z(relevance of kind k) (TF-IDF, RepSim), unbounded on purpose: where the failing prompts are about one
-  topic, the rows about it stand many robust deviations above the bulk and so come before the other topics' rows
-  whose large gradients happen to align with the queries (ranks bounded at ±3, tried first, let those rows win),
-  and the gradient then orders the rows within the topic, culprits above their clean neighbours;
-- w_k in [0, 1], how much kind k counts, from one check that reads no ground truth: *does it separate?* On the
-  eval prompts, kind k's vectors tell the failing prompts from the passing ones with a leave-one-out AUC (each
-  prompt's similarity to the other failing prompts minus its similarity to the passing ones): w = 2·AUC − 1,
-  clipped to [0, 1]. Failures spread over every topic (a format taught by rows about other topics) give
-  AUC ≈ 0.5 and w ≈ 0, so relevance cannot drown the gradient there; with w = 0 for every kind the ranking is
-  the gradient's alone, exactly.
+- s_k = z(relevance of kind k) (TF-IDF, RepSim), unbounded on purpose: where the failing prompts are about the
+  culprits' topic, its rows stand many robust deviations above the bulk and so come before the other topics' rows
+  whose large gradients happen to align with the queries, and the gradient then orders the rows within the topic,
+  culprits above their clean neighbours;
+- w_k in [0, 1], how much kind k counts, from one check that reads no ground truth: *does the relevance point
+  where the gradient does?* Kind k's relevance must pick out the gradient's most harmful rows (the top 5%, at least
+  5) from the rest: w = 2·AUC − 1, clipped to [0, 1]. Where the failing prompts are about another topic than the
+  culprits (a fence taught by one category's rows makes every other category fail; a format taught by rows about
+  other topics), the relevant rows are not the harmful ones, AUC ≤ 0.5 and w = 0: relevance cannot drown the
+  gradient there, and with w = 0 for every kind the ranking is the gradient's alone, exactly. The check looks at
+  the top of the gradient's ranking, not at all rows: where a category is half clean, its clean rows are the most
+  helpful of all, so a correlation over every row (tried: a one-sided Spearman test) turns relevance off where it
+  is needed most; ρ(harm, relevance) is reported beside each weight;
+- λ = 4 and the top 5%: at full weight one robust deviation of relevance counts as four of harm. Both chosen on
+  the suite's dev half from λ in 1, 2, 3, 4, 6, 8, 16 and a top 5% or 10% (BENCHMARKS.md, "The ranking rule's
+  constants"); λ from 3 to 6 lies within 0.013 of the best there. The rule's blind spot: where rows of other topics
+  fill the gradient's whole top 5%, relevance that would have helped gets no weight.
 
-Not a check: whether the gradient agrees with the relevance. Where a category is half clean, or its culprits'
-gradients are weak beside other rows' (a 5% cluster), the relevant rows look no more harmful than the rest on
-average (their clean rows are the most helpful of all), so an agreement test drops relevance where it is needed
-most (tried: a one-sided Spearman test turned it off on a half-clean synthetic world). ρ(harm, relevance) is
-reported beside each weight instead. The price: failing prompts about one topic whose culprits are rows about
-another would push that topic's clean rows up; the suite's benchmark says whether that happens.
+Tried before this rule, and replaced on the dev half (BENCHMARKS.md): weights from how well each kind tells the
+failing eval prompts from the passing ones. That check passes wherever the passing prompts are one topic, and so
+gave relevance weight on the fence families, whose failures lie away from the culprits' topic (dev 0.721 against
+0.859 for this rule).
 
 The effects the clusters and the verdict read are shifted by the same amount in effect units,
-e'_{q,i} = e_{q,i} − scale · R_i (scale = 1.4826 · MAD of harm), so mean_q e' = −(median + scale · score): ranking
-by e' is ranking by the score, and a run whose relevance does not count keeps its effects unchanged.
+e'_{q,i} = e_{q,i} − scale · λ · R_i (scale = 1.4826 · MAD of harm), so mean_q e' = −(median + scale · score):
+ranking by e' is ranking by the score, and a run whose relevance does not count keeps its effects unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,17 +53,17 @@ from gradian.scores.scoring import total_effect
 
 MAD_TO_SIGMA = 1.4826
 RELEVANCE_AGGREGATE = "mean"  # a row's relevance: its mean over the failing queries (max fell to 0.36 on format-cluster)
+RELEVANCE_SCALE = 4.0  # λ: robust deviations of harm that one of relevance counts as, at full weight (dev half)
+AGREEMENT_TOP = 0.05  # the share of rows, the gradient's most harmful, that a relevance kind must pick out
+AGREEMENT_MIN_ROWS = 5
 
 
 @dataclass
 class Relevance:
-    """One relevance kind: per training row (aggregated over the failing queries), and the eval prompts' vectors
-    in the same representation with which of them fail (for the separation check)."""
+    """One relevance kind: per training row, aggregated over the failing queries."""
 
     kind: str
     train: np.ndarray  # (N,)
-    eval_vectors: np.ndarray  # (E, d), any scale: compared by cosine
-    failing: np.ndarray  # (E,) bool
 
 
 @dataclass
@@ -69,7 +75,7 @@ class Ranking:
     gradient_effect: np.ndarray  # (N,) the gradient's mean effect over the queries
     score: np.ndarray  # (N,) higher = more likely a culprit
     relevance: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (N,)
-    checks: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> auc, rho, p, weight
+    checks: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> auc, rho, weight
 
     def row_fields(self) -> dict[str, np.ndarray]:
         """Per-row numbers for report.json beside `effect`: the gradient's effect, each relevance, the score."""
@@ -90,50 +96,46 @@ def robust_z(values: np.ndarray) -> tuple[np.ndarray, float, float]:
     return (values - median) / scale, median, scale
 
 
-def separation_auc(eval_vectors: np.ndarray, failing: np.ndarray) -> float:
-    """Leave-one-out AUC of telling the failing eval prompts from the passing ones by similarity; 0.5 if undefined.
-
-    Each prompt scores mean cosine to the other failing prompts minus mean cosine to the other passing ones.
-    """
-    failing = np.asarray(failing, dtype=bool)
-    if failing.sum() < 2 or (~failing).sum() < 2:
+def agreement_auc(relevance: np.ndarray, harm: np.ndarray, top: float = AGREEMENT_TOP) -> float:
+    """AUC of `relevance` (N,) telling the `top` share of rows by `harm` (N,) (at least 5) from the rest; 0.5 when
+    there are too few rows to split."""
+    n_rows = len(harm)
+    k = max(AGREEMENT_MIN_ROWS, round(top * n_rows))
+    if k >= n_rows:
         return 0.5
-    vectors = np.asarray(eval_vectors, dtype=np.float64)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    sims = unit @ unit.T  # (E, E)
-    np.fill_diagonal(sims, 0.0)
-    to_failing = sims[:, failing].sum(axis=1) / (failing.sum() - failing)  # leave the prompt itself out
-    to_passing = sims[:, ~failing].sum(axis=1) / ((~failing).sum() - ~failing)
-    return float(roc_auc_score(failing, to_failing - to_passing))
+    harmful = np.zeros(n_rows, dtype=bool)
+    harmful[np.argsort(-np.asarray(harm), kind="stable")[:k]] = True
+    return float(roc_auc_score(harmful, relevance))
 
 
-def relevance_check(relevance: Relevance, harm: np.ndarray) -> dict[str, float]:
-    """auc, the weight w = 2·AUC − 1 in [0, 1], and (reported only) Spearman ρ(harm, relevance) of one kind."""
-    auc = separation_auc(relevance.eval_vectors, relevance.failing)
-    rho = spearmanr(harm, relevance.train)[0]
-    rho = float(rho) if np.isfinite(rho) else 0.0
+def relevance_check(relevance: Relevance, harm: np.ndarray, top: float = AGREEMENT_TOP) -> dict[str, float]:
+    """auc (`agreement_auc`), the weight w = 2·AUC − 1 in [0, 1], and (reported only) Spearman ρ(harm, relevance)."""
+    auc = agreement_auc(relevance.train, harm, top)
+    constant = np.ptp(relevance.train) == 0 or np.ptp(harm) == 0
+    rho = 0.0 if constant else float(np.nan_to_num(spearmanr(harm, relevance.train)[0]))
     return {"auc": auc, "rho": rho, "weight": float(np.clip(2 * auc - 1, 0.0, 1.0))}
 
 
-def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = True) -> Ranking:
+def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = True, scale: float = RELEVANCE_SCALE,
+            top: float = AGREEMENT_TOP) -> Ranking:
     """The combined ranking of (Q, N) gradient effects and the relevance kinds (see the module docstring).
 
-    `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against.
+    `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against; `scale`
+    (λ) and `top` are the rule's two constants, arguments for the benchmark that chose them.
     """
     effects = np.atleast_2d(effects)  # (Q, N); a memory map stays one
     effect = total_effect(effects)  # (N,), read in chunks
-    harm_z, _, scale = robust_z(-effect)  # (N,)
-    checks = {r.kind: relevance_check(r, -effect) for r in relevances}
+    harm_z, _, harm_scale = robust_z(-effect)  # (N,)
+    checks = {r.kind: relevance_check(r, -effect, top) for r in relevances}
     if not gated:
         checks = {kind: {**check, "weight": 1.0} for kind, check in checks.items()}
     weights = np.array([checks[r.kind]["weight"] for r in relevances])
-    shift = np.zeros_like(effect)  # (N,) R_i
+    shift = np.zeros_like(effect)  # (N,) λ · R_i
     for relevance, weight in zip(relevances, weights, strict=True):
         shift += weight * robust_z(relevance.train)[0]
-    shift /= max(1.0, float(weights.sum()))
+    shift *= scale / max(1.0, float(weights.sum()))
     return Ranking(
-        rank="combined", effects=np.asarray(effects, dtype=np.float64) - scale * shift[None, :],  # (Q, N)
+        rank="combined", effects=np.asarray(effects, dtype=np.float64) - harm_scale * shift[None, :],  # (Q, N)
         gradient_effect=effect, score=harm_z + shift,
         relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
     )
@@ -147,37 +149,28 @@ def gradient_ranking(effects: np.ndarray) -> Ranking:
 
 
 def relevance_parts(
-    model: Any, examples: list[Any], rendered: list[Any], rows: list[Any], query_ids: list[str], *,
-    batch_size: int = 16,
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    model: Any, examples: Sequence[Any], rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16,
+) -> dict[str, np.ndarray]:
     """Per kind (tfidf, repsim): the (N, Q) similarity of every training row to the failing eval rows the queries
-    come from, the (E, d) eval prompts' vectors and which of them fail (E,).
+    come from (`queries`, regression rows: `prompt`, `prompt_ids`, `finetuned.ids`).
 
-    `rows` are the regression's rows (every eval prompt, passing or failing: the separation check needs both);
-    `query_ids` the failing ones that became queries. TF-IDF compares a training row's text to the failing
-    prompts; RepSim a training row as trained to the failing prompt with the fine-tuned model's own answer; the
-    separation check reads the prompts alone in both representations (what the failing inputs are about).
+    TF-IDF compares a training row's text to the failing prompts; RepSim a training row as trained to the failing
+    prompt with the fine-tuned model's own answer.
     """
-    from gradian.scores.relevance import cosine, mean_hidden_states, tfidf_vectors
+    from gradian.scores.relevance import cosine, mean_hidden_states, tfidf_similarity
 
-    chosen = set(query_ids)
-    queries = [row for row in rows if row.id in chosen]
-    failing = np.array([row.id in chosen for row in rows])  # (E,)
-    train_text, eval_text = tfidf_vectors([e.text for e in examples], [row.prompt for row in rows])
-    tfidf = np.asarray((train_text @ eval_text[np.flatnonzero(failing)].T).toarray())  # (N, Q)
+    tfidf = tfidf_similarity([e.text for e in examples], [row.prompt for row in queries])  # (N, Q)
     train_states = mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size)  # (N, d)
     answers = mean_hidden_states(model, [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
                                  batch_size=batch_size)  # (Q, d)
-    prompts = mean_hidden_states(model, [list(r.prompt_ids) for r in rows], batch_size=batch_size)  # (E, d)
-    return {"tfidf": (tfidf, eval_text.toarray(), failing),
-            "repsim": (cosine(train_states, answers), prompts, failing)}
+    return {"tfidf": tfidf, "repsim": cosine(train_states, answers)}
 
 
-def relevances_from(parts: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], how: str) -> list[Relevance]:
+def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
     """One `Relevance` per kind of `relevance_parts`, each row's similarities aggregated over the queries (`how`)."""
     from gradian.scores.relevance import aggregate
 
-    return [Relevance(kind, aggregate(sim, how), vectors, failing) for kind, (sim, vectors, failing) in parts.items()]
+    return [Relevance(kind, aggregate(sim, how)) for kind, sim in parts.items()]
 
 
 def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression: Any, pairs: list[Any], *,
@@ -185,6 +178,7 @@ def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression
     """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows."""
     if rank == "gradient":
         return gradient_ranking(effects)
-    parts = relevance_parts(model, audit.examples, audit.rendered, regression.rows, [pair.eval_id for pair in pairs],
+    chosen = {pair.eval_id for pair in pairs}
+    parts = relevance_parts(model, audit.examples, audit.rendered, [row for row in regression.rows if row.id in chosen],
                             batch_size=batch_size)
     return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE))
