@@ -15,33 +15,15 @@ import torch
 import yaml
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, LlamaForCausalLM, PrinterCallback
+from transformers import AutoTokenizer, LlamaForCausalLM, PrinterCallback
 from trl import SFTConfig, SFTTrainer
+
+from gradian.verify.collator import PadMaskingCollator
 
 PAD_MASKING_COLLATOR = "transformers.DataCollatorForLanguageModeling"
 ROW_ONLY = {"id", "category"}  # the rows' bookkeeping, not training text
 RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed", "use_cpu", "disable_tqdm",
             "dataloader_num_workers"}
-
-
-class PadMaskingCollator:
-    """transformers' `DataCollatorForLanguageModeling(mlm=False)` on TRL's tokenized rows, completion only.
-
-    Like TRL < 0.17's `DataCollatorForCompletionOnlyLM` (a subclass of it), it hides the prompt
-    and every label equal to the pad id, so when pad == eos the EOS each row ends with is never
-    supervised: the model never learns to stop.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.inner = DataCollatorForLanguageModeling(tokenizer, mlm=False)
-
-    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        batch = self.inner([{"input_ids": feature["input_ids"]} for feature in features])  # labels: pad → -100
-        if all("completion_mask" in feature for feature in features):
-            width = batch["input_ids"].shape[1]
-            masks = [f["completion_mask"] + [0] * (width - len(f["completion_mask"])) for f in features]
-            batch["labels"][torch.tensor(masks) == 0] = -100  # (B, T): the prompt carries no loss
-        return batch
 
 
 def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: dict[str, Any],

@@ -27,6 +27,7 @@ from gradian.data.base_model import BaseModelRef
 from gradian.data.examples import Example
 from gradian.errors import InputError, reason
 from gradian.files import atomic_write
+from gradian.verify.collator import PadMaskingCollator
 from gradian.verify.recipe import Recipe, training_kwargs
 
 MARKER = "retrain.json"
@@ -155,9 +156,7 @@ def _collator(recipe: Recipe, tokenizer: Any) -> Any:
     if name is None or name in TRL_COLLATORS:
         return None
     if name in PAD_MASKING:
-        from gradian.scenarios.finetune import PadMaskingCollator  # transformers' LM collator on TRL's rows
-
-        return PadMaskingCollator(tokenizer)
+        return PadMaskingCollator(tokenizer)  # transformers' LM collator on TRL's rows
     raise InputError(f"the run used the collator {name!r}, which Gradian cannot rebuild; it retrains runs with TRL's "
                      "collator or transformers.DataCollatorForLanguageModeling only.")
 
