@@ -340,8 +340,8 @@ def _finding_cluster(
         "n_culprits": group.size,
     }
     phrase = CHECK_PHRASES.get(group.check, group.check.replace("_", " "))
-    text = f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows " \
-           f"({pct(group.size_share)} of the data) have {phrase}"
+    text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
+            f"({pct(group.size_share)} of the data) have {phrase}")
     nearest = f"{pct(group.failure_share or 0.0)} of the failing prompts' nearest training rows are these rows"
     if located_by == "failures":
         text += (f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. The "
@@ -349,9 +349,9 @@ def _finding_cluster(
     else:  # group_concentrated held, so the harm numbers are there
         low, high = group.harm_share_ci or (0.0, 0.0)
         text += (f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (95% CI {pct(low)} to "
-                 f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows ({nearest}): "
-                 "a defect taught in one topic can break answers in others. The model learned its failure from "
-                 "these rows.")
+                 f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows "
+                 f"({nearest}): a defect taught in one topic can break answers in others. The model learned its "
+                 "failure from these rows.")
     fixes = [f.fix for f in findings if f.check == group.check and f.fix]
     fix = f"; or fix them: {fixes[0]}" if fixes else ""
     return Verdict(
