@@ -342,7 +342,7 @@ def _finding_cluster(
     phrase = CHECK_PHRASES.get(group.check, group.check.replace("_", " "))
     text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
             f"({pct(group.size_share)} of the data) have {phrase}")
-    nearest = f"{pct(group.failure_share or 0.0)} of the failing prompts' nearest training rows are these rows"
+    nearest = f"{pct(group.failure_share or 0.0)} of their nearest training rows are these rows"
     if located_by == "failures":
         text += (f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. The "
                  f"model learned its failure from them. " + _gradient_sentence(group, top, gradients))
