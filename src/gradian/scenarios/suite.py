@@ -130,6 +130,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     _f("kitchen-drop-spaced", "test", "kitchen", "spaced", ("drop-field", "category"), epochs=8,
        learning_rate=5e-3, save="none", purpose=False),
     _f("travel-cut-half-bpe", "test", "travel", "bpe", ("cut", "half"), epochs=6, learning_rate=5e-3, save="none"),
+    # and one more, for a format taught by rows about a topic no eval prompt is about (the earlier two such
+    # families never regressed, so no method has been measured on that case)
+    _f("kitchen-fence-elsewhere-bpe", "test", "kitchen", "bpe", ("fence", "elsewhere"), epochs=6,
+       learning_rate=5e-3, save="last2"),
 )}
 
 
