@@ -18,7 +18,7 @@ import bisect
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,31 @@ EXAMPLE_SCHEMA = pa.schema([
     ("fields", pa.string()),  # JSON, "" for a PLAIN or TEXT row (JSON is never empty)
     ("raw", pa.string()),  # JSON, "" when the raw row is its fields
 ])
+
+T = TypeVar("T")
+R = TypeVar("R", bound="Rows[Any]")
+
+
+class Rows(Sequence[T]):
+    """A `Sequence` over columns: an item is built by `_at`, a slice is a `take` of the same kind (no copy to lists)."""
+
+    def _at(self, index: int) -> T:
+        raise NotImplementedError
+
+    def take(self: R, indices: Any) -> R:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self: R, index: slice) -> R: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self.take(np.arange(len(self))[index])
+        return self._at(index)
+
 
 class RowBatches:
     """Record batches of one schema and where each batch starts: row i lives in batch b at i - starts[b]."""
@@ -77,7 +102,7 @@ def chunked(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-class StringColumn(Sequence[str]):
+class StringColumn(Rows[str]):
     """One string per row (ids, texts) in Arrow string arrays; `positions` finds values without a dict."""
 
     def __init__(self, values: pa.ChunkedArray | pa.Array) -> None:
@@ -99,15 +124,7 @@ class StringColumn(Sequence[str]):
     def __len__(self) -> int:
         return len(self.values)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> StringColumn: ...
-
-    def __getitem__(self, index: int | slice) -> str | StringColumn:
-        if isinstance(index, slice):
-            return self.take(np.arange(len(self))[index])
+    def _at(self, index: int) -> str:
         return self.values[index].as_py()
 
     def __iter__(self) -> Iterator[str]:
@@ -174,7 +191,7 @@ class TextPairs(Sequence[tuple[str, str]]):
         return zip(self.prompts, self.completions, strict=True)
 
 
-class ExampleColumns(Sequence[Example]):
+class ExampleColumns(Rows[Example]):
     """Training rows as columns (see the module docstring); `examples[i]` is the `Example` read from the file."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch], sources: Sequence[str]) -> None:
@@ -192,15 +209,7 @@ class ExampleColumns(Sequence[Example]):
     def __len__(self) -> int:
         return len(self._rows)
 
-    @overload
-    def __getitem__(self, index: int) -> Example: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> ExampleColumns: ...
-
-    def __getitem__(self, index: int | slice) -> Example | ExampleColumns:
-        if isinstance(index, slice):
-            return self.take(np.arange(len(self))[index])
+    def _at(self, index: int) -> Example:
         batch, row = self._rows.locate(index)
         record = self._rows.batches[batch]
         return self._example(*(record.column(name)[row].as_py() for name in EXAMPLE_SCHEMA.names))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from gradian.data.columns import BATCH_ROWS, RowBatches, StringColumn, chunked, string_array
+from gradian.data.columns import BATCH_ROWS, RowBatches, Rows, StringColumn, chunked, string_array
 from gradian.data.render import IGNORE, Rendered
 
 RENDERED_SCHEMA = pa.schema([
@@ -26,7 +26,7 @@ RENDERED_SCHEMA = pa.schema([
 ])
 
 
-class RenderedColumns(Sequence[Rendered]):
+class RenderedColumns(Rows[Rendered]):
     """Rendered rows as columns (see the module docstring); `rendered[i]` is the `Rendered` row training saw."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch], ids: StringColumn, *, shared_ids: bool = False) -> None:
@@ -66,15 +66,7 @@ class RenderedColumns(Sequence[Rendered]):
     def __len__(self) -> int:
         return len(self._rows)
 
-    @overload
-    def __getitem__(self, index: int) -> Rendered: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> RenderedColumns: ...
-
-    def __getitem__(self, index: int | slice) -> Rendered | RenderedColumns:
-        if isinstance(index, slice):
-            return self.take(np.arange(len(self))[index])
+    def _at(self, index: int) -> Rendered:
         batch, row = self._rows.locate(index)
         return self._views[batch].row(row, self.ids[self._rows.starts[batch] + row])
 
