@@ -123,7 +123,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
     from gradian.attribute import attribute
     from gradian.scores import relevance as rel
-    from gradian.scores.combine import relevance_parts
+    from gradian.scores.combine import repsim_relevance
 
     truth = json.loads((folder / "truth.json").read_text())
     settings = _settings(folder, work, truth)
@@ -154,9 +154,8 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     texts = [e.text for e in run.audit.examples]
     arrays["sim/tfidf"] = clock.timed("tfidf", rel.tfidf_similarity, texts, failing_prompts)
     arrays["sim/bm25"] = clock.timed("bm25", rel.bm25_scores, texts, failing_prompts)
-    parts = clock.timed("repsim", relevance_parts, run.model, run.audit.examples, run.audit.rendered, queries,
-                        batch_size=settings.batch_size)
-    arrays["part/repsim/sim"] = parts["repsim"]  # parts["tfidf"] is sim/tfidf
+    arrays["part/repsim/sim"] = clock.timed("repsim", repsim_relevance, run.model, run.audit.rendered, queries,
+                                            batch_size=settings.batch_size)  # with sim/tfidf: relevance_parts
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 

@@ -148,22 +148,24 @@ def gradient_ranking(effects: np.ndarray) -> Ranking:
     return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
 
 
+def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
+    """(N, Q) RepSim of each training row as trained to each failing prompt with the fine-tuned model's own answer
+    (`queries`: regression rows, with `prompt_ids` and `finetuned.ids`)."""
+    from gradian.scores.relevance import repsim
+
+    return repsim(model, [r.input_ids for r in rendered], [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
+                  batch_size=batch_size)
+
+
 def relevance_parts(
     model: Any, examples: Sequence[Any], rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16,
 ) -> dict[str, np.ndarray]:
-    """Per kind (tfidf, repsim): the (N, Q) similarity of every training row to the failing eval rows the queries
-    come from (`queries`, regression rows: `prompt`, `prompt_ids`, `finetuned.ids`).
+    """Per kind, the (N, Q) similarity of every training row to the failing eval rows the queries come from:
+    TF-IDF of a training row's text to the failing prompts, and `repsim_relevance`."""
+    from gradian.scores.relevance import tfidf_similarity
 
-    TF-IDF compares a training row's text to the failing prompts; RepSim a training row as trained to the failing
-    prompt with the fine-tuned model's own answer.
-    """
-    from gradian.scores.relevance import cosine, mean_hidden_states, tfidf_similarity
-
-    tfidf = tfidf_similarity([e.text for e in examples], [row.prompt for row in queries])  # (N, Q)
-    train_states = mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size)  # (N, d)
-    answers = mean_hidden_states(model, [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
-                                 batch_size=batch_size)  # (Q, d)
-    return {"tfidf": tfidf, "repsim": cosine(train_states, answers)}
+    return {"tfidf": tfidf_similarity([e.text for e in examples], [row.prompt for row in queries]),
+            "repsim": repsim_relevance(model, rendered, queries, batch_size=batch_size)}
 
 
 def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
