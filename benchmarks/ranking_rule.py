@@ -3,7 +3,8 @@
     python benchmarks/ranking_rule.py WORK/<family>-seed<n> [...] [--markdown OUT.md]
 
 Each argument is a folder `benchmarks/suite_quality.py` left (its `ingredients.{json,npz}` and `attribute/` report).
-For the default gradient variant (`gradian attribute`'s query, raw or unit, final adapter), every rule below is
+For the default gradient variant (`gradian attribute`'s query, raw or unit, final adapter, rows' harm by their
+harmful tokens or summed), every rule below is
 computed from the cached effects and relevances (seconds): the gradient alone, relevance counted fully (ungated),
 and the agreement-gated rule at λ ∈ {1, 2, 3, 4, 6, 8, 16} × top ∈ {5%, 10%}. Mean culprit AUPRC per split, each
 family the mean of its seeds, as `suite_quality.py` averages. The constants are chosen on dev (the highest dev
@@ -28,7 +29,10 @@ TOPS = (0.05, 0.10)
 
 def rules() -> dict[str, dict | None]:
     """name -> combine() keyword arguments (None: the gradient alone)."""
-    named: dict[str, dict | None] = {"gradient alone": None, "ungated (every kind at w = 1), λ = 4": {"gated": False}}
+    from gradian.scores.combine import RELEVANCE_SCALE
+
+    named: dict[str, dict | None] = {"gradient alone": None,
+                                     f"ungated (every kind at w = 1), λ = {RELEVANCE_SCALE:g}": {"gated": False}}
     for top in TOPS:
         for scale in SCALES:
             named[f"agreement, top {top:.0%}, λ = {scale:g}"] = {"scale": scale, "top": top}
@@ -43,13 +47,16 @@ def run_scores(work: Path) -> tuple[str, str, dict[str, float]] | None:
     if not meta["attributed"]:
         return None
     truth = json.loads((Path(meta["folder"]) / "truth.json").read_text())
+    variant = suite_quality.default_variant()
+    summed = variant.removesuffix(" · tokens")
     with np.load(work / "ingredients.npz") as stored:
-        effect = stored[f"effect/{suite_quality.default_variant()}"]  # (N,)
+        effect = stored[f"effect/{summed}"]  # (N,)
+        harm = stored[f"harm/{variant.split(' · ')[0]}"] if summed != variant else None  # (N,) harmful tokens
         parts = {"tfidf": stored["sim/tfidf"], "repsim": stored["part/repsim/sim"]}
     positive = np.isin(meta["ids"], truth["culprit_ids"])
     relevances = relevances_from(parts, RELEVANCE_AGGREGATE)
-    scores = {name: -effect if kwargs is None else combine(effect[None, :], relevances, **kwargs).score
-              for name, kwargs in rules().items()}
+    scores = {name: (-effect if harm is None else harm) if kwargs is None
+              else combine(effect[None, :], relevances, harm=harm, **kwargs).score for name, kwargs in rules().items()}
     return meta["split"], meta["family"], {name: suite_quality.auprc(s, positive) for name, s in scores.items()}
 
 

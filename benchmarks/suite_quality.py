@@ -13,7 +13,8 @@ and, for a two-cause run, `causes: [{cause, culprit_ids, category}]`). Per folde
 3. methods, each a score per training row (higher = more suspect): random, the category oracle, TF-IDF, BM25 and
    RepSim (each row's max and mean over the failing queries), the gradient alone (the default query), the
    combined rank (`gradian.scores.combine`), and on top of it every query kind × raw or unit-normalised training
-   gradients × the final adapter or TracIn-CP, each alone and combined.
+   gradients × the final adapter or TracIn-CP, each alone and combined; on the final adapter's raw gradients also
+   each kind with rows ranked by their harmful tokens (`· tokens`, `gradian.scores.token_harm.row_harms`).
 
 Metrics per method: AUPRC (planted culprits positive), P@k (k = number of culprits), planted cluster ranked first
 (attribute's clusters, ranked by the sum of the method's positive robust z-scores), and per cause of a two-cause
@@ -37,9 +38,13 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jobs  # noqa: E402
+
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
-                "RepSim (max)", "RepSim (mean)", "gradient (default)", "combined (default)",
+                "RepSim (max)", "RepSim (mean)", "gradient (row sum)", "combined (row sum)", "gradient (default)",
+                "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
 
 
@@ -145,6 +150,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     run = _GradientRun(settings, work, clock)
     fresh["tracin"] = run.fresh_tracin
     run.effects(kinds, arrays)
+    run.token_harms(kinds, arrays)
     meta["tracin_extractions"] = len(list((work / "gradients-checkpoints").glob("checkpoint-*")))
     arrays["effect/default"] = np.load(out / "scores.npy").mean(axis=0)  # attribute's own (the default query)
 
@@ -202,15 +208,14 @@ class _GradientRun:
 
     def effects(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
         """Each kind's (N,) mean effect, raw and unit-normalised, on the final adapter and by TracIn-CP."""
-        from gradian.attribute import base_kind, query_pairs
+        from gradian.attribute import base_kind
         from gradian.scores.queries import query_features
         from gradian.scores.scoring import score
         from gradian.scores.tracin import tracin_cp_effects
 
         timed, audit = self.clock.timed, self.audit
         for kind in kinds:
-            pairs = query_pairs(self.regression, self.capability, audit.eval_examples, self.tokenizer, audit.setup,
-                                kind, self.model)
+            pairs = self.pairs(kind)
             q = timed(f"query {kind}", query_features, self.model, pairs, kind=base_kind(kind), settings=self.gradient)
             for unit in (True, False):
                 norm = "unit" if unit else "raw"
@@ -223,15 +228,37 @@ class _GradientRun:
                         kind=base_kind(kind), unit_norm_train=unit, final_store=self.store).mean(axis=0)
 
 
+    def pairs(self, kind: str) -> list[Any]:
+        from gradian.attribute import query_pairs
+
+        audit = self.audit
+        return query_pairs(self.regression, self.capability, audit.eval_examples, self.tokenizer, audit.setup, kind,
+                           self.model)
+
+    def token_harms(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
+        """Each kind's (N,) harmful-token harm of every row (`row_harms`, the final adapter): `harm/<kind>`."""
+        from gradian.attribute import base_kind
+        from gradian.scores.token_harm import query_direction, row_harms
+
+        for kind in kinds:
+            direction = query_direction(self.model, self.pairs(kind), base_kind(kind))
+            arrays[f"harm/{kind}"] = self.clock.timed(f"tokens {kind}", row_harms, self.model, self.audit.rendered,
+                                                      direction, batch_size=self.settings.batch_size)
+
+
 def default_variant() -> str:
     """The variant `gradian attribute` runs with its defaults today (TracIn-CP unless checkpoints are off)."""
     from dataclasses import fields
 
+    from gradian.attribute import tokens_harm
     from gradian.settings import AttributeSettings
 
     default = {f.name: f.default for f in fields(AttributeSettings)}
-    return f"{default['query']} · {'unit' if default['unit_norm_train'] else 'raw'} · " \
-           f"{'final' if default['checkpoints'] == 'off' else 'TracIn-CP'}"
+    where = "final" if default["checkpoints"] == "off" else "TracIn-CP"
+    name = f"{default['query']} · {'unit' if default['unit_norm_train'] else 'raw'} · {where}"
+    tokens = tokens_harm(AttributeSettings(**{k: "" for k in ("base_model", "adapter", "dataset", "eval_dataset",
+                                                              "capability", "out")}), where == "TracIn-CP")
+    return f"{name} · tokens" if tokens else name
 
 
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
@@ -256,7 +283,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
         methods[f"RepSim ({how})"] = (rel.aggregate(parts["repsim"], how),
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
-    gradients = {}
+    gradients = {}  # name -> ((N,) mean effect, (N,) harm or None: −effect, cost)
     for key in (k for k in arrays if k.startswith("effect/") and k != "effect/default"):
         name = key.removeprefix("effect/")
         kind, norm, where = name.split(" · ")
@@ -268,25 +295,34 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
             cost = {"backward_rows": n_rows * (1 + meta["tracin_extractions"]), "forward_rows": 0,
                     "seconds": seconds["extract final"] + seconds[first_tracin]
                     + (seconds[own] if own != first_tracin else 0.0)}
-        gradients[name] = (arrays[key], cost)
+        gradients[name] = (arrays[key], None, cost)
+        if where == "final" and norm == "raw" and f"harm/{kind}" in arrays:  # its rows ranked by harmful tokens
+            gradients[f"{name} · tokens"] = (arrays[key], arrays[f"harm/{kind}"], {
+                **cost, "forward_rows": n_rows, "seconds": cost["seconds"] + seconds[f"tokens {kind}"]})
     default = default_variant()
-    default_cost = gradients[default][1] if default in gradients else {**free, "seconds": float("nan")}
 
     def plus_relevance(cost):
-        return {**cost, "forward_rows": n_rows, "seconds": cost["seconds"] + seconds["repsim"]}
+        return {**cost, "forward_rows": cost["forward_rows"] + n_rows, "seconds": cost["seconds"] + seconds["repsim"]}
 
-    effect = (arrays[f"effect/{default}"] if default in gradients else arrays["effect/default"])[None, :]
-    methods["gradient (default)"] = (-effect[0], default_cost)
-    other = next(how for how in ("max", "mean") if how != RELEVANCE_AGGREGATE)
-    methods["combined (default)"] = (combine(effect, relevance(RELEVANCE_AGGREGATE)).score,
-                                     plus_relevance(default_cost))
-    methods[f"combined ({other} relevance)"] = (combine(effect, relevance(other)).score, plus_relevance(default_cost))
-    methods["combined, ungated"] = (combine(effect, relevance(RELEVANCE_AGGREGATE), gated=False).score,
-                                    plus_relevance(default_cost))
-    for name, (mean_effect, cost) in gradients.items():
-        methods[f"gradient · {name}"] = (-mean_effect, cost)
-        methods[f"combined · {name}"] = (combine(mean_effect[None, :], relevance(RELEVANCE_AGGREGATE)).score,
+    def gradient(effect, harm):
+        return -effect if harm is None else harm
+
+    for name, (mean_effect, harm, cost) in gradients.items():
+        methods[f"gradient · {name}"] = (gradient(mean_effect, harm), cost)
+        methods[f"combined · {name}"] = (combine(mean_effect[None, :], relevance(RELEVANCE_AGGREGATE), harm=harm).score,
                                          plus_relevance(cost))
+    effect, harm, default_cost = gradients[default]
+    methods["gradient (default)"] = methods[f"gradient · {default}"]
+    methods["combined (default)"] = methods[f"combined · {default}"]
+    other = next(how for how in ("max", "mean") if how != RELEVANCE_AGGREGATE)
+    methods[f"combined ({other} relevance)"] = (combine(effect[None, :], relevance(other), harm=harm).score,
+                                                plus_relevance(default_cost))
+    methods["combined, ungated"] = (combine(effect[None, :], relevance(RELEVANCE_AGGREGATE), harm=harm,
+                                            gated=False).score, plus_relevance(default_cost))
+    summed = default.removesuffix(" · tokens")  # the default's variant with every token summed, as before
+    if summed != default:
+        methods["gradient (row sum)"] = methods[f"gradient · {summed}"]
+        methods["combined (row sum)"] = methods[f"combined · {summed}"]
     return methods
 
 
@@ -337,9 +373,12 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         with np.load(arrays_path) as stored:
             arrays = {key: stored[key] for key in stored.files}
         missing = [k for k in kinds if meta["attributed"] and f"effect/{k} · unit · final" not in arrays]
-        if missing:  # a kind this folder's ingredients lack: only its variants are computed, then kept
+        no_tokens = [k for k in kinds if meta["attributed"] and f"harm/{k}" not in arrays]
+        if missing or no_tokens:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
-            _GradientRun(_settings(folder, work, truth), work, clock).effects(missing, arrays)
+            run = _GradientRun(_settings(folder, work, truth), work, clock)
+            run.effects(missing, arrays)
+            run.token_harms(no_tokens, arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
             np.savez(arrays_path, **arrays)
             meta_path.write_text(json.dumps(meta, indent=1, default=float))
@@ -481,14 +520,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="the tables (default: WORK/results.md)")
     parser.add_argument("--kinds", nargs="+", default=list(QUERY_KINDS), choices=QUERY_KINDS,
                         help="query kinds of the variants (each raw and unit, final adapter and TracIn-CP)")
+    parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="folders at once (default: CPUs)")
     args = parser.parse_args(argv)
-    records = []
-    for folder in args.folders:
-        record = folder_record(folder.resolve(), args.work / folder.resolve().name, args.kinds)
+
+    def done(record: dict[str, Any]) -> None:
         print(json.dumps({k: record[k] for k in ("scenario", "seed", "verdict")} | {
             "combined": record["methods"].get("combined (default)", {}).get("auprc"),
             "gradient": record["methods"].get("gradient (default)", {}).get("auprc")}), flush=True)
-        records.append(record)
+
+    records = jobs.run_jobs(folder_record, [(f.resolve(), args.work / f.resolve().name, tuple(args.kinds))
+                                            for f in args.folders], args.jobs, done)
     (args.results or args.work / "results.json").write_text(json.dumps(records, indent=1, default=float))
     (args.markdown or args.work / "results.md").write_text(markdown(records) + "\n")
     print(markdown(records))

@@ -6,7 +6,8 @@ with the same settings (its cached stages are reused; the report is rewritten wi
 family's ground truth is the cause of its regression: where removing the planted rows recovers nothing, the
 regression has another cause and no ranking can be scored against the planted rows alone.
 
-    python benchmarks/suite_verify.py /work/scen/quality/*-seed0 [--groups 3] [--results FILE] [--markdown FILE]
+    python benchmarks/suite_verify.py /work/scen/quality/*-seed0 [--groups 3] [--jobs N] [--results FILE]
+        [--markdown FILE]
 
 Resumable: every retrain is cached in its run's `attribute/verify/` folder.
 """
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jobs
 from gradian.attribute import attribute
 from gradian.data.examples import read_dataset
 from gradian.regression.capabilities import get_capability
@@ -110,17 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=3)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/suite_verify.json"))
     parser.add_argument("--markdown", type=Path, default=Path("benchmarks/results/suite_verify.md"))
+    parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="runs at once (default: CPUs)")
     args = parser.parse_args(argv)
     records: list[dict[str, Any]] = []
     if args.results.exists():  # one file over several invocations: a rerun of a run replaces its record
         records = [r for r in json.loads(args.results.read_text()) if Path(r["work"]) not in set(args.works)]
+
+    def done(record: dict[str, Any]) -> None:
+        nonlocal records
+        print(markdown([record]).splitlines()[2], flush=True)
+        records = sorted([*records, record], key=lambda r: (r["split"], r["family"], r["seed"]))
+        args.results.write_text(json.dumps(records, indent=2) + "\n")
+        args.markdown.write_text(markdown(records))
+
     with one_thread():
-        for work in args.works:
-            record = run_record(work, args.groups)
-            print(markdown([record]).splitlines()[2], flush=True)
-            records = sorted([*records, record], key=lambda r: (r["split"], r["family"], r["seed"]))
-            args.results.write_text(json.dumps(records, indent=2) + "\n")
-            args.markdown.write_text(markdown(records))
+        jobs.run_jobs(run_record, [(work, args.groups) for work in args.works], args.jobs, done)
     print(markdown(records))
     return 0
 

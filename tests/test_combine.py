@@ -184,3 +184,28 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     named = set(report["verdict"]["culprit_ids"])
     assert report["verdict"]["kind"] == "data-cluster" and len(named & set(truth["culprit_ids"])) >= 0.9 * len(named)
     assert (tmp_path / "out" / "ranking.json").exists()
+
+
+@pytest.mark.parametrize("rank", ["combined", "gradient"])
+def test_a_row_harm_of_its_own_sets_the_order_and_the_effects_follow_it(rank):
+    """With `harm` (the harmful tokens' part), the score is z(harm) (+ relevance), each row's effects keep which
+    queries it hurts and move, as a whole, to its score in effect units; harm = −(mean effect) changes nothing."""
+    effects, relevances, _ = world(2)
+    harm = np.random.default_rng(5).gamma(2.0, size=N)  # (N,) positive, as Σ_t max(0, ·) is
+    make = (lambda **kw: combine(effects, relevances, **kw)) if rank == "combined" else \
+        (lambda **kw: gradient_ranking(effects, **kw))
+    plain, own = make(), make(harm=harm)
+    z = lambda x: (x - np.median(x)) / (1.4826 * np.median(np.abs(x - np.median(x))))  # noqa: E731
+    weights = [relevance_check(r, harm)["weight"] if rank == "combined" else 0.0 for r in relevances]
+    shift = RELEVANCE_SCALE * sum(w * z(r.train) for w, r in zip(weights, relevances, strict=True)) \
+        / max(1.0, sum(weights))
+    np.testing.assert_allclose(own.score, z(harm) + shift)  # the checks read this harm, not the mean effect
+    effect = effects.mean(axis=0)
+    median, scale = np.median(-effect), 1.4826 * np.median(np.abs(-effect - np.median(-effect)))
+    np.testing.assert_allclose(own.effects.mean(axis=0), -(median + scale * own.score), atol=1e-12)
+    np.testing.assert_allclose(own.effects - own.effects.mean(axis=0), effects - effect, atol=1e-12)  # per query
+    assert own.row_harm == "tokens" and plain.row_harm == "sum"
+    np.testing.assert_array_equal(own.row_fields()["token_harm"], harm)
+    same = make(harm=-effect)
+    np.testing.assert_allclose(same.score, plain.score)
+    np.testing.assert_allclose(same.effects, plain.effects, atol=1e-12)

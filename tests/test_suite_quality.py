@@ -104,3 +104,16 @@ def test_each_script_rewrites_only_its_own_region_of_the_page(tmp_path):
                                 "old b\n<!-- b: end -->\ntail\n")
     with pytest.raises(SystemExit, match="needs one"):
         page.replace_region(path, "c", "x")
+
+
+def test_run_jobs_keeps_order_across_worker_processes(harness):
+    """The suite's steps spread runs over processes; the results come back in the order asked, each reported once."""
+    import operator
+
+    import jobs
+
+    seen: list[int] = []
+    asked = [(i, 10 * i) for i in range(5)]
+    assert jobs.run_jobs(operator.add, asked, 2, seen.append) == [11 * i for i in range(5)]
+    assert sorted(seen) == [11 * i for i in range(5)]
+    assert jobs.run_jobs(operator.add, asked, 1) == [11 * i for i in range(5)]

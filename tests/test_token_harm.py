@@ -13,7 +13,7 @@ from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.extract import collate, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair
-from gradian.scores.token_harm import harm_token, query_direction, token_harms
+from gradian.scores.token_harm import harm_token, query_direction, row_harms, token_harms
 from test_report import NUMBER, json_leaves, renderings
 
 PAIRS = [QueryPair("a", [5, 6, 7], [8, 9, 10, 2], [8, 9, 12, 2]), QueryPair("b", [6, 5], [9, 8, 2], [11, 2])]
@@ -58,6 +58,24 @@ def test_central_difference_equals_a_backward_pass_per_token(model, kind):
         expected = naive_harms(model, row, direction)
         assert harms.shape == expected.shape == (sum(label != IGNORE for label in row.labels[1:]),)
         np.testing.assert_allclose(harms, expected, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 16])
+def test_a_rows_harm_is_its_harmful_tokens_alone(model, batch_size):
+    """row_harms = Σ_t max(0, vᵀ∇ℓ_t), against one backward pass per token; the progress bar sees every batch."""
+    direction = query_direction(model, PAIRS, "naive")
+    seen = []
+
+    def bar(items, label):
+        for item in items:
+            seen.append(item)
+            yield item
+
+    got = row_harms(model, ROWS, direction, batch_size=batch_size, bar=bar)
+    expected = np.array([np.clip(naive_harms(model, row, direction), 0.0, None).sum() for row in ROWS])
+    assert got.shape == (len(ROWS),) and (got >= 0).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-8)
+    assert len(seen) == -(-len(ROWS) // batch_size)
 
 
 def test_the_direction_is_the_sum_of_unit_query_gradients(model):

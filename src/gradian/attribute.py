@@ -34,7 +34,7 @@ from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: F401 - their former home
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
-from gradian.scores.token_harm import harm_token, query_direction, token_harms
+from gradian.scores.token_harm import harm_token, query_direction, row_harms, token_harms
 from gradian.settings import AttributeSettings, ExtractSettings
 from gradian.stages import (
     Clusters,
@@ -113,7 +113,13 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         f"{over}")
     scores = score(settings, extraction, model, audit, pairs, bar=bar)
 
-    ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, batch_size=settings.batch_size)
+    direction = query_direction(model, pairs, base_kind(settings.query))  # v: the row harm's, the report's tokens
+    harm = None
+    if tokens_harm(settings, bool(extraction.checkpoints)):
+        say("scores: each training row's harmful tokens, one forward pass per batch")
+        harm = row_harms(model, audit.rendered, direction, batch_size=settings.batch_size, bar=bar)
+    ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, harm=harm,
+                        batch_size=settings.batch_size)
     write_json(settings.out_dir / "ranking.json", ranking.to_dict())
     effects = ranking.effects  # the memory map itself for --rank gradient; shifted by relevance for combined
     say("clusters: grouping and naming the training rows")
@@ -123,7 +129,6 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         """The token where each of these rows does most harm (`scores.token_harm`)."""
         assert pairs is not None  # attribution ran
         rows = [audit.rendered[int(i)] for i in positions_of(ids_of(audit.examples), ids)]
-        direction = query_direction(model, pairs, base_kind(settings.query))
         harms = token_harms(model, rows, direction, batch_size=settings.batch_size)
         return {row.example_id: harm_token(tokenizer, row, harm) for row, harm in zip(rows, harms, strict=True)}
 
@@ -169,6 +174,14 @@ def _finish(
                           ranking.row_fields() if ranking is not None else None)
     paths = write_report(settings.out_dir, report, audit.examples, rows)
     return AttributeResult(verdict, report, paths)
+
+
+def tokens_harm(settings: AttributeSettings, tracin: bool) -> bool:
+    """Whether rows are ranked by their harmful tokens (`row_harms`): `--row-harm tokens`, or auto where the effects
+    are the final adapter's raw gradients with the identity preconditioner (what the token harm reads)."""
+    if settings.row_harm != "auto":
+        return settings.row_harm == "tokens"
+    return not tracin and settings.preconditioner == "identity" and not settings.unit_norm_train
 
 
 @contextmanager

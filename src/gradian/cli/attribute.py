@@ -9,10 +9,18 @@ import typing
 import click
 
 from gradian.cli.progress import bar, console, say
-from gradian.settings import CHECKPOINT_MODES, PRECONDITIONERS, PROJ_BUDGETS, QUERY_KINDS, RANKS, AttributeSettings
+from gradian.settings import (
+    CHECKPOINT_MODES,
+    PRECONDITIONERS,
+    PROJ_BUDGETS,
+    QUERY_KINDS,
+    RANKS,
+    ROW_HARMS,
+    AttributeSettings,
+)
 
 CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints": CHECKPOINT_MODES,
-           "proj_budget": PROJ_BUDGETS, "rank": RANKS}
+           "proj_budget": PROJ_BUDGETS, "rank": RANKS, "row_harm": ROW_HARMS}
 
 
 def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:

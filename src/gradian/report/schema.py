@@ -22,9 +22,9 @@ from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
 from gradian.report.verdict import Verdict
 
-SCHEMA_VERSION = "2.3"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
+SCHEMA_VERSION = "2.4"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
 # 2.2: top_rows[].harm_token; 2.3: ranking.checks[].auc is the agreement with the gradient (it was a separation),
-# verdict.evidence.located_by
+# verdict.evidence.located_by; 2.4: ranking.row_harm, the rows' token_harm
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -87,7 +87,8 @@ def build_report(
         "settings": settings or {},
         "artifacts": artifacts or {},
         "run": run or {},
-        "ranking": {"rank": ranking.rank, "checks": ranking.checks} if ranking is not None else {},
+        "ranking": {"rank": ranking.rank, "row_harm": ranking.row_harm, "checks": ranking.checks}
+        if ranking is not None else {},
     }
     return jsonable(report)
 

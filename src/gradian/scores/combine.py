@@ -6,11 +6,15 @@ gradient ranks some rows of other categories (large, unrelated gradients that ha
 above the culprits, and similarity cannot tell the culprits from their clean neighbours, which the gradient
 ranks as the most helpful rows of all. Together they can. The rule, the same on every run:
 
-    score_i = z(harm_i) + λ · R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k),        λ = 4
+    score_i = z(harm_i) + λ · R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k),        λ = 3
 
-- harm_i = −(mean effect over the failing queries); z = robust z-score, (x − median) / (1.4826 · MAD), so every
-  part sits on the scale of its own bulk whatever its units (cosines of hidden states all near 1, TF-IDF mostly
-  near 0, effects of any size);
+- harm_i = the row's harmful tokens' part, Σ_t max(0, vᵀ∇ℓ_{i,t}) along the queries' direction v
+  (`token_harm.row_harms`; `--row-harm sum`, or TracIn-CP / another preconditioner / unit gradients: −(mean effect
+  over the failing queries), every token summed). A culprit teaches one wrong decision (the early EOS, the opening
+  fence) among many right ones, the rest of a valid answer its clean neighbours teach too; summed, the right tokens
+  cancel the wrong one (a fenced row's JSON body pays back its fence), and the harmful tokens' part does not;
+  z = robust z-score, (x − median) / (1.4826 · MAD), so every part sits on the scale of its own bulk whatever its
+  units (cosines of hidden states all near 1, TF-IDF mostly near 0, effects of any size);
 - s_k = z(relevance of kind k) (TF-IDF, RepSim), unbounded on purpose: where the failing prompts are about the
   culprits' topic, its rows stand many robust deviations above the bulk and so come before the other topics' rows
   whose large gradients happen to align with the queries, and the gradient then orders the rows within the topic,
@@ -24,9 +28,10 @@ ranks as the most helpful rows of all. Together they can. The rule, the same on 
   the top of the gradient's ranking, not at all rows: where a category is half clean, its clean rows are the most
   helpful of all, so a correlation over every row (tried: a one-sided Spearman test) turns relevance off where it
   is needed most; ρ(harm, relevance) is reported beside each weight;
-- λ = 4 and the top 5%: at full weight one robust deviation of relevance counts as four of harm. Both chosen on
-  the suite's dev half from λ in 1, 2, 3, 4, 6, 8, 16 and a top 5% or 10% (BENCHMARKS.md, "The ranking rule's
-  constants"); λ from 3 to 6 lies within 0.013 of the best there. The rule's blind spot: where rows of other topics
+- λ = 3 and the top 5%: at full weight one robust deviation of relevance counts as three of harm. Both chosen on
+  the suite's dev half from λ in 1, 2, 3, 4, 6, 8, 16 and a top 5% or 10% by the highest dev mean (BENCHMARKS.md,
+  "The ranking rule's constants"): λ = 4 on the summed harm, λ = 3 once rows were ranked by their harmful tokens
+  (3 and 4 within 0.0001 of each other there, 2 to 8 within 0.009). The rule's blind spot: where rows of other topics
   fill the gradient's whole top 5%, relevance that would have helped gets no weight.
 
 Tried before this rule, and replaced on the dev half (BENCHMARKS.md): weights from how well each kind tells the
@@ -34,9 +39,10 @@ failing eval prompts from the passing ones. That check passes wherever the passi
 gave relevance weight on the fence families, whose failures lie away from the culprits' topic (dev 0.721 against
 0.859 for this rule).
 
-The effects the clusters and the verdict read are shifted by the same amount in effect units,
-e'_{q,i} = e_{q,i} − scale · λ · R_i (scale = 1.4826 · MAD of harm), so mean_q e' = −(median + scale · score):
-ranking by e' is ranking by the score, and a run whose relevance does not count keeps its effects unchanged.
+The effects the clusters and the verdict read keep which queries each row hurts and move, row by row, to its score
+in effect units: e'_{q,i} = e_{q,i} − ē_i − (median + scale · score_i), median and scale the robust ones of −ē
+(ē the mean effect), so mean_q e' = −(median + scale · score): ranking by e' is ranking by the score. Where the
+harm is −ē this is e' = e − scale · λ · R, and a run whose relevance does not count keeps its effects unchanged.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from gradian.scores.scoring import total_effect
 
 MAD_TO_SIGMA = 1.4826
 RELEVANCE_AGGREGATE = "mean"  # a row's relevance: its mean over the failing queries (max fell to 0.36 on format-cluster)
-RELEVANCE_SCALE = 4.0  # λ: robust deviations of harm that one of relevance counts as, at full weight (dev half)
+RELEVANCE_SCALE = 3.0  # λ: robust deviations of harm that one of relevance counts as, at full weight (dev half)
 AGREEMENT_TOP = 0.05  # the share of rows, the gradient's most harmful, that a relevance kind must pick out
 AGREEMENT_MIN_ROWS = 5
 
@@ -76,14 +82,21 @@ class Ranking:
     score: np.ndarray  # (N,) higher = more likely a culprit
     relevance: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (N,)
     checks: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> auc, rho, weight
+    harm: np.ndarray | None = None  # (N,) the harmful tokens' part (`row_harms`); None: the harm is −gradient_effect
+
+    @property
+    def row_harm(self) -> str:
+        return "sum" if self.harm is None else "tokens"
 
     def row_fields(self) -> dict[str, np.ndarray]:
         """Per-row numbers for report.json beside `effect`: the gradient's effect, each relevance, the score."""
         fields = {"gradient_effect": self.gradient_effect, "rank_score": self.score}
+        if self.harm is not None:
+            fields["token_harm"] = self.harm
         return {**fields, **{f"relevance_{kind}": values for kind, values in self.relevance.items()}}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "checks": self.checks,
+        return {"rank": self.rank, "row_harm": self.row_harm, "checks": self.checks,
                 "rows": {name: values.tolist() for name, values in self.row_fields().items()}}
 
 
@@ -116,17 +129,19 @@ def relevance_check(relevance: Relevance, harm: np.ndarray, top: float = AGREEME
     return {"auc": auc, "rho": rho, "weight": float(np.clip(2 * auc - 1, 0.0, 1.0))}
 
 
-def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = True, scale: float = RELEVANCE_SCALE,
-            top: float = AGREEMENT_TOP) -> Ranking:
+def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarray | None = None, gated: bool = True,
+            scale: float = RELEVANCE_SCALE, top: float = AGREEMENT_TOP) -> Ranking:
     """The combined ranking of (Q, N) gradient effects and the relevance kinds (see the module docstring).
 
+    `harm` (N,): each row's harm where it is not −(mean effect), the harmful tokens' part (`row_harms`);
     `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against; `scale`
     (λ) and `top` are the rule's two constants, arguments for the benchmark that chose them.
     """
     effects = np.atleast_2d(effects)  # (Q, N); a memory map stays one
     effect = total_effect(effects)  # (N,), read in chunks
-    harm_z, _, harm_scale = robust_z(-effect)  # (N,)
-    checks = {r.kind: relevance_check(r, -effect, top) for r in relevances}
+    given = None if harm is None else np.asarray(harm, dtype=np.float64)  # (N,)
+    harm = -effect if given is None else given
+    checks = {r.kind: relevance_check(r, harm, top) for r in relevances}
     if not gated:
         checks = {kind: {**check, "weight": 1.0} for kind, check in checks.items()}
     weights = np.array([checks[r.kind]["weight"] for r in relevances])
@@ -134,18 +149,31 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, gated: bool = T
     for relevance, weight in zip(relevances, weights, strict=True):
         shift += weight * robust_z(relevance.train)[0]
     shift *= scale / max(1.0, float(weights.sum()))
-    return Ranking(
-        rank="combined", effects=np.asarray(effects, dtype=np.float64) - harm_scale * shift[None, :],  # (Q, N)
-        gradient_effect=effect, score=harm_z + shift,
-        relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
-    )
+    score = robust_z(harm)[0] + shift
+    return Ranking(rank="combined", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
+                   relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
+                   harm=given)
 
 
-def gradient_ranking(effects: np.ndarray) -> Ranking:
-    """The gradient's ranking alone: the effects as given (a memory map stays one), the score its robust z of harm."""
+def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None) -> Ranking:
+    """The gradient's ranking alone, the score its robust z of harm: the effects as given (a memory map stays one)
+    where `harm` is −(mean effect), else moved to `harm`'s order as `_level` does."""
     effects = np.atleast_2d(effects)  # (Q, N)
     effect = total_effect(effects)  # (N,)
-    return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
+    if harm is None:
+        return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
+    score = robust_z(np.asarray(harm, dtype=np.float64))[0]
+    return Ranking(rank="gradient", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
+                   harm=np.asarray(harm, dtype=np.float64))
+
+
+def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """(Q, N) the effects with each row's mean moved to its score in effect units, keeping which queries it hurts:
+    e'_{q,i} = e_{q,i} − ē_i − (median + scale · score_i), median and scale the robust ones of −ē, so that
+    mean_q e' = −(median + scale · score): ranking by e' is ranking by the score; where score is z(−ē), e' = e."""
+    _, median, harm_scale = robust_z(-effect)
+    target = -(median + harm_scale * score)  # (N,)
+    return np.asarray(effects, dtype=np.float64) + (target - effect)[None, :]
 
 
 def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
@@ -176,11 +204,12 @@ def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
 
 
 def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression: Any, pairs: list[Any], *,
-              batch_size: int = 16) -> Ranking:
-    """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows."""
+              harm: np.ndarray | None = None, batch_size: int = 16) -> Ranking:
+    """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows;
+    `harm` (N,) as `combine` takes it."""
     if rank == "gradient":
-        return gradient_ranking(effects)
+        return gradient_ranking(effects, harm=harm)
     chosen = {pair.eval_id for pair in pairs}
     parts = relevance_parts(model, audit.examples, audit.rendered, [row for row in regression.rows if row.id in chosen],
                             batch_size=batch_size)
-    return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE))
+    return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE), harm=harm)

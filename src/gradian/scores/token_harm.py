@@ -15,7 +15,7 @@ The report shows, for each of its top rows, the token with the largest harm and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,7 +28,7 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import collate, summed_nll
+from gradian.gradients.extract import GradientSettings, collate, plan_batches, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
 
@@ -59,16 +59,40 @@ def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> 
 def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
                 batch_size: int = 16) -> list[np.ndarray]:
     """Per row, (T_i,) harm vᵀ∇ℓ_t of each supervised token in order (positive: a step on it lowers f)."""
+    batches = [list(range(start, min(start + batch_size, len(rows)))) for start in range(0, len(rows), batch_size)]
+    return [harm for _, harms in _harm_batches(model, rows, direction, batches) for harm in harms]
+
+
+def row_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *, batch_size: int = 16,
+              bar: Callable[[Iterable, str], Iterable] | None = None) -> np.ndarray:
+    """(N,) each row's harm from its harmful tokens alone, H_i = Σ_t max(0, vᵀ∇ℓ_{i,t}) (memory flat in N).
+
+    A row's effect sums its tokens, and a culprit teaches one wrong decision (the early EOS, the opening fence)
+    among many right ones (the rest of a valid answer, as its clean neighbours teach): the sum lets the right tokens
+    cancel the wrong one, the harmful tokens' part does not (`gradian.scores.combine`, BENCHMARKS.md). Rows are
+    batched by length as extraction batches them (`plan_batches`: less padding, a padded-token budget).
+    """
+    batches: Iterable[list[int]] = plan_batches({i: len(row.input_ids) for i, row in enumerate(rows)},
+                                                GradientSettings(batch_size=batch_size))
+    batches = bar(batches, "harm per token") if bar is not None else batches
+    out = np.zeros(len(rows))  # (N,)
+    for batch, harms in _harm_batches(model, rows, direction, batches):
+        out[batch] = [np.clip(harm, 0.0, None).sum() for harm in harms]
+    return out
+
+
+def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor],
+                  batches: Iterable[list[int]]) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+    """Per batch of row positions, each row's (T_i,) token harms: one forward pass, v the LoRA weights' tangent."""
     matrices = lora_matrices(model)
     name_of = {id(parameter): name for name, parameter in model.named_parameters()}
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
-    out: list[np.ndarray] = []
     with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):  # math: a forward derivative everywhere
         # each LoRA weight carries its part of v as a tangent: the losses' tangent is J v, in one forward pass
         duals = {name_of[id(m.module.weight)]: fwAD.make_dual(m.module.weight, d.to(m.module.weight.dtype))
                  for m, d in zip(matrices, direction, strict=True)}
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
+        for positions in batches:
+            chunk = [rows[i] for i in positions]
             batch = _to(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
             logits = functional_call(model, duals, args=(), kwargs={
                 "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
@@ -78,8 +102,7 @@ def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torc
             logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
             losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")  # (B, T-1)
             harm = fwAD.unpack_dual(losses).tangent  # (B, T-1) vᵀ∇ℓ_t
-            out += [harm[b][mask[b]].double().cpu().numpy() for b in range(len(chunk))]
-    return out
+            yield positions, [harm[b][mask[b]].double().cpu().numpy() for b in range(len(chunk))]
 
 
 def harm_token(tokenizer: Any, row: Rendered, harm: np.ndarray) -> dict[str, Any] | None:

@@ -1,0 +1,46 @@
+"""The suite's steps run one independent job per run folder: `run_jobs` spreads them over worker processes.
+
+Every job is a tiny model on one thread (two threads on a tiny model are slower than one), so on a machine with
+C cores, C workers do C runs at once; `--jobs 1` runs them in this process, in order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def run_jobs(call: Callable[..., T], argument_lists: Sequence[Sequence[Any]], jobs: int,
+             done: Callable[[T], None] | None = None) -> list[T]:
+    """[call(*args) for args in argument_lists], `jobs` at a time in fresh processes; `done(result)` as each ends."""
+    if jobs <= 1 or len(argument_lists) <= 1:
+        results = []
+        for args in argument_lists:
+            results.append(call(*args))
+            if done:
+                done(results[-1])
+        return results
+    context = multiprocessing.get_context("spawn")  # no forked copy of this process's torch threads
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_one_thread) as pool:
+        futures = {pool.submit(call, *args): i for i, args in enumerate(argument_lists)}
+        slots: list[Any] = [None] * len(argument_lists)
+        for future in as_completed(futures):
+            slots[futures[future]] = future.result()
+            if done:
+                done(slots[futures[future]])
+    return slots
