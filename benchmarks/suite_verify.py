@@ -115,8 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="runs at once (default: CPUs)")
     args = parser.parse_args(argv)
     records: list[dict[str, Any]] = []
-    if args.results.exists():  # one file over several invocations: a rerun of a run replaces its record
-        records = [r for r in json.loads(args.results.read_text()) if Path(r["work"]) not in set(args.works)]
+    if args.results.exists():  # one file over several invocations of one suite: a rerun of a run replaces its record
+        suites = {work.parent for work in args.works}  # another suite's records (another --out) are dropped
+        records = [r for r in json.loads(args.results.read_text())
+                   if Path(r["work"]).parent in suites and Path(r["work"]) not in set(args.works)]
 
     def done(record: dict[str, Any]) -> None:
         nonlocal records
