@@ -152,7 +152,6 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     run.effects(kinds, arrays)
     run.token_harms(kinds, arrays)
     meta["tracin_extractions"] = len(list((work / "gradients-checkpoints").glob("checkpoint-*")))
-    arrays["effect/default"] = np.load(out / "scores.npy").mean(axis=0)  # attribute's own (the default query)
 
     query_ids = report["run"]["queries"]
     queries = [row for row in run.regression.rows if row.id in set(query_ids)]
@@ -284,7 +283,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}  # name -> ((N,) mean effect, (N,) harm or None: −effect, cost)
-    for key in (k for k in arrays if k.startswith("effect/") and k != "effect/default"):
+    for key in (k for k in arrays if k.startswith("effect/") and k != "effect/default"):  # older ones kept that
         name = key.removeprefix("effect/")
         kind, norm, where = name.split(" · ")
         if where == "final":
