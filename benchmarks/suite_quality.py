@@ -249,14 +249,13 @@ def default_variant() -> str:
     """The variant `gradian attribute` runs with its defaults today (TracIn-CP unless checkpoints are off)."""
     from dataclasses import fields
 
-    from gradian.attribute import tokens_harm
-    from gradian.settings import AttributeSettings
+    from gradian.settings import AttributeSettings, reads_token_harm
 
     default = {f.name: f.default for f in fields(AttributeSettings)}
     where = "final" if default["checkpoints"] == "off" else "TracIn-CP"
     name = f"{default['query']} · {'unit' if default['unit_norm_train'] else 'raw'} · {where}"
-    tokens = tokens_harm(AttributeSettings(**{k: "" for k in ("base_model", "adapter", "dataset", "eval_dataset",
-                                                              "capability", "out")}), where == "TracIn-CP")
+    tokens = reads_token_harm(default["row_harm"], default["preconditioner"], default["unit_norm_train"],
+                              tracin=where == "TracIn-CP")
     return f"{name} · tokens" if tokens else name
 
 

@@ -209,3 +209,14 @@ def test_a_row_harm_of_its_own_sets_the_order_and_the_effects_follow_it(rank):
     same = make(harm=-effect)
     np.testing.assert_allclose(same.score, plain.score)
     np.testing.assert_allclose(same.effects, plain.effects, atol=1e-12)
+
+
+def test_auto_row_harm_reads_tokens_only_on_the_final_adapters_raw_gradients():
+    from gradian.settings import reads_token_harm
+
+    assert reads_token_harm("auto", "identity", False, tracin=False)
+    assert not reads_token_harm("auto", "identity", False, tracin=True)  # TracIn-CP effects: summed
+    assert not reads_token_harm("auto", "kfac", False, tracin=False)
+    assert not reads_token_harm("auto", "identity", True, tracin=False)
+    assert reads_token_harm("tokens", "identity", False, tracin=False)
+    assert not reads_token_harm("sum", "identity", False, tracin=False)

@@ -35,7 +35,7 @@ from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: 
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
 from gradian.scores.token_harm import harm_token, query_direction, row_harms, token_harms
-from gradian.settings import AttributeSettings, ExtractSettings
+from gradian.settings import AttributeSettings, ExtractSettings, reads_token_harm
 from gradian.stages import (
     Clusters,
     cluster,
@@ -115,7 +115,8 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
 
     direction = query_direction(model, pairs, base_kind(settings.query))  # v: the row harm's, the report's tokens
     harm = None
-    if tokens_harm(settings, bool(extraction.checkpoints)):
+    if reads_token_harm(settings.row_harm, settings.preconditioner, settings.unit_norm_train,
+                        tracin=bool(extraction.checkpoints)):
         say("scores: each training row's harmful tokens, one forward pass per batch")
         harm = row_harms(model, audit.rendered, direction, batch_size=settings.batch_size, bar=bar)
     ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, harm=harm,
@@ -174,14 +175,6 @@ def _finish(
                           ranking.row_fields() if ranking is not None else None)
     paths = write_report(settings.out_dir, report, audit.examples, rows)
     return AttributeResult(verdict, report, paths)
-
-
-def tokens_harm(settings: AttributeSettings, tracin: bool) -> bool:
-    """Whether rows are ranked by their harmful tokens (`row_harms`): `--row-harm tokens`, or auto where the effects
-    are the final adapter's raw gradients with the identity preconditioner (what the token harm reads)."""
-    if settings.row_harm != "auto":
-        return settings.row_harm == "tokens"
-    return not tracin and settings.preconditioner == "identity" and not settings.unit_norm_train
 
 
 @contextmanager

@@ -16,6 +16,14 @@ RANKS = ("gradient", "combined")
 ROW_HARMS = ("auto", "tokens", "sum")
 
 
+def reads_token_harm(row_harm: str, preconditioner: str, unit_norm_train: bool, *, tracin: bool) -> bool:
+    """Whether rows are ranked by their harmful tokens (`scores.token_harm.row_harms`): `row_harm` tokens, or auto
+    where the effects are the final adapter's raw gradients with the identity preconditioner (what it reads)."""
+    if row_harm != "auto":
+        return row_harm == "tokens"
+    return not tracin and preconditioner == "identity" and not unit_norm_train
+
+
 @dataclass
 class AttributeSettings:
     base_model: str = field(metadata={"help": "local folder, .gguf file or hub id in the local cache"})
