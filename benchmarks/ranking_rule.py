@@ -4,7 +4,7 @@
 
 Each argument is a folder `benchmarks/suite_quality.py` left (its `ingredients.{json,npz}` and `attribute/` report).
 For the default gradient variant (`gradian attribute`'s query, raw or unit, final adapter, rows' harm by their
-harmful tokens or summed), every rule below is
+harmful positions or tokens, or summed), every rule below is
 computed from the cached effects and relevances (seconds): the gradient alone, relevance counted fully (ungated),
 and the agreement-gated rule at λ ∈ {1, 2, 3, 4, 6, 8, 16} × top ∈ {5%, 10%}. Mean culprit AUPRC per split, each
 family the mean of its seeds, as `suite_quality.py` averages. The constants are chosen on dev (the highest dev
@@ -47,11 +47,10 @@ def run_scores(work: Path) -> tuple[str, str, dict[str, float]] | None:
     if not meta["attributed"]:
         return None
     truth = json.loads((Path(meta["folder"]) / "truth.json").read_text())
-    variant = suite_quality.default_variant()
-    summed = variant.removesuffix(" · tokens")
+    effect_key, harm_key = suite_quality.variant_arrays(suite_quality.default_variant())
     with np.load(work / "ingredients.npz") as stored:
-        effect = stored[f"effect/{summed}"]  # (N,)
-        harm = stored[f"harm/{variant.split(' · ')[0]}"] if summed != variant else None  # (N,) harmful tokens
+        effect = stored[effect_key]  # (N,)
+        harm = stored[harm_key] if harm_key is not None else None  # (N,) the harmful part
         parts = {"tfidf": stored["sim/tfidf"], "repsim": stored["part/repsim/sim"]}
     positive = np.isin(meta["ids"], truth["culprit_ids"])
     relevances = relevances_from(parts, RELEVANCE_AGGREGATE)

@@ -14,11 +14,15 @@ and, for a two-cause run, `causes: [{cause, culprit_ids, category}]`). Per folde
    RepSim (each row's max and mean over the failing queries), the gradient alone (the default query), the
    combined rank (`gradian.scores.combine`), and on top of it every query kind × raw or unit-normalised training
    gradients × the final adapter or TracIn-CP, each alone and combined; on the final adapter's raw gradients also
-   each kind with rows ranked by their harmful tokens (`· tokens`, `gradian.scores.token_harm.row_harms`).
+   each kind with rows ranked by their harmful positions (`· positions`, from the extraction's own backward as
+   `gradian attribute` takes them, with RepSim from its forward: `extract_train_features(direction=,
+   representations=)`, timed as a whole extraction) and by their harmful tokens (`· tokens`,
+   `gradian.scores.token_harm.row_harms`, one more forward-mode pass).
 
 Metrics per method: AUPRC (planted culprits positive), P@k (k = number of culprits), planted cluster ranked first
 (attribute's clusters, ranked by the sum of the method's positive robust z-scores), and per cause of a two-cause
-run whether it is named (at least half its culprits in the top k). Cost: backward passes over training rows, and
+run whether it is named (at least half its culprits in the top k). Cost: passes over training rows (backward,
+forward-mode, plain forward), and
 wall time ÷ the run's training time per epoch (`train_runtime` ÷ epochs of `trainer_state.json`), generation
 excluded. What every method is computed from is kept in `DIR/<folder name>/ingredients.{json,npz}`: a rerun
 reads it back and recomputes only the methods and metrics (so a change to the combination rule costs seconds);
@@ -42,8 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobs  # noqa: E402
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
+HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
-                "RepSim (max)", "RepSim (mean)", "gradient (row sum)", "combined (row sum)", "gradient (default)",
+                "RepSim (max)", "RepSim (mean)", "gradient (row sum)", "combined (row sum)", "gradient (tokens)",
+                "combined (tokens)", "gradient (default)",
                 "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
 
@@ -150,7 +156,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     run = _GradientRun(settings, work, clock)
     fresh["tracin"] = run.fresh_tracin
     run.effects(kinds, arrays)
-    run.token_harms(kinds, arrays)
+    run.row_harms(kinds, arrays)
     meta["tracin_extractions"] = len(list((work / "gradients-checkpoints").glob("checkpoint-*")))
 
     query_ids = report["run"]["queries"]
@@ -227,6 +233,24 @@ class _GradientRun:
                         kind=base_kind(kind), unit_norm_train=unit, final_store=self.store).mean(axis=0)
 
 
+    def extracted_harms(self, model: Any, rendered: Any, direction: list[Any], *, batch_size: int) -> np.ndarray:
+        """(N,) the rows' harmful positions from an extraction given `direction` and the failing queries' states,
+        as `gradian attribute` runs it: a whole extraction into a fresh store (what the default pays in place of the
+        plain one and RepSim's forward pass)."""
+        import tempfile
+
+        from gradian.gradients.extract import extract_train_features
+        from gradian.gradients.sides import position_harms_of
+        from gradian.scores.combine import query_states
+
+        report = json.loads((Path(self.settings.out) / "report.json").read_text())
+        queries = [row for row in self.regression.rows if row.id in set(report["run"]["queries"])]
+        states = query_states(model, queries, batch_size=batch_size)
+        with tempfile.TemporaryDirectory() as scratch:
+            store = extract_train_features(model, rendered, Path(scratch), settings=self.gradient, direction=direction,
+                                           representations=states)
+            return position_harms_of(store, direction)
+
     def pairs(self, kind: str) -> list[Any]:
         from gradian.attribute import query_pairs
 
@@ -234,29 +258,42 @@ class _GradientRun:
         return query_pairs(self.regression, self.capability, audit.eval_examples, self.tokenizer, audit.setup, kind,
                            self.model)
 
-    def token_harms(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
-        """Each kind's (N,) harmful-token harm of every row (`row_harms`, the final adapter): `harm/<kind>`."""
+    def row_harms(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
+        """Each kind's (N,) harm of every row from its harmful tokens (`row_harms`): `harm/<kind>`, and from its
+        harmful positions: `positions/<kind>`, the final adapter's; only those not in `arrays`."""
         from gradian.attribute import base_kind
         from gradian.scores.token_harm import query_direction, row_harms
 
+        functions = {"positions": self.extracted_harms, "tokens": row_harms}
         for kind in kinds:
-            direction = query_direction(self.model, self.pairs(kind), base_kind(kind))
-            arrays[f"harm/{kind}"] = self.clock.timed(f"tokens {kind}", row_harms, self.model, self.audit.rendered,
-                                                      direction, batch_size=self.settings.batch_size)
+            todo = [harm for harm in HARM_ARRAYS if HARM_ARRAYS[harm].format(kind=kind) not in arrays]
+            direction = query_direction(self.model, self.pairs(kind), base_kind(kind)) if todo else None
+            for harm in todo:
+                arrays[HARM_ARRAYS[harm].format(kind=kind)] = self.clock.timed(
+                    f"{harm} {kind}", functions[harm], self.model, self.audit.rendered, direction,
+                    batch_size=self.settings.batch_size)
 
 
 def default_variant() -> str:
     """The variant `gradian attribute` runs with its defaults today (TracIn-CP unless checkpoints are off)."""
     from dataclasses import fields
 
-    from gradian.settings import AttributeSettings, reads_token_harm
+    from gradian.settings import AttributeSettings, row_harm_of
 
     default = {f.name: f.default for f in fields(AttributeSettings)}
     where = "final" if default["checkpoints"] == "off" else "TracIn-CP"
     name = f"{default['query']} · {'unit' if default['unit_norm_train'] else 'raw'} · {where}"
-    tokens = reads_token_harm(default["row_harm"], default["preconditioner"], default["unit_norm_train"],
-                              tracin=where == "TracIn-CP")
-    return f"{name} · tokens" if tokens else name
+    harm = row_harm_of(default["row_harm"], default["preconditioner"], default["unit_norm_train"],
+                       tracin=where == "TracIn-CP")
+    return name if harm == "sum" else f"{name} · {harm}"
+
+
+def variant_arrays(variant: str) -> tuple[str, str | None]:
+    """The ingredients a gradient variant reads: its effect's key and, for `· positions` / `· tokens`, its harm's."""
+    kind, *_, last = variant.split(" · ")
+    if last not in HARM_ARRAYS:
+        return f"effect/{variant}", None
+    return f"effect/{variant.removesuffix(f' · {last}')}", HARM_ARRAYS[last].format(kind=kind)
 
 
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
@@ -282,6 +319,8 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}  # name -> ((N,) mean effect, (N,) harm or None: −effect, cost)
+    extra = {"positions": {"backward_rows": n_rows, "repsim_in_extraction": True},  # in the extraction's passes
+             "tokens": {"forward_rows": n_rows, "forward_mode_rows": n_rows}}  # one more forward-mode pass
     for key in (k for k in arrays if k.startswith("effect/") and k != "effect/default"):  # older ones kept that
         name = key.removeprefix("effect/")
         kind, norm, where = name.split(" · ")
@@ -294,12 +333,17 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                     "seconds": seconds["extract final"] + seconds[first_tracin]
                     + (seconds[own] if own != first_tracin else 0.0)}
         gradients[name] = (arrays[key], None, cost)
-        if where == "final" and norm == "raw" and f"harm/{kind}" in arrays:  # its rows ranked by harmful tokens
-            gradients[f"{name} · tokens"] = (arrays[key], arrays[f"harm/{kind}"], {
-                **cost, "forward_rows": n_rows, "seconds": cost["seconds"] + seconds[f"tokens {kind}"]})
+        for harm, more in extra.items():  # its rows ranked by their harmful positions or tokens
+            harm_key = variant_arrays(f"{name} · {harm}")[1]
+            if where == "final" and norm == "raw" and harm_key in arrays:  # positions: an extraction in its place
+                base = cost["seconds"] - (seconds["extract final"] if harm == "positions" else 0.0)
+                gradients[f"{name} · {harm}"] = (arrays[key], arrays[harm_key], {
+                    **cost, **more, "seconds": base + seconds[f"{harm} {kind}"]})
     default = default_variant()
 
-    def plus_relevance(cost):
+    def plus_relevance(cost):  # RepSim's forward pass, unless the extraction's forward gave it
+        if cost.get("repsim_in_extraction"):
+            return cost
         return {**cost, "forward_rows": cost["forward_rows"] + n_rows, "seconds": cost["seconds"] + seconds["repsim"]}
 
     def gradient(effect, harm):
@@ -317,10 +361,11 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                                 plus_relevance(default_cost))
     methods["combined, ungated"] = (combine(effect[None, :], relevance(RELEVANCE_AGGREGATE), harm=harm,
                                             gated=False).score, plus_relevance(default_cost))
-    summed = default.removesuffix(" · tokens")  # the default's variant with every token summed, as before
-    if summed != default:
-        methods["gradient (row sum)"] = methods[f"gradient · {summed}"]
-        methods["combined (row sum)"] = methods[f"combined · {summed}"]
+    summed = variant_arrays(default)[0].removeprefix("effect/")  # every token summed, as before
+    for label, variant in (("row sum", summed), ("tokens", f"{summed} · tokens")):
+        if variant != default and f"combined · {variant}" in methods:
+            methods[f"gradient ({label})"] = methods[f"gradient · {variant}"]
+            methods[f"combined ({label})"] = methods[f"combined · {variant}"]
     return methods
 
 
@@ -371,12 +416,13 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         with np.load(arrays_path) as stored:
             arrays = {key: stored[key] for key in stored.files}
         missing = [k for k in kinds if meta["attributed"] and f"effect/{k} · unit · final" not in arrays]
-        no_tokens = [k for k in kinds if meta["attributed"] and f"harm/{k}" not in arrays]
-        if missing or no_tokens:  # what this folder's ingredients lack: only that is computed, then kept
+        no_harms = [k for k in kinds if meta["attributed"]
+                    and any(key.format(kind=k) not in arrays for key in HARM_ARRAYS.values())]
+        if missing or no_harms:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
             run = _GradientRun(_settings(folder, work, truth), work, clock)
             run.effects(missing, arrays)
-            run.token_harms(no_tokens, arrays)
+            run.row_harms(no_harms, arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
             np.savez(arrays_path, **arrays)
             meta_path.write_text(json.dumps(meta, indent=1, default=float))
@@ -432,18 +478,22 @@ def family_means(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                               "of": len(names)}
         worth = [m["epochs_worth"] for m in cost[name] if m["epochs_worth"] is not None]
         out[name] = {**row, "backward_rows": float(np.mean([m["backward_rows"] for m in cost[name]])),
+                     "derivative_rows": float(np.mean([m["backward_rows"] + m.get("forward_mode_rows", 0)
+                                                       for m in cost[name]])),
                      "epochs_worth": float(np.median(worth)) if worth else None}
     return out
 
 
 def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
     """BENCHMARKS.md's rule for defaults: among the gradient-based rankings run on every dev family, the highest
-    mean dev AUPRC; one within `margin` of it that costs fewer backward passes wins (the cheapest such)."""
+    mean dev AUPRC; one within `margin` of it that costs less wins (the cheapest such): fewer passes over the rows
+    that take a derivative (backward or forward-mode), then the lower median ÷ epoch."""
     ranked = {n: m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))
               and m.get("dev", {}).get("families") == m.get("dev", {}).get("of")}
     best = max(m["dev"]["mean"] for m in ranked.values())
     near = [n for n, m in ranked.items() if m["dev"]["mean"] >= best - margin]
-    return min(near, key=lambda n: (ranked[n]["backward_rows"], -ranked[n]["dev"]["mean"]))
+    return min(near, key=lambda n: (ranked[n]["derivative_rows"], ranked[n]["epochs_worth"] or 0.0,
+                                    -ranked[n]["dev"]["mean"]))
 
 
 def means_table(records: list[dict[str, Any]]) -> list[str]:
@@ -451,7 +501,7 @@ def means_table(records: list[dict[str, Any]]) -> list[str]:
     means = family_means(records)
     lines = ["### Means over families (each family the mean of its seeds)", "",
              "| method | dev: mean AUPRC | dev: worst family | test: mean AUPRC | test: worst family | "
-             "backward rows per run (mean) | ÷ epoch (median) |", "|---|---|---|---|---|---|---|"]
+             "backward + forward-mode rows per run (mean) | ÷ epoch (median) |", "|---|---|---|---|---|---|---|"]
     def cell(m: dict[str, Any], split: str, key: str) -> str:
         if split not in m:
             return "–"
@@ -463,7 +513,7 @@ def means_table(records: list[dict[str, Any]]) -> list[str]:
         m = means[name]
         worth = "–" if m["epochs_worth"] is None else f"{m['epochs_worth']:.1f}"
         lines.append(f"| {name} | {cell(m, 'dev', 'mean')} | {cell(m, 'dev', 'worst')} | {cell(m, 'test', 'mean')} | "
-                     f"{cell(m, 'test', 'worst')} | {m['backward_rows']:.0f} | {worth} |")
+                     f"{cell(m, 'test', 'worst')} | {m['derivative_rows']:.0f} | {worth} |")
     if any("dev" in m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))):
         lines += ["", f"The dev rule's choice: **{dev_rule(means)}**.", ""]
     return lines

@@ -3,8 +3,9 @@
     python -m torch.distributed.run --nproc-per-node 2 tests/distributed_worker.py ROWS SLOW STORE
 
 Every process extracts its files of STORE (rows and model from seeds, as tests/bad_inputs/extract_worker.py),
-sleeping SLOW seconds per batch so a test can kill one mid-way; after a barrier rank 0 scores seeded queries
-into STORE/../scores.npy. Without a launcher it is one process.
+with each row's harmful positions along a seeded direction and its RepSim to seeded query states, sleeping SLOW seconds per batch so a test can kill
+one mid-way; after a barrier rank 0 scores seeded queries into STORE/../scores.npy and writes the harms to
+STORE/../harms.npy and STORE/../repsim.npy. Without a launcher it is one process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from gradian.data.render import render_dataset  # noqa: E402
 from gradian.data.setup import TrainingSetup  # noqa: E402
 from gradian.gradients.distributed import join, leave  # noqa: E402
 from gradian.gradients.extract import GradientSettings, extract_train_features  # noqa: E402
+from gradian.gradients.hooks import lora_matrices  # noqa: E402
+from gradian.gradients.sides import position_harms_of, repsim_of  # noqa: E402
 from gradian.gradients.store import FeatureStore  # noqa: E402
 from gradian.scenarios.tokenizer import build_tokenizer  # noqa: E402
 from gradian.scores.scoring import effects_file, publish, score  # noqa: E402
@@ -47,8 +50,11 @@ def main(rows: int, slow: float, store: Path) -> None:
             yield batch
             time.sleep(slow)
 
+    generator = torch.Generator().manual_seed(4)
+    direction = [torch.randn(m.shape, generator=generator) for m in lora_matrices(model)]
+    states = np.random.default_rng(5).normal(size=(3, model.config.hidden_size))  # (Q, d)
     extract_train_features(model, rendered, store, settings=SETTINGS, shard=ranks.shard,
-                           progress=pace if slow else None)
+                           progress=pace if slow else None, direction=direction, representations=states)
     ranks.barrier()
     if ranks.is_main:
         features = FeatureStore(store)
@@ -56,6 +62,8 @@ def main(rows: int, slow: float, store: Path) -> None:
         effects = effects_file(store.parent / "scores.npy", 3, features.n_rows)
         score(features, queries, unit_norm_train=True, out=effects, chunk_rows=7)
         publish(effects, store.parent / "scores.npy")
+        np.save(store.parent / "harms.npy", position_harms_of(features, direction))
+        np.save(store.parent / "repsim.npy", repsim_of(features, states))
     leave(ranks)
 
 

@@ -67,12 +67,14 @@ def test_a_scenario_folder_of_another_seed_is_not_reused(tmp_path):
     assert not built_before(tmp_path, "truncated-cluster", 1)
 
 
+@pytest.mark.parametrize("how", ["positions", "tokens"])
 @pytest.mark.parametrize("other", [["--checkpoints", "on"], ["--checkpoints", "auto"], ["--preconditioner", "adam"],
                                    ["--unit-norm-train"]])
-def test_row_harm_tokens_with_what_it_cannot_read_is_one_sentence(cli_runner, tmp_path, other):
-    """--row-harm tokens reads the final adapter's raw gradients, identity preconditioner: any other is refused."""
+def test_row_harm_with_what_it_cannot_read_is_one_sentence(cli_runner, tmp_path, other, how):
+    """--row-harm positions or tokens reads the final adapter's raw gradients, identity preconditioner: any other is
+    refused."""
     required = [f"--{name}" for name in ("base-model", "adapter", "dataset", "eval-dataset", "out")]
     args = [x for flag in required for x in (flag, str(tmp_path / flag[2:]))] + ["--capability", "json_formatting"]
-    result = cli_runner.invoke(cli, ["attribute", *args, "--row-harm", "tokens", *other])
+    result = cli_runner.invoke(cli, ["attribute", *args, "--row-harm", how, *other])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "row_harm tokens reads the final adapter's raw gradients" in result.output
+    assert f"row_harm {how} reads the final adapter's raw gradients" in result.output

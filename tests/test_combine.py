@@ -110,9 +110,9 @@ def test_relevance_that_points_away_from_the_harm_does_not_drown_the_gradient(se
 
 
 def test_where_loud_rows_fill_the_gradients_top_relevance_gets_no_weight():
-    """The rule's blind spot, kept on purpose: when rows of other topics fill the gradient's whole top 5%, the
-    check cannot see the category's relevance agree, and the ranking stays the gradient's."""
-    effects, relevances, positive = world(0, loud=20, loudness=(4.0, 7.0))
+    """The rule's blind spot, kept on purpose: when rows of other topics fill the gradient's whole top share
+    (AGREEMENT_TOP), the check cannot see the category's relevance agree, and the ranking stays the gradient's."""
+    effects, relevances, positive = world(0, loud=round(AGREEMENT_TOP * N) + 5, loudness=(4.0, 7.0))
     ranking = combine(effects, relevances)
     assert ranking.checks["text"]["weight"] < 0.05
     assert ap(ranking.score, positive) == pytest.approx(ap(-effects.mean(axis=0), positive), abs=0.02)
@@ -188,13 +188,13 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
 
 @pytest.mark.parametrize("rank", ["combined", "gradient"])
 def test_a_row_harm_of_its_own_sets_the_order_and_the_effects_follow_it(rank):
-    """With `harm` (the harmful tokens' part), the score is z(harm) (+ relevance), each row's effects keep which
+    """With `harm` (the harmful positions' or tokens' part), the score is z(harm) (+ relevance), each row's effects keep which
     queries it hurts and move, as a whole, to its score in effect units; harm = −(mean effect) changes nothing."""
     effects, relevances, _ = world(2)
     harm = np.random.default_rng(5).gamma(2.0, size=N)  # (N,) positive, as Σ_t max(0, ·) is
     make = (lambda **kw: combine(effects, relevances, **kw)) if rank == "combined" else \
         (lambda **kw: gradient_ranking(effects, **kw))
-    plain, own = make(), make(harm=harm)
+    plain, own = make(), make(harm=harm, row_harm="positions")
     z = lambda x: (x - np.median(x)) / (1.4826 * np.median(np.abs(x - np.median(x))))  # noqa: E731
     weights = [relevance_check(r, harm)["weight"] if rank == "combined" else 0.0 for r in relevances]
     shift = RELEVANCE_SCALE * sum(w * z(r.train) for w, r in zip(weights, relevances, strict=True)) \
@@ -204,19 +204,20 @@ def test_a_row_harm_of_its_own_sets_the_order_and_the_effects_follow_it(rank):
     median, scale = np.median(-effect), 1.4826 * np.median(np.abs(-effect - np.median(-effect)))
     np.testing.assert_allclose(own.effects.mean(axis=0), -(median + scale * own.score), atol=1e-12)
     np.testing.assert_allclose(own.effects - own.effects.mean(axis=0), effects - effect, atol=1e-12)  # per query
-    assert own.row_harm == "tokens" and plain.row_harm == "sum"
-    np.testing.assert_array_equal(own.row_fields()["token_harm"], harm)
+    assert own.row_harm == "positions" and plain.row_harm == "sum" and "row_harm" not in plain.row_fields()
+    np.testing.assert_array_equal(own.row_fields()["row_harm"], harm)
     same = make(harm=-effect)
     np.testing.assert_allclose(same.score, plain.score)
     np.testing.assert_allclose(same.effects, plain.effects, atol=1e-12)
 
 
-def test_auto_row_harm_reads_tokens_only_on_the_final_adapters_raw_gradients():
-    from gradian.settings import reads_token_harm
+def test_auto_row_harm_reads_its_harmful_part_only_on_the_final_adapters_raw_gradients():
+    from gradian.settings import AUTO_ROW_HARM, row_harm_of
 
-    assert reads_token_harm("auto", "identity", False, tracin=False)
-    assert not reads_token_harm("auto", "identity", False, tracin=True)  # TracIn-CP effects: summed
-    assert not reads_token_harm("auto", "kfac", False, tracin=False)
-    assert not reads_token_harm("auto", "identity", True, tracin=False)
-    assert reads_token_harm("tokens", "identity", False, tracin=False)
-    assert not reads_token_harm("sum", "identity", False, tracin=False)
+    assert AUTO_ROW_HARM in ("positions", "tokens")
+    assert row_harm_of("auto", "identity", False, tracin=False) == AUTO_ROW_HARM
+    assert row_harm_of("auto", "identity", False, tracin=True) == "sum"  # TracIn-CP effects: summed
+    assert row_harm_of("auto", "kfac", False, tracin=False) == "sum"
+    assert row_harm_of("auto", "identity", True, tracin=False) == "sum"
+    for given in ("positions", "tokens", "sum"):
+        assert row_harm_of(given, "identity", False, tracin=False) == given

@@ -41,16 +41,23 @@ def finished(process: subprocess.Popen) -> None:
 
 
 def store_bytes(root: Path) -> dict[str, bytes]:
-    return {path.name: path.read_bytes() for path in sorted(root.iterdir()) if path.suffix in (".npy", ".json")}
+    """The store's files and its positions' side store's, by name."""
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted([*root.iterdir(), *root.glob("*/*")])
+            if path.suffix in (".npy", ".json")}
 
 
 def test_two_gloo_processes_write_the_bytes_of_one(tmp_path):
     finished(run_worker(None, tmp_path / "one" / "store"))
     finished(run_worker(2, tmp_path / "two" / "store"))
     one, two = store_bytes(tmp_path / "one" / "store"), store_bytes(tmp_path / "two" / "store")
-    assert len([name for name in one if name.endswith(".done.npy")]) == 8  # 8 files, 4 written by each rank
+    assert len([name for name in one if name.endswith(".done.npy")]) == 24  # 8 files, 8 of harms, 8 of RepSim
     assert one.keys() == two.keys() and all(one[name] == two[name] for name in one)
-    assert (tmp_path / "one" / "scores.npy").read_bytes() == (tmp_path / "two" / "scores.npy").read_bytes()
+    for name in ("scores.npy", "harms.npy", "repsim.npy"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    harms = np.load(tmp_path / "two" / "harms.npy")
+    assert harms.shape == (ROWS,) and (harms >= 0).all() and (harms > 0).sum() > ROWS // 2
+    repsim = np.load(tmp_path / "two" / "repsim.npy")
+    assert repsim.shape == (ROWS, 3) and (np.abs(repsim) <= 1 + 1e-6).all() and np.abs(repsim).min() > 0
     features = FeatureStore(tmp_path / "two" / "store").rows(0, ROWS)
     assert features.shape == (ROWS, 32) and np.abs(features).sum(axis=1).min() > 0  # real features, not zeros
 
@@ -75,7 +82,8 @@ def test_a_rank_killed_mid_extraction_resumes(tmp_path):
     finished(run_worker(2, store))  # the rerun resumes both ranks' files
     finished(run_worker(None, tmp_path / "clean" / "store"))
     assert store_bytes(store) == store_bytes(tmp_path / "clean" / "store")
-    assert (store.parent / "scores.npy").read_bytes() == (tmp_path / "clean" / "scores.npy").read_bytes()
+    for name in ("scores.npy", "harms.npy", "repsim.npy"):
+        assert (store.parent / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
 
 
 def _rank_one_started(store: Path) -> bool:

@@ -106,3 +106,60 @@ def test_chunked_reads_cover_every_row(model, rendered, tmp_path):
     store = extract_train_features(model, rendered, tmp_path, settings=SETTINGS)
     stacked = np.concatenate([chunk for _, chunk in store.chunks(4)])
     assert np.array_equal(stacked, np.asarray(store))
+
+
+def _direction(model, seed=4):
+    from gradian.gradients.hooks import lora_matrices
+
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(m.shape, generator=generator) for m in lora_matrices(model)]
+
+
+def test_extraction_gives_each_rows_harmful_positions_and_repsim_in_its_own_passes(model, rendered, tmp_path):
+    """With a direction and the queries' states, the store's forward and backward also give `position_harms`' and
+    RepSim's numbers (the dropped row 0), the features unchanged; a store made without them, and the energy pass's
+    rows, get theirs from passes of their own; resumed after an interruption, the same numbers; another direction
+    or other queries are not read as these."""
+    from gradian.gradients.energy import gradient_energy
+    from gradian.gradients.sides import position_harms_of, repsim_of
+    from gradian.scores.relevance import cosine, mean_hidden_states
+    from gradian.scores.token_harm import position_harms
+
+    direction = _direction(model)
+    states = np.random.default_rng(0).normal(size=(3, model.config.hidden_size))  # (Q, d) the queries'
+    harms = position_harms(model, rendered, direction, batch_size=SETTINGS.batch_size)
+    repsim = cosine(mean_hidden_states(model, [r.input_ids for r in rendered]), states)  # (N, Q)
+    repsim[5] = 0.0  # never trained: no relevance either
+    assert harms[5] == 0 and (np.delete(harms, 5) > 0).all()
+
+    def check(store):
+        np.testing.assert_allclose(position_harms_of(store, direction), harms, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(repsim_of(store, states), repsim, atol=1e-5)
+
+    plain = extract_train_features(model, rendered, tmp_path / "plain", settings=SETTINGS)
+    both = extract_train_features(model, rendered, tmp_path / "both", settings=SETTINGS, direction=direction,
+                                  representations=states)
+    assert np.array_equal(np.asarray(both), np.asarray(plain))  # the features see neither
+    check(both)
+
+    before = {path.name: path.read_bytes() for path in (tmp_path / "plain").glob("shard-*")}
+    later = extract_train_features(model, rendered, tmp_path / "plain", settings=SETTINGS, direction=direction,
+                                   representations=states)
+    assert {path.name: path.read_bytes() for path in (tmp_path / "plain").glob("shard-*")} == before
+    check(later)
+    with pytest.raises(InputError):
+        position_harms_of(later, _direction(model, seed=5))
+    with pytest.raises(InputError):
+        repsim_of(later, states[:2])
+
+    _, sampled = gradient_energy(model, rendered, SETTINGS, max_rows=4, keep_bytes=10**8)
+    assert sampled is not None and len(sampled.rows) == 4
+    check(extract_train_features(model, rendered, tmp_path / "energy", settings=SETTINGS, sampled=sampled,
+                                 direction=direction, representations=states))
+
+    extract_train_features(model, rendered, tmp_path / "stopped", settings=SETTINGS, direction=direction,
+                           representations=states, progress=lambda batches: itertools.islice(batches, 2))
+    resumed = extract_train_features(model, rendered, tmp_path / "stopped", settings=SETTINGS, direction=direction,
+                                     representations=states)
+    assert np.array_equal(position_harms_of(resumed, direction), position_harms_of(both, direction))
+    assert np.array_equal(repsim_of(resumed, states), repsim_of(both, states))

@@ -1,5 +1,6 @@
 """Per-token harm: the central difference equals one backward pass per token in float64, and adds up to the row's
-effect; the harm token of a cut row is where the planted cause sits."""
+effect; per-position harm equals the derivative of the row's loss along v injected at that position alone; the harm
+token of a cut row is where the planted cause sits."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.extract import collate, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair
-from gradian.scores.token_harm import harm_token, query_direction, row_harms, token_harms
+from gradian.scores.token_harm import harm_token, position_harms, query_direction, row_harms, token_harms
 from test_report import NUMBER, json_leaves, renderings
 
 PAIRS = [QueryPair("a", [5, 6, 7], [8, 9, 10, 2], [8, 9, 12, 2]), QueryPair("b", [6, 5], [9, 8, 2], [11, 2])]
@@ -75,6 +76,56 @@ def test_a_rows_harm_is_its_harmful_tokens_alone(model, batch_size):
     expected = np.array([np.clip(naive_harms(model, row, direction), 0.0, None).sum() for row in ROWS])
     assert got.shape == (len(ROWS),) and (got >= 0).all()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-8)
+    assert len(seen) == -(-len(ROWS) // batch_size)
+
+
+def naive_position_harms(model, row: Rendered, direction: list[torch.Tensor]) -> np.ndarray:
+    """Per position s, d/dε of the row's summed loss with ε·V x_s added to every LoRA matrix's output at s alone."""
+    matrices = lora_matrices(model)
+    batch = collate([(row.input_ids, row.labels)], 0)
+    harms = []
+    for s in range(len(row.input_ids)):
+        eps = torch.zeros((), dtype=torch.float64, requires_grad=True)
+
+        def nudge(index, s=s, eps=eps):
+            def hook(module, inputs, output):
+                mask = torch.zeros_like(output)
+                mask[:, s] = 1.0
+                return output + eps * mask * (inputs[0] @ direction[index].T)
+            return hook
+
+        handles = [m.module.register_forward_hook(nudge(i)) for i, m in enumerate(matrices)]
+        try:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           position_ids=batch["position_ids"]).logits
+            harms.append(float(torch.autograd.grad(summed_nll(logits, batch["labels"]), eps)[0]))
+        finally:
+            for handle in handles:
+                handle.remove()
+    return np.array(harms)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 16])
+def test_a_rows_harm_is_its_harmful_positions_alone(model, batch_size):
+    """position_harms = Σ_s max(0, h_s), each h_s against its own derivative in float64; the h_s add up to vᵀ∇L."""
+    direction = query_direction(model, PAIRS, "contrastive")
+    weights = [m.module.weight for m in lora_matrices(model)]
+    before = [(w.detach().clone(), w.requires_grad) for w in weights]
+    seen = []
+
+    def bar(items, label):
+        for item in items:
+            seen.append(item)
+            yield item
+
+    got = position_harms(model, ROWS, direction, batch_size=batch_size, bar=bar)
+    for w, (value, flag) in zip(weights, before, strict=True):
+        assert torch.equal(w, value) and w.requires_grad == flag and w.grad is None  # the adapter is left as it was
+    parts = [naive_position_harms(model, row, direction) for row in ROWS]
+    np.testing.assert_allclose(got, [np.clip(h, 0.0, None).sum() for h in parts], rtol=1e-7, atol=1e-10)
+    assert any((h < 0).any() and (h > 0).any() for h in parts)  # parts differ in sign within a row: the clip matters
+    np.testing.assert_allclose([h.sum() for h in parts], [naive_harms(model, row, direction).sum() for row in ROWS],
+                               rtol=1e-5, atol=1e-8)  # positions and tokens split the same vᵀ∇L
     assert len(seen) == -(-len(ROWS) // batch_size)
 
 

@@ -30,12 +30,12 @@ from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report
 from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
-from gradian.scores.combine import Ranking, rank_rows
+from gradian.scores.combine import Ranking, failing_queries, query_states, rank_rows
 from gradian.scores.pairs import answer_tokens, base_kind, query_pairs  # noqa: F401 - their former home
 from gradian.scores.queries import QueryPair
 from gradian.scores.scoring import total_effect
 from gradian.scores.token_harm import harm_token, query_direction, row_harms, token_harms
-from gradian.settings import AttributeSettings, ExtractSettings, reads_token_harm
+from gradian.settings import AttributeSettings, ExtractSettings, row_harm_of
 from gradian.stages import (
     Clusters,
     cluster,
@@ -101,11 +101,23 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         return pairs
 
     pairs = ranks.main_only(queries)
+    how = row_harm_of(settings.row_harm, settings.preconditioner, settings.unit_norm_train, tracin=bool(prepared[1]))
+    # v: the direction of the rows' harm and the report's tokens; every process needs it where its extraction's
+    # backward gives the rows' harmful positions
+    direction = ranks.main_only(lambda: query_direction(model, pairs or [], base_kind(settings.query)),
+                                share=how == "positions")
+    # the failing queries' hidden states: the extraction's forward gives every row's RepSim to them
+    states = ranks.main_only(lambda: query_states(model, failing_queries(measured, pairs or []),
+                                                  batch_size=settings.batch_size),
+                             share=True) if settings.rank == "combined" else None
 
     say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows"
-        + (f", {ranks.world} processes" if ranks.world > 1 else ""))
-    extraction = extract(ExtractSettings.of(settings), audit, model, ranks=ranks, bar=bar, prepared=prepared)
-    if not ranks.is_main or pairs is None:
+        + (f", {ranks.world} processes" if ranks.world > 1 else "")
+        + (", with their harmful positions" if how == "positions" else "")
+        + (", with their RepSim" if states is not None else ""))
+    extraction = extract(ExtractSettings.of(settings), audit, model, ranks=ranks, bar=bar, prepared=prepared,
+                         direction=direction if how == "positions" else None, representations=states)
+    if not ranks.is_main or pairs is None or direction is None:
         return None  # rank 0 scores, clusters and reports
 
     over = f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else ""
@@ -113,14 +125,12 @@ def _attribute(settings: AttributeSettings, ranks: Ranks, say: Say, bar: Bar | N
         f"{over}")
     scores = score(settings, extraction, model, audit, pairs, bar=bar)
 
-    direction = query_direction(model, pairs, base_kind(settings.query))  # v: the row harm's, the report's tokens
-    harm = None
-    if reads_token_harm(settings.row_harm, settings.preconditioner, settings.unit_norm_train,
-                        tracin=bool(extraction.checkpoints)):
-        say("scores: each training row's harmful tokens, one forward pass per batch")
+    harm = extraction.harm
+    if how == "tokens":
+        say("scores: each training row's harmful tokens, one forward-mode pass per batch")
         harm = row_harms(model, audit.rendered, direction, batch_size=settings.batch_size, bar=bar)
-    ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, harm=harm,
-                        batch_size=settings.batch_size)
+    ranking = rank_rows(settings.rank, scores.effects, model, audit, measured, pairs, harm=harm, row_harm=how,
+                        repsim=extraction.repsim, batch_size=settings.batch_size)
     write_json(settings.out_dir / "ranking.json", ranking.to_dict())
     effects = ranking.effects  # the memory map itself for --rank gradient; shifted by relevance for combined
     say("clusters: grouping and naming the training rows")

@@ -43,6 +43,7 @@ from gradian.gradients.extract import (
     project_sample,
 )
 from gradian.gradients.factors import fit_factors
+from gradian.gradients.sides import position_harms_of, repsim_of
 from gradian.gradients.store import FeatureStore
 from gradian.regression.capabilities import get_capability
 from gradian.regression.measure import RegressionResult, measure_regression
@@ -55,6 +56,8 @@ from gradian.scores.tracin import Checkpoint, checkpoint_stores, checkpoint_weig
 from gradian.settings import AttributeSettings, ExtractSettings
 
 if TYPE_CHECKING:
+    import torch
+
     from gradian.attribute import AttributeResult
 
 Bar = Callable[[Iterable, str], Iterable]
@@ -71,6 +74,8 @@ class Extraction:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     checkpoint_stores: list[FeatureStore] = field(default_factory=list)
     skipped: str | None = None  # why `--checkpoints auto` fell back to the final adapter
+    harm: np.ndarray | None = None  # (N,) the rows' harmful positions along the direction extraction was given
+    repsim: np.ndarray | None = None  # (N, Q) the rows' RepSim to the query states extraction was given
 
     @property
     def tracin(self) -> dict[str, Any]:
@@ -137,8 +142,11 @@ def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, t
 
 
 def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ranks: Ranks | None = None,
-            bar: Bar | None = None, prepared: Prepared | None = None) -> Extraction:
-    """The training rows' features (final adapter, then every TracIn-CP checkpoint), this process's shard of each.
+            bar: Bar | None = None, prepared: Prepared | None = None,
+            direction: list[torch.Tensor] | None = None, representations: np.ndarray | None = None) -> Extraction:
+    """The training rows' features (final adapter, then every TracIn-CP checkpoint), this process's shard of each;
+    with `direction`, each row's harmful positions along it from the final adapter's backward (`Extraction.harm`),
+    with `representations` (the failing queries' states), each row's RepSim to them from its forward (`.repsim`).
 
     Rank 0 computes the projection shares and broadcasts them with the energy pass's projected rows; every rank
     writes its files of each store; a barrier after each store, so every rank returns complete stores.
@@ -157,14 +165,17 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
 
     gradient, projected = ranks.main_only(shares, share=True)  # type: ignore[misc]
     extract_train_features(model, audit.rendered, out / "gradients", settings=gradient, shard=ranks.shard,
-                           progress=wrap(bar, "gradients"), scale=scale, sampled=projected)
+                           progress=wrap(bar, "gradients"), scale=scale, sampled=projected, direction=direction,
+                           representations=representations)
     del projected
     ranks.barrier()
     store = FeatureStore(out / "gradients")  # every rank's files written
     stores = checkpoint_stores(model, audit.rendered, checkpoints, out / "gradients-checkpoints", settings=gradient,
                                shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
                                barrier=ranks.barrier) if checkpoints else []
-    return Extraction(store, gradient, scale, checkpoints, stores, skipped)
+    harm = position_harms_of(store, direction) if direction is not None else None
+    repsim = repsim_of(store, representations) if representations is not None else None
+    return Extraction(store, gradient, scale, checkpoints, stores, skipped, harm, repsim)
 
 
 def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult,

@@ -31,6 +31,7 @@ from gradian.gradients.hooks import (
 )
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
+from gradian.gradients.sides import Sides
 from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
 
 __all__ = [
@@ -254,6 +255,8 @@ def extract_train_features(
     progress: Progress | None = None,
     scale: ParameterScale | None = None,
     sampled: SampledGradients | ProjectedSample | None = None,
+    direction: list[torch.Tensor] | None = None,
+    representations: np.ndarray | None = None,
 ) -> FeatureStore:
     """Write the features of shard `shard` = (rank, world) of `rendered` into `store_dir`; resumes a stopped run.
 
@@ -263,6 +266,13 @@ def extract_train_features(
     The rows of `sampled` (the energy pass's, see `gradients.energy`) are projected from their exact gradients
     instead of computed again; pass a `ProjectedSample` (`project_sample`) when every process should write the
     same projected rows.
+
+    With `direction` V (one tensor per LoRA matrix, shaped like its weight) the same backward also gives each row's
+    harm from its harmful positions along V; with `representations` (Q, d), the failing queries' mean last hidden
+    states, the same forward gives each row's RepSim to them. Both go into side stores beside the features
+    (`gradients.sides`: resumable, one writer per file; `sides.position_harms_of` and `sides.repsim_of` read them).
+    Rows whose features were already there (a store made for another query, the energy pass's rows) get them from a
+    forward and backward of their own, their features left as they were.
     """
     rank, world = shard
     matrices = lora_matrices(model)
@@ -270,9 +280,12 @@ def extract_train_features(
     ids = [row.example_id for row in rendered]
     meta = store_meta(model, rendered, settings, projector, scale, matrices)
     writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
+    sides = Sides(model, matrices, Path(store_dir), meta, ids, shard, direction=direction,
+                  representations=representations)
     dropped = [i for i in range(writer.start, writer.stop) if rendered[i].dropped]
-    if dropped and not writer.is_done(dropped):
+    if dropped and not writer.is_done(dropped):  # never trained: no gradient
         writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
+    sides.write_zeros(dropped)
     lengths = {i: len(rendered[i].input_ids) for i in range(writer.start, writer.stop) if not rendered[i].dropped}
     if sampled is not None:
         projected = sampled if isinstance(sampled, ProjectedSample) else \
@@ -284,17 +297,22 @@ def extract_train_features(
             writer.write([projected.rows[j] for j in mine], projected.features[mine])
         for j in mine:
             del lengths[projected.rows[j]]
+        sampled_lengths = {projected.rows[j]: len(rendered[projected.rows[j]].input_ids) for j in mine}
     pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
-    batches = [batch for file in writer.files for batch in plan_batches(
-        {i: n for i, n in lengths.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
-    with example_gradients(model, projector, scale, matrices) as compute:
+    planned = [lengths] + ([sampled_lengths] if sampled is not None and sides else [])
+    batches = [batch for part in planned for file in writer.files for batch in plan_batches(
+        {i: n for i, n in part.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
+    with example_gradients(model, projector, scale, matrices) as compute, sides.hooks():
         for rows in progress(batches) if progress is not None else batches:
-            if writer.is_done(rows):
+            has_features = writer.is_done(rows)
+            if has_features and sides.is_done(rows):
                 continue
             batch = collate([(rendered[i].input_ids, rendered[i].labels) for i in rows], pad_id, settings.padding_side)
-            features = compute(batch)  # (B, k)
-            writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
+            features = compute(batch)  # (B, k); the same forward and backward feed the sides' hooks
+            if not has_features:
+                writer.write(rows, features.detach().to(store_dtype).cpu().numpy())
+            sides.write(rows, batch["attention_mask"])
     return FeatureStore(store_dir, meta=json.loads(json.dumps(meta)), ids=ids)  # as settings.json reads back
 
 

@@ -107,6 +107,56 @@ def capture_gradients(matrices: list[LoraMatrix], on_grad: GradCallback) -> Iter
 
 
 @contextmanager
+def capture_positions(matrices: list[LoraMatrix], direction: list[torch.Tensor],
+                      on_part: Callable[[torch.Tensor], None]) -> Iterator[None]:
+    """Call `on_part(h)` with h (B, T) = g_tᵀ V x_t, each position's part of vᵀ∇L along `direction` V (one tensor
+    per matrix, shaped like its weight), once per LoRA matrix during the next backward: Σ over matrices and
+    positions is vᵀ∇L_i, as Σ_t g_t x_tᵀ is ∇W_i (padding: g = 0, so h = 0)."""
+    handles = []
+
+    def forward_hook(index: int):
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            if not output.requires_grad:
+                return
+            x, v = inputs[0].detach(), direction[index].to(inputs[0])  # (B, T, in), (out, in)
+            if v.shape[1] <= v.shape[0]:  # the product in the smaller width: gᵀ V x = (g V)·x, in ≤ out
+                output.register_hook(lambda g: on_part(((g @ v.to(g.dtype)) * x.to(g.dtype)).sum(-1)))  # (B, T)
+            else:  # = g·(V x), out < in
+                vx = x @ v.T  # (B, T, out)
+                output.register_hook(lambda g: on_part((g * vx.to(g.dtype)).sum(-1)))  # (B, T)
+
+        return hook
+
+    for index, matrix in enumerate(matrices):
+        handles.append(matrix.module.register_forward_hook(forward_hook(index)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def capture_last_hidden(model: typing.Any, on_hidden: Callable[[torch.Tensor], None]) -> Iterator[None]:
+    """Call `on_hidden(h)` with h (B, T, d), the last hidden states (the output embeddings' input: after the final
+    norm, what `output_hidden_states` returns last), at each forward."""
+    head: nn.Module = model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, inputs: on_hidden(inputs[0].detach()))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def harmful_part(parts: list[torch.Tensor]) -> torch.Tensor:
+    """(B,) Σ_s max(0, h_s) of one batch, h (B, T) the sum of `capture_positions`' parts over the LoRA matrices;
+    empties `parts` for the next batch."""
+    harm = torch.stack(parts).sum(0).double().clamp(min=0.0).sum(-1)  # (B,)
+    parts.clear()
+    return harm
+
+
+@contextmanager
 def gradient_roots(matrices: list[LoraMatrix]) -> Iterator[list[torch.Tensor]]:
     """Freeze the LoRA weights (the hooks assemble their gradients per example) but where the backward must end.
 

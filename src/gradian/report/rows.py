@@ -1,7 +1,7 @@
 """Per-row results: `examples.jsonl`, one line per training row, beside report.json (which keeps the top rows).
 
 A line is `{"id", "effect", "cluster", "flags", "culprit"}` in dataset order, plus the ranking's parts
-(`gradient_effect`, `rank_score`, `relevance_tfidf`, `relevance_repsim`, `token_harm`) when attribution ran (documented in
+(`gradient_effect`, `rank_score`, `relevance_tfidf`, `relevance_repsim`, `row_harm`) when attribution ran (documented in
 docs/report-schema.md).
 The rows are held as columns (arrays, the flags as a (checks, N) bool array, the ids as a `data.columns.StringColumn`),
 not one dict per row, and the file is written a line at a time, so a report over millions of rows stays flat in

@@ -6,13 +6,14 @@ gradient ranks some rows of other categories (large, unrelated gradients that ha
 above the culprits, and similarity cannot tell the culprits from their clean neighbours, which the gradient
 ranks as the most helpful rows of all. Together they can. The rule, the same on every run:
 
-    score_i = z(harm_i) + λ · R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k),        λ = 3
+    score_i = z(harm_i) + λ · R_i,        R_i = Σ_k w_k · s_k(i) / max(1, Σ_k w_k),        λ = 2
 
-- harm_i = the row's harmful tokens' part, Σ_t max(0, vᵀ∇ℓ_{i,t}) along the queries' direction v
-  (`token_harm.row_harms`; `--row-harm sum`, or TracIn-CP / another preconditioner / unit gradients: −(mean effect
-  over the failing queries), every token summed). A culprit teaches one wrong decision (the early EOS, the opening
-  fence) among many right ones, the rest of a valid answer its clean neighbours teach too; summed, the right tokens
-  cancel the wrong one (a fenced row's JSON body pays back its fence), and the harmful tokens' part does not;
+- harm_i = the row's harmful part along the queries' direction v: its positions' (Σ_s max(0, h_{i,s}),
+  `token_harm.position_harms`, the default) or its tokens' (Σ_t max(0, vᵀ∇ℓ_{i,t}), `token_harm.row_harms`); with
+  `--row-harm sum`, or TracIn-CP / another preconditioner / unit gradients: −(mean effect over the failing
+  queries), every token summed. A culprit teaches one wrong decision (the early EOS, the opening fence) among many
+  right ones, the rest of a valid answer its clean neighbours teach too; summed, the right tokens cancel the wrong
+  one (a fenced row's JSON body pays back its fence), and the harmful part does not;
   z = robust z-score, (x − median) / (1.4826 · MAD), so every part sits on the scale of its own bulk whatever its
   units (cosines of hidden states all near 1, TF-IDF mostly near 0, effects of any size);
 - s_k = z(relevance of kind k) (TF-IDF, RepSim), unbounded on purpose: where the failing prompts are about the
@@ -20,19 +21,20 @@ ranks as the most helpful rows of all. Together they can. The rule, the same on 
   whose large gradients happen to align with the queries, and the gradient then orders the rows within the topic,
   culprits above their clean neighbours;
 - w_k in [0, 1], how much kind k counts, from one check that reads no ground truth: *does the relevance point
-  where the gradient does?* Kind k's relevance must pick out the gradient's most harmful rows (the top 5%, at least
-  5) from the rest: w = 2·AUC − 1, clipped to [0, 1]. Where the failing prompts are about another topic than the
+  where the gradient does?* Kind k's relevance must pick out the gradient's most harmful rows (the top 10%, at
+  least 5) from the rest: w = 2·AUC − 1, clipped to [0, 1]. Where the failing prompts are about another topic than the
   culprits (a fence taught by one category's rows makes every other category fail; a format taught by rows about
   other topics), the relevant rows are not the harmful ones, AUC ≤ 0.5 and w = 0: relevance cannot drown the
   gradient there, and with w = 0 for every kind the ranking is the gradient's alone, exactly. The check looks at
   the top of the gradient's ranking, not at all rows: where a category is half clean, its clean rows are the most
   helpful of all, so a correlation over every row (tried: a one-sided Spearman test) turns relevance off where it
   is needed most; ρ(harm, relevance) is reported beside each weight;
-- λ = 3 and the top 5%: at full weight one robust deviation of relevance counts as three of harm. Both chosen on
+- λ = 2 and the top 10%: at full weight one robust deviation of relevance counts as two of harm. Both chosen on
   the suite's dev half from λ in 1, 2, 3, 4, 6, 8, 16 and a top 5% or 10% by the highest dev mean (BENCHMARKS.md,
-  "The ranking rule's constants"): λ = 4 on the summed harm, λ = 3 once rows were ranked by their harmful tokens
-  (3 and 4 within 0.0001 of each other there, 2 to 8 within 0.009). The rule's blind spot: where rows of other topics
-  fill the gradient's whole top 5%, relevance that would have helped gets no weight.
+  "The ranking rule's constants"): λ = 4 and the top 5% on the summed harm, λ = 3 and 5% on the harmful tokens,
+  λ = 2 and 10% on the harmful positions (each time the best grid points differ by a few thousandths: the dev
+  half barely tells them apart). The rule's blind spot: where rows of other topics fill the gradient's whole top
+  10%, relevance that would have helped gets no weight.
 
 Tried before this rule, and replaced on the dev half (BENCHMARKS.md): weights from how well each kind tells the
 failing eval prompts from the passing ones. That check passes wherever the passing prompts are one topic, and so
@@ -59,8 +61,8 @@ from gradian.scores.scoring import total_effect
 
 MAD_TO_SIGMA = 1.4826
 RELEVANCE_AGGREGATE = "mean"  # a row's relevance: its mean over the failing queries (max fell to 0.36 on format-cluster)
-RELEVANCE_SCALE = 3.0  # λ: robust deviations of harm that one of relevance counts as, at full weight (dev half)
-AGREEMENT_TOP = 0.05  # the share of rows, the gradient's most harmful, that a relevance kind must pick out
+RELEVANCE_SCALE = 2.0  # λ: robust deviations of harm that one of relevance counts as, at full weight (dev half)
+AGREEMENT_TOP = 0.10  # the share of rows, the gradient's most harmful, that a relevance kind must pick out
 AGREEMENT_MIN_ROWS = 5
 
 
@@ -82,17 +84,14 @@ class Ranking:
     score: np.ndarray  # (N,) higher = more likely a culprit
     relevance: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (N,)
     checks: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> auc, rho, weight
-    harm: np.ndarray | None = None  # (N,) the harmful tokens' part (`row_harms`); None: the harm is −gradient_effect
-
-    @property
-    def row_harm(self) -> str:
-        return "sum" if self.harm is None else "tokens"
+    harm: np.ndarray | None = None  # (N,) the harmful positions' or tokens' part; None: the harm is −gradient_effect
+    row_harm: str = "sum"  # which: positions, tokens or sum (`settings.row_harm_of`)
 
     def row_fields(self) -> dict[str, np.ndarray]:
         """Per-row numbers for report.json beside `effect`: the gradient's effect, each relevance, the score."""
         fields = {"gradient_effect": self.gradient_effect, "rank_score": self.score}
         if self.harm is not None:
-            fields["token_harm"] = self.harm
+            fields["row_harm"] = self.harm
         return {**fields, **{f"relevance_{kind}": values for kind, values in self.relevance.items()}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,11 +128,13 @@ def relevance_check(relevance: Relevance, harm: np.ndarray, top: float = AGREEME
     return {"auc": auc, "rho": rho, "weight": float(np.clip(2 * auc - 1, 0.0, 1.0))}
 
 
-def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarray | None = None, gated: bool = True,
-            scale: float = RELEVANCE_SCALE, top: float = AGREEMENT_TOP) -> Ranking:
+def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarray | None = None,
+            row_harm: str = "sum", gated: bool = True, scale: float = RELEVANCE_SCALE,
+            top: float = AGREEMENT_TOP) -> Ranking:
     """The combined ranking of (Q, N) gradient effects and the relevance kinds (see the module docstring).
 
-    `harm` (N,): each row's harm where it is not −(mean effect), the harmful tokens' part (`row_harms`);
+    `harm` (N,): each row's harm where it is not −(mean effect), its harmful positions' or tokens' part, as
+    `row_harm` names it;
     `gated=False` counts every kind fully (w = 1): the ablation the benchmark measures the checks against; `scale`
     (λ) and `top` are the rule's two constants, arguments for the benchmark that chose them.
     """
@@ -152,10 +153,10 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarra
     score = robust_z(harm)[0] + shift
     return Ranking(rank="combined", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
                    relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
-                   harm=given)
+                   harm=given, row_harm=row_harm if given is not None else "sum")
 
 
-def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None) -> Ranking:
+def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None, row_harm: str = "sum") -> Ranking:
     """The gradient's ranking alone, the score its robust z of harm: the effects as given (a memory map stays one)
     where `harm` is −(mean effect), else moved to `harm`'s order as `_level` does."""
     effects = np.atleast_2d(effects)  # (Q, N)
@@ -164,7 +165,7 @@ def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None) -> 
         return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
     score = robust_z(np.asarray(harm, dtype=np.float64))[0]
     return Ranking(rank="gradient", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
-                   harm=np.asarray(harm, dtype=np.float64))
+                   harm=np.asarray(harm, dtype=np.float64), row_harm=row_harm)
 
 
 def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> np.ndarray:
@@ -178,22 +179,39 @@ def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> np.nda
 
 def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
     """(N, Q) RepSim of each training row as trained to each failing prompt with the fine-tuned model's own answer
-    (`queries`: regression rows, with `prompt_ids` and `finetuned.ids`)."""
-    from gradian.scores.relevance import repsim
+    (`queries`: regression rows, with `prompt_ids` and `finetuned.ids`); `attribute` takes the same from its
+    extraction's forward instead (`gradients.sides`, given `query_states`)."""
+    from gradian.scores.relevance import cosine, mean_hidden_states
 
-    return repsim(model, [r.input_ids for r in rendered], [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
-                  batch_size=batch_size)
+    return cosine(mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size),
+                  query_states(model, queries, batch_size=batch_size))
+
+
+def query_states(model: Any, queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
+    """(Q, d) the mean last hidden states of each failing prompt with the fine-tuned model's own answer."""
+    from gradian.scores.relevance import mean_hidden_states
+
+    return mean_hidden_states(model, [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
+                              batch_size=batch_size)
+
+
+def failing_queries(regression: Any, pairs: list[Any]) -> list[Any]:
+    """The regression rows the queries come from, in the regression's order: what relevance is measured to."""
+    chosen = {pair.eval_id for pair in pairs}
+    return [row for row in regression.rows if row.id in chosen]
 
 
 def relevance_parts(
     model: Any, examples: Sequence[Any], rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16,
+    repsim: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per kind, the (N, Q) similarity of every training row to the failing eval rows the queries come from:
-    TF-IDF of a training row's text to the failing prompts, and `repsim_relevance`."""
+    TF-IDF of a training row's text to the failing prompts, and `repsim_relevance` (`repsim` when already taken)."""
     from gradian.scores.relevance import tfidf_similarity
 
     return {"tfidf": tfidf_similarity([e.text for e in examples], [row.prompt for row in queries]),
-            "repsim": repsim_relevance(model, rendered, queries, batch_size=batch_size)}
+            "repsim": repsim if repsim is not None else repsim_relevance(model, rendered, queries,
+                                                                        batch_size=batch_size)}
 
 
 def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
@@ -204,12 +222,12 @@ def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
 
 
 def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression: Any, pairs: list[Any], *,
-              harm: np.ndarray | None = None, batch_size: int = 16) -> Ranking:
+              harm: np.ndarray | None = None, row_harm: str = "sum", repsim: np.ndarray | None = None,
+              batch_size: int = 16) -> Ranking:
     """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows;
-    `harm` (N,) as `combine` takes it."""
+    `harm` (N,) and `row_harm` as `combine` takes them, `repsim` (N, Q) as `relevance_parts`."""
     if rank == "gradient":
-        return gradient_ranking(effects, harm=harm)
-    chosen = {pair.eval_id for pair in pairs}
-    parts = relevance_parts(model, audit.examples, audit.rendered, [row for row in regression.rows if row.id in chosen],
-                            batch_size=batch_size)
-    return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE), harm=harm)
+        return gradient_ranking(effects, harm=harm, row_harm=row_harm)
+    parts = relevance_parts(model, audit.examples, audit.rendered, failing_queries(regression, pairs),
+                            batch_size=batch_size, repsim=repsim)
+    return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE), harm=harm, row_harm=row_harm)

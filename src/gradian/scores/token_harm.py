@@ -11,6 +11,18 @@ J v for the (T,) per-token losses, exact, from one forward pass per batch with v
     harm_{i,t} = vᵀ ∇ℓ_{i,t}
 
 The report shows, for each of its top rows, the token with the largest harm and its share of the row's harm.
+
+Ranking every row wants its harmful part for nearly nothing: `position_harms` splits the row's effect by position
+instead of by token, from the backward pass of the row's summed loss (`hooks.capture_positions`): with g_{m,s} the
+gradient at LoRA matrix m's output at position s and x_{m,s} its input,
+
+    h_{i,s} = Σ_m g_{m,s}ᵀ V_m x_{m,s},        Σ_s h_{i,s} = vᵀ∇L_i
+
+Position s's part holds its own token's loss (ℓ_s's path through s) and what the later tokens read from s through
+attention; a cut row's EOS is its last position, which nothing later reads. It is the backward extraction runs
+anyway, so `attribute` takes it there (`gradients.sides`); `position_harms` is that pass on its own. On the suite's
+dev half the two splits rank alike (BENCHMARKS.md), and the tokens' forward-mode pass costs more than a training
+epoch of its own (it doubles every matmul).
 """
 
 from __future__ import annotations
@@ -28,8 +40,16 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import GradientSettings, collate, plan_batches, summed_nll
-from gradian.gradients.hooks import lora_matrices
+from gradian.gradients.extract import (
+    GradientSettings,
+    collate,
+    dropout_off,
+    lora_backward,
+    plan_batches,
+    row_batches,
+    summed_nll,
+)
+from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
 
 
@@ -72,12 +92,33 @@ def row_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.
     cancel the wrong one, the harmful tokens' part does not (`gradian.scores.combine`, BENCHMARKS.md). Rows are
     batched by length as extraction batches them (`plan_batches`: less padding, a padded-token budget).
     """
-    batches: Iterable[list[int]] = plan_batches({i: len(row.input_ids) for i, row in enumerate(rows)},
-                                                GradientSettings(batch_size=batch_size))
+    batches: Iterable[list[int]] = plan_batches({i: len(row.input_ids) for i, row in enumerate(rows) if not row.dropped},
+                                                GradientSettings(batch_size=batch_size))  # never trained: no harm
     batches = bar(batches, "harm per token") if bar is not None else batches
     out = np.zeros(len(rows))  # (N,)
     for batch, harms in _harm_batches(model, rows, direction, batches):
         out[batch] = [np.clip(harm, 0.0, None).sum() for harm in harms]
+    return out
+
+
+def position_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
+                   batch_size: int = 16, bar: Callable[[Iterable, str], Iterable] | None = None) -> np.ndarray:
+    """(N,) each row's harm from its harmful positions alone, H_i = Σ_s max(0, h_{i,s}) (module docstring), from
+    one backward pass per batch of rows, batched by length as extraction batches them (memory flat in N).
+    Extraction computes the same in its own backward (`extract_train_features(direction=)`); this is the pass on
+    its own, for a store already extracted."""
+    matrices = lora_matrices(model)
+    parts: list[torch.Tensor] = []  # (B, T) per LoRA matrix, of the current batch
+
+    def progress(batches: Iterable) -> Iterable:
+        return bar(batches, "harm per position") if bar is not None else batches
+
+    out = np.zeros(len(rows))  # (N,)
+    with dropout_off(model), capture_positions(matrices, direction, parts.append), gradient_roots(matrices) as roots:
+        trained = [i for i, row in enumerate(rows) if not row.dropped]  # never trained: no harm
+        for positions, batch in row_batches(model, rows, trained, GradientSettings(batch_size=batch_size), progress):
+            lora_backward(model, batch, roots)  # the hooks fill `parts`
+            out[positions] = harmful_part(parts).cpu().numpy()
     return out
 
 

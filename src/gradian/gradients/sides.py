@@ -1,0 +1,119 @@
+"""Per-row numbers extraction takes from its own forward and backward, written beside the features.
+
+- `positions/`: each row's harm from its harmful positions along a direction V, Σ_s max(0, h_s) with
+  h_s = Σ_m g_{m,s}ᵀ V_m x_{m,s} (`hooks.capture_positions`, `scores.token_harm`), from the backward;
+- `repsim/`: each row's RepSim to the failing queries, the cosine of its mean last hidden state (the output
+  embeddings' input, padding masked, as `scores.relevance.mean_hidden_states` takes it) with each query's, from
+  the forward.
+
+Without them the ranking would pay one more backward pass and one more forward pass over every row. Each is a store
+of its own (`store.ShardWriter`, float32, the features' file blocks), keyed by the features' settings and the bytes
+of what it is taken along (the direction, the queries' hidden states): it resumes as the features do, one writer per
+file under torchrun, and a store left for another query is never read as this one's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import typing
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from gradian.gradients.hooks import LoraMatrix, capture_last_hidden, capture_positions, harmful_part
+from gradian.gradients.store import FeatureStore, ShardWriter, fingerprint
+from gradian.scores.relevance import cosine
+
+POSITIONS, REPSIM = "positions", "repsim"
+
+
+def digest(values: Sequence[torch.Tensor] | np.ndarray) -> str:
+    """sha256 of the values' float64 bytes, in order."""
+    hashed = hashlib.sha256()
+    for value in values:
+        array = value.detach().to("cpu", torch.float64).numpy() if isinstance(value, torch.Tensor) else \
+            np.asarray(value, dtype=np.float64)
+        hashed.update(array.tobytes())
+    return hashed.hexdigest()
+
+
+def side_meta(features_meta: dict[str, object], name: str, along: str, dim: int) -> dict[str, object]:
+    """A side store's settings: which features, what it is taken along (a digest), its width; float32."""
+    gradient = typing.cast(dict, features_meta["gradient"])
+    return {"version": 1, "side": name, "features": fingerprint(features_meta), "along_sha256": along,
+            "n_rows": features_meta["n_rows"], "projection": {"dim": dim},
+            "gradient": {"shard_rows": gradient["shard_rows"], "store_dtype": "float32"}}
+
+
+class Sides:
+    """The side stores one extraction writes (none, either or both), and the hooks that feed them."""
+
+    def __init__(self, model: nn.Module, matrices: list[LoraMatrix], root: Path, meta: dict[str, object],
+                 ids: list[str], shard: tuple[int, int], *, direction: list[torch.Tensor] | None = None,
+                 representations: np.ndarray | None = None) -> None:
+        self.model, self.matrices, self.direction = model, matrices, direction
+        self.queries = representations  # (Q, d)
+        self.writers: dict[str, ShardWriter] = {}
+        self.widths: dict[str, int] = {}
+        queries = 0 if representations is None else len(representations)
+        for name, along, width in ((POSITIONS, direction, 1), (REPSIM, representations, queries)):
+            if along is not None:
+                self.writers[name] = ShardWriter(root / name, side_meta(meta, name, digest(along), width), ids,
+                                                 *shard, width)
+                self.widths[name] = width
+        self.parts: list[torch.Tensor] = []  # (B, T) per LoRA matrix: the positions' harm of the current batch
+        self.hidden: list[torch.Tensor] = []  # (B, T, d): the last hidden states of the current batch
+
+    def __bool__(self) -> bool:
+        return bool(self.writers)
+
+    @contextmanager
+    def hooks(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            if self.direction is not None:
+                stack.enter_context(capture_positions(self.matrices, self.direction, self.parts.append))
+            if self.queries is not None:
+                stack.enter_context(capture_last_hidden(self.model, self.hidden.append))
+            yield
+
+    def is_done(self, rows: list[int]) -> bool:
+        return all(writer.is_done(rows) for writer in self.writers.values())
+
+    def write_zeros(self, rows: list[int]) -> None:
+        """Rows never trained: no harm, no relevance."""
+        for name, writer in self.writers.items():
+            if rows and not writer.is_done(rows):
+                writer.write(rows, np.zeros((len(rows), self.widths[name]), dtype=np.float32))
+
+    def write(self, rows: list[int], mask: torch.Tensor) -> None:
+        """After the batch's forward and backward: each side's (B, width) of `rows`; `mask` (B, T) its padding."""
+        if POSITIONS in self.writers:
+            self.writers[POSITIONS].write(rows, harmful_part(self.parts)[:, None].cpu().numpy())
+        if REPSIM in self.writers:
+            hidden = self.hidden.pop()  # (B, T, d) the batch's one call of the output embeddings
+            self.hidden.clear()
+            weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)  # (B, d)
+            queries = typing.cast(np.ndarray, self.queries)
+            self.writers[REPSIM].write(rows, cosine(pooled.double().cpu().numpy(), queries))  # (B, Q)
+
+
+def side_rows(store: FeatureStore, name: str, along: str, width: int) -> np.ndarray:
+    """(N, width) float64 of side store `name` beside `store`, taken along `along` (a digest); raises InputError
+    when extraction did not leave it (taken along something else, or not finished)."""
+    side = FeatureStore(store.root / name, meta=side_meta(store.meta, name, along, width), ids=list(store.ids))
+    return side.rows(0, side.n_rows).astype(np.float64)
+
+
+def position_harms_of(store: FeatureStore, direction: list[torch.Tensor]) -> np.ndarray:
+    """(N,) the rows' harmful positions along `direction`, as `extract_train_features(direction=)` left them."""
+    return side_rows(store, POSITIONS, digest(direction), 1)[:, 0]
+
+
+def repsim_of(store: FeatureStore, representations: np.ndarray) -> np.ndarray:
+    """(N, Q) the rows' RepSim to the queries, as `extract_train_features(representations=)` left it."""
+    return side_rows(store, REPSIM, digest(representations), len(representations))
