@@ -117,3 +117,21 @@ def test_run_jobs_keeps_order_across_worker_processes(harness):
     assert jobs.run_jobs(operator.add, asked, 2, seen.append) == [11 * i for i in range(5)]
     assert sorted(seen) == [11 * i for i in range(5)]
     assert jobs.run_jobs(operator.add, asked, 1) == [11 * i for i in range(5)]
+
+
+def test_dev_rule_counts_forward_mode_passes_then_the_epochs_worth(harness):
+    """A forward-mode pass costs as a backward one does; at equal passes the lower median ÷ epoch wins."""
+    def record(family, methods):
+        return {"split": "dev", "family": family, "seed": 0, "methods": {
+            name: {"auprc": auprc, "backward_rows": 400, "forward_mode_rows": tangent, "epochs_worth": worth}
+            for name, (auprc, tangent, worth) in methods.items()}}
+
+    records = [record(family, {"combined · x · raw · final · tokens": (0.90, 400, 1.1),
+                               "combined · x · raw · final · positions": (0.89, 0, 0.4)}) for family in ("a", "b")]
+    means = harness.family_means(records)
+    assert means["combined · x · raw · final · tokens"]["derivative_rows"] == 800
+    assert harness.dev_rule(means) == "combined · x · raw · final · positions"  # within 0.02, half the passes
+    both = [record(family, {"combined · x · raw · final · tokens": (0.90, 0, 1.1),
+                            "combined · x · raw · final · positions": (0.89, 0, 0.4)}) for family in ("a", "b")]
+    assert harness.dev_rule(harness.family_means(both)) == "combined · x · raw · final · positions"  # ÷ epoch
+    assert harness.dev_rule(harness.family_means(both), margin=0.0) == "combined · x · raw · final · tokens"

@@ -48,6 +48,15 @@ def naive_harms(model, row: Rendered, direction: list[torch.Tensor]) -> np.ndarr
     return np.array(harms)
 
 
+def recording(seen: list):
+    """A progress bar that keeps what it was given."""
+    def bar(items, label):
+        for item in items:
+            seen.append(item)
+            yield item
+    return bar
+
+
 @pytest.mark.parametrize("kind", ["naive", "contrastive"])
 def test_central_difference_equals_a_backward_pass_per_token(model, kind):
     direction = query_direction(model, PAIRS, kind)
@@ -65,12 +74,8 @@ def test_central_difference_equals_a_backward_pass_per_token(model, kind):
 def test_a_rows_harm_is_its_harmful_tokens_alone(model, batch_size):
     """row_harms = Σ_t max(0, vᵀ∇ℓ_t), against one backward pass per token; the progress bar sees every batch."""
     direction = query_direction(model, PAIRS, "naive")
-    seen = []
-
-    def bar(items, label):
-        for item in items:
-            seen.append(item)
-            yield item
+    seen: list = []
+    bar = recording(seen)
 
     got = row_harms(model, ROWS, direction, batch_size=batch_size, bar=bar)
     expected = np.array([np.clip(naive_harms(model, row, direction), 0.0, None).sum() for row in ROWS])
@@ -111,12 +116,8 @@ def test_a_rows_harm_is_its_harmful_positions_alone(model, batch_size):
     direction = query_direction(model, PAIRS, "contrastive")
     weights = [m.module.weight for m in lora_matrices(model)]
     before = [(w.detach().clone(), w.requires_grad) for w in weights]
-    seen = []
-
-    def bar(items, label):
-        for item in items:
-            seen.append(item)
-            yield item
+    seen: list = []
+    bar = recording(seen)
 
     got = position_harms(model, ROWS, direction, batch_size=batch_size, bar=bar)
     for w, (value, flag) in zip(weights, before, strict=True):

@@ -68,9 +68,9 @@ class AttributeSettings:
         "help": "a row's harm in the ranking: positions (its harmful positions alone, Σ_s max(0, h_s), h_s position "
                 "s's part of vᵀ∇L, from the extraction's own backward pass; a culprit's right tokens, the rest of a "
                 "valid answer, no longer cancel its wrong one; on the suite's dev half, combined: 0.882 mean culprit "
-                "AUPRC vs 0.825 summed, gradient alone: 0.813 vs 0.714; the default costs 0.4 of the run's training "
+                "AUPRC vs 0.825 summed, gradient alone: 0.813 vs 0.714; the default costs 0.46 of the run's training "
                 "epoch there, BENCHMARKS.md), tokens (its harmful tokens alone, Σ_t max(0, vᵀ∇ℓ_t), one more "
-                "forward-mode pass: 0.870 and 0.814, at 1.1 epochs), sum (its effect, every token summed) or auto "
+                "forward-mode pass: 0.870 and 0.814, at 1.04 epochs), sum (its effect, every token summed) or auto "
                 "(default: positions where the effects are the final adapter's raw gradients with the identity "
                 "preconditioner, else sum)"})
     n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})

@@ -86,7 +86,6 @@ def capture_gradients(matrices: list[LoraMatrix], on_grad: GradCallback) -> Iter
     Padding needs no mask: its labels are ignored and no real token attends to it (the causal mask hides
     right padding, the attention mask left padding), so g is exactly zero there and adds nothing to the sums.
     """
-    handles = []
 
     def forward_hook(index: int):
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
@@ -97,13 +96,8 @@ def capture_gradients(matrices: list[LoraMatrix], on_grad: GradCallback) -> Iter
 
         return hook
 
-    for index, matrix in enumerate(matrices):
-        handles.append(matrix.module.register_forward_hook(forward_hook(index)))
-    try:
+    with _forward_hooks(matrices, forward_hook):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
@@ -112,7 +106,6 @@ def capture_positions(matrices: list[LoraMatrix], direction: list[torch.Tensor],
     """Call `on_part(h)` with h (B, T) = g_tᵀ V x_t, each position's part of vᵀ∇L along `direction` V (one tensor
     per matrix, shaped like its weight), once per LoRA matrix during the next backward: Σ over matrices and
     positions is vᵀ∇L_i, as Σ_t g_t x_tᵀ is ∇W_i (padding: g = 0, so h = 0)."""
-    handles = []
 
     def forward_hook(index: int):
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
@@ -127,8 +120,14 @@ def capture_positions(matrices: list[LoraMatrix], direction: list[torch.Tensor],
 
         return hook
 
-    for index, matrix in enumerate(matrices):
-        handles.append(matrix.module.register_forward_hook(forward_hook(index)))
+    with _forward_hooks(matrices, forward_hook):
+        yield
+
+
+@contextmanager
+def _forward_hooks(matrices: list[LoraMatrix], hook_of: Callable[[int], Callable]) -> Iterator[None]:
+    """`hook_of(index)` as a forward hook on each LoRA matrix, removed after."""
+    handles = [matrix.module.register_forward_hook(hook_of(index)) for index, matrix in enumerate(matrices)]
     try:
         yield
     finally:
