@@ -146,7 +146,8 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
             direction: list[torch.Tensor] | None = None, representations: np.ndarray | None = None) -> Extraction:
     """The training rows' features (final adapter, then every TracIn-CP checkpoint), this process's shard of each;
     with `direction`, each row's harmful positions along it from the final adapter's backward (`Extraction.harm`),
-    with `representations` (the failing queries' states), each row's RepSim to them from its forward (`.repsim`).
+    with `representations` (the failing queries' states), each row's RepSim to them from its forward (`.repsim`);
+    both read back on rank 0 only, the one that ranks.
 
     Rank 0 computes the projection shares and broadcasts them with the energy pass's projected rows; every rank
     writes its files of each store; a barrier after each store, so every rank returns complete stores.
@@ -173,8 +174,8 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     stores = checkpoint_stores(model, audit.rendered, checkpoints, out / "gradients-checkpoints", settings=gradient,
                                shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
                                barrier=ranks.barrier) if checkpoints else []
-    harm = position_harms_of(store, direction) if direction is not None else None
-    repsim = repsim_of(store, representations) if representations is not None else None
+    harm = position_harms_of(store, direction) if direction is not None and ranks.is_main else None  # rank 0 ranks
+    repsim = repsim_of(store, representations) if representations is not None and ranks.is_main else None
     return Extraction(store, gradient, scale, checkpoints, stores, skipped, harm, repsim)
 
 
