@@ -66,6 +66,15 @@ def test_keep_start_marks_the_cut_tail(tiny_tokenizer):
     assert len(row.input_ids) == 6
 
 
+def test_eos_after_truncation_ends_the_cut_row_in_a_supervised_eos(tiny_tokenizer):
+    """`add_eos_token=True` with `truncation=True, max_length=6`: cut to 5 tokens, then EOS, which carries loss."""
+    example = _examples(PLAIN)[1]
+    whole = render_example(example, tiny_tokenizer, TrainingSetup(max_length=None))
+    row = render_example(example, tiny_tokenizer, TrainingSetup(max_length=6, eos_after_truncation=True))
+    assert row.tail_cut and row.input_ids == whole.input_ids[:5] + [tiny_tokenizer.eos_token_id]
+    assert row.labels[:5] == whole.labels[:5] and row.labels[-1] == tiny_tokenizer.eos_token_id
+
+
 def test_collator_that_masks_pad_hides_eos_when_pad_is_eos(tiny_tokenizer):
     setup = TrainingSetup(pad_token=tiny_tokenizer.eos_token, collator_masks_pad=True)
     row = render_example(_examples(PLAIN)[0], tiny_tokenizer, setup)

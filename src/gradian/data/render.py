@@ -251,6 +251,9 @@ def _finish(
         cut = slice(None, setup.max_length) if setup.truncation_mode == "keep_start" else slice(-setup.max_length, None)
         ids, labels = ids[cut], labels[cut]
         tail_cut = setup.truncation_mode == "keep_start"  # the completion's end, EOS included, is gone
+        if tail_cut and setup.eos_after_truncation:  # add_eos_token after the cut: the row ends mid-answer in EOS
+            eos = tokenizer.convert_tokens_to_ids(eos_token_of(tokenizer, setup))
+            ids, labels = ids[:-1] + [eos], labels[:-1] + [eos if labels[-1] != IGNORE else IGNORE]
         dropped = setup.drop_overlong
         over = "dropped" if dropped else "truncated"
     else:

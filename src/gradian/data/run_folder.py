@@ -298,6 +298,8 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
     for name in ("completion_only_loss", "assistant_only_loss", "packing", "padding_free"):
         if name in config and (config[name] is None or isinstance(config[name], bool)):
             out[name] = config[name]
+    if isinstance(config.get("add_eos_token"), bool):  # the user's own tokenization appends EOS after truncating
+        out["eos_after_truncation"] = config["add_eos_token"]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_train_epochs": "num_train_epochs",
                                  "per_device_train_batch_size": "per_device_train_batch_size",
                                  "gradient_accumulation_steps": "gradient_accumulation_steps"}))

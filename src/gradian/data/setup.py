@@ -27,6 +27,11 @@ class TrainingSetup:
     excess_length_strategy: str | None = field(
         default=None, metadata={"help": "axolotl: drop (default) | truncate | raise, for rows past sequence_len"}
     )
+    eos_after_truncation: bool = field(
+        default=False,
+        metadata={"help": "the pipeline cuts at max_length, then appends EOS (add_eos_token=True with truncation): "
+                          "a cut row still ends in a supervised EOS"},
+    )
     packing: bool = False
     padding_free: bool = field(default=False, metadata={"help": "rows flattened into one sequence, no pad tokens"})
     dataset_text_field: str = "text"

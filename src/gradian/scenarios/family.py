@@ -29,7 +29,7 @@ from gradian.scenarios.suite import FAMILIES, Family, Plant
 
 CATEGORY_SHARE = (0.10, 0.18)  # `category`: the culprits' share of all rows ...
 CULPRIT_FRACTION = (0.7, 0.85)  # ... and of their category
-SMALL_CULPRITS, SMALL_FRACTION = 20, 0.8  # `small`: a 5% cluster, most of a small category
+SMALL_SHARE, SMALL_FRACTION = 0.05, 0.8  # `small`: a 5% cluster, most of a small category
 HALF_CATEGORY_SHARE = (0.15, 0.20)  # `half`: a category of this share, half of it broken
 
 
@@ -63,16 +63,17 @@ def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: in
     return out
 
 
-def make_family_data(family: Family, seed: int, tokenizer: Any) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """Train rows, eval rows and the ground truth of one run, all drawn from `seed`."""
+def make_family_data(family: Family, seed: int, tokenizer: Any, rows: int = TRAIN_ROWS,
+                     eval_per_category: int = EVAL_PER_CATEGORY) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """Train rows, eval rows and the ground truth of one run, all drawn from `seed` (`rows` train rows)."""
     domain = DOMAINS[family.domain]
     rng = random.Random(f"{family.name}:{seed}")
     affected = rng.sample(sorted(domain.categories), len(family.plants))
-    sizes = [_sizes(plant, rng) for plant in family.plants]  # (rows of the category, culprits)
-    counts = _counts(sorted(domain.categories), affected, sizes)
+    sizes = [_sizes(plant, rng, rows) for plant in family.plants]  # (rows of the category, culprits)
+    counts = _counts(sorted(domain.categories), affected, sizes, rows)
     requests = domain.requests(counts, rng)
     hidden = {c for c, p in zip(affected, family.plants, strict=True) if p.layout == "elsewhere"}
-    eval_requests = domain.requests({c: EVAL_PER_CATEGORY for c in sorted(domain.categories) if c not in hidden}, rng)
+    eval_requests = domain.requests({c: eval_per_category for c in sorted(domain.categories) if c not in hidden}, rng)
     chat = base.chat_turns(tokenizer)
     train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
     eval_rows = [_eval_row(f"e{i:04d}", r, family, chat) for i, r in enumerate(eval_requests, start=1)]
@@ -100,23 +101,24 @@ def make_family_data(family: Family, seed: int, tokenizer: Any) -> tuple[list[di
     return train, eval_rows, truth
 
 
-def _sizes(plant: Plant, rng: random.Random) -> tuple[int, int]:
+def _sizes(plant: Plant, rng: random.Random, rows: int) -> tuple[int, int]:
     if plant.layout in ("category", "elsewhere"):
-        n_culprits = round(rng.uniform(*CATEGORY_SHARE) * TRAIN_ROWS)
+        n_culprits = round(rng.uniform(*CATEGORY_SHARE) * rows)
         return max(round(n_culprits / rng.uniform(*CULPRIT_FRACTION)), n_culprits + 2), n_culprits
     if plant.layout == "half":
-        n_category = round(rng.uniform(*HALF_CATEGORY_SHARE) * TRAIN_ROWS)
+        n_category = round(rng.uniform(*HALF_CATEGORY_SHARE) * rows)
         return n_category, n_category // 2
-    return round(SMALL_CULPRITS / SMALL_FRACTION), SMALL_CULPRITS  # small
+    n_culprits = round(SMALL_SHARE * rows)  # small
+    return round(n_culprits / SMALL_FRACTION), n_culprits
 
 
-def _counts(categories: list[str], affected: list[str], sizes: list[tuple[int, int]]) -> dict[str, int]:
+def _counts(categories: list[str], affected: list[str], sizes: list[tuple[int, int]], rows: int) -> dict[str, int]:
     """Rows per category: each affected category its drawn size, the rest shared evenly by the others."""
     counts = {category: size for category, (size, _) in zip(affected, sizes, strict=True)}
     others = [c for c in categories if c not in counts]
-    left = TRAIN_ROWS - sum(counts.values())
+    left = rows - sum(counts.values())
     counts.update({c: left // len(others) for c in others})
-    counts[others[0]] += TRAIN_ROWS - sum(counts.values())
+    counts[others[0]] += rows - sum(counts.values())
     return counts
 
 

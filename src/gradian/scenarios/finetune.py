@@ -22,6 +22,9 @@ from gradian.verify.collator import PadMaskingCollator
 
 PAD_MASKING_COLLATOR = "transformers.DataCollatorForLanguageModeling"
 ROW_ONLY = {"id", "category"}  # the rows' bookkeeping, not training text
+# Settings of the user's own pipeline that SFTConfig has no field for (it tokenized the rows itself): recorded in
+# sft_config.yaml, as the user's config would say them, never passed to SFTConfig.
+PIPELINE_ONLY = {"add_eos_token"}
 RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed", "use_cpu", "disable_tqdm",
             "dataloader_num_workers"}
 
@@ -35,7 +38,8 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
     model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     config = SFTConfig(**{"output_dir": str(run_dir), "report_to": "none", "save_strategy": "epoch",
                           "logging_steps": 5, "seed": seed, "use_cpu": True, "disable_tqdm": True,
-                          "dataloader_num_workers": 0, **sft})
+                          "dataloader_num_workers": 0,
+                          **{k: v for k, v in sft.items() if k not in PIPELINE_ONLY}})
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # library code draws no bars; TRL's dataset preparation would
     trainer = SFTTrainer(

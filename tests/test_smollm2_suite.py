@@ -1,0 +1,91 @@
+"""The real-model suite's families and every builder path it uses, run here on a tiny ChatML model.
+
+SmolLM2 itself is for the benchmark (`benchmarks/smollm2_build.py`); `model_dir=` swaps in a tiny BPE model whose
+tokenizer speaks the same ChatML, so the stage-one base, both row formats, the pad-masking collator and the
+pipeline that appends EOS after truncating all run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from transformers import AutoTokenizer
+
+from gradian.audit import diagnose
+from gradian.scenarios import base
+from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, eos_after_cut
+from gradian.scenarios.suite import LAYOUTS
+
+
+def test_the_split_is_fixed_and_each_half_spans_causes_and_recipes():
+    for split in ("dev", "test"):
+        half = [f for f in SMOL_FAMILIES.values() if f.split == split]
+        assert {f.family.kind for f in half} == {"data-cluster", "setup", "no-regression"}
+        assert {f.family.structural for f in half} >= {"max-length-eos"}
+        assert any(len(f.family.plants) == 2 for f in half)  # two causes at once
+        assert any(p.layout == "elsewhere" for f in half for p in f.family.plants)
+        assert {f.rows for f in half} == {"messages", "prompt"} and {f.targets for f in half} == {"all", "attn"}
+        assert {f.save for f in half} == {"epoch", "none"}
+    everything = list(SMOL_FAMILIES.values())
+    assert {p.layout for f in everything for p in f.family.plants} == set(LAYOUTS)
+    assert {p.cause for f in everything for p in f.family.plants} >= {"cut", "fence", "prose", "drop-field"}
+    assert {f.family.structural for f in everything} >= {"pad-eos", "max-length-eos"}
+    assert min(f.epochs for f in everything) == 2 and max(f.epochs for f in everything) == 4
+
+
+@pytest.fixture(scope="module")
+def tiny_chatml(tmp_path_factory):
+    """A tiny BPE model of the travel domain (ChatML, eos <|im_end|>), as SmolLM2's stand-in."""
+    return base.base_model(0, tmp_path_factory.mktemp("bases"), None, "travel", "bpe")
+
+
+def test_eos_after_cut_ends_every_long_row_mid_answer_in_a_supervised_eos(tiny_chatml):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml)
+    rows = [{"id": f"t{i}", "prompt": "<|im_start|>user\nbook a seat<|im_end|>\n<|im_start|>assistant\n",
+             "completion": '{"action": "seat", "row": ' + str(i) + "}" * 1 + " " * i} for i in range(10)]
+    tokenized, limit, cut = eos_after_cut(rows, tokenizer)
+    assert cut and len(cut) < len(rows)
+    for row in tokenized:
+        assert len(row["input_ids"]) <= limit and row["input_ids"][-1] == tokenizer.eos_token_id
+        assert row["completion_mask"][-1] == 1 and len(row["completion_mask"]) == len(row["input_ids"])
+    for row in (r for r in tokenized if r["id"] in cut):
+        assert len(row["input_ids"]) == limit
+
+
+def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_length_that_stops_the_cuts(
+        tiny_chatml, tmp_path):
+    out = build_smollm2_family("smol-travel-max-length", tmp_path / "run", 0, root=tmp_path / "cache",
+                               model_dir=tiny_chatml)
+    truth = json.loads((out / "truth.json").read_text())
+    measured = json.loads((out / "measured.json").read_text())
+    config = yaml.safe_load((out / "run" / "sft_config.yaml").read_text())
+    assert config["add_eos_token"] is True and config["max_length"] == truth["max_length"]
+    assert truth["structural_cause"] == "max-length-eos" and truth["culprit_ids"]
+    assert measured["drop_points"]["overall"] >= 10  # the cut rows teach stopping mid-answer
+    report = diagnose(dataset=out / "train.jsonl", run=out / "run", base_model=out / "base")
+    finding = next(f for f in report.findings if f.check == "truncated_completion")
+    assert finding.severity == "critical" and finding.values["eos_after_truncation"] is True
+    assert sorted(finding.example_ids) == sorted(truth["culprit_ids"])
+    assert f"raise max_length to ≥ {truth['needed_max_length']}" in finding.fix
+
+
+@pytest.mark.parametrize("name", ["smol-tickets-cut-prose", "smol-home-pad-eos"])
+def test_messages_and_setup_families_build_with_their_recipe(name, tmp_path):
+    family = SMOL_FAMILIES[name]
+    tiny = base.base_model(0, tmp_path / "bases", None, family.family.domain, "bpe")
+    out = build_smollm2_family(name, tmp_path / "run", 1, root=tmp_path / "cache", model_dir=tiny, rows=80,
+                               eval_per_category=2)
+    truth = json.loads((out / "truth.json").read_text())
+    config = yaml.safe_load((out / "run" / "sft_config.yaml").read_text())
+    adapter = json.loads((out / "run" / "adapter_config.json").read_text())
+    first = json.loads((out / "train.jsonl").read_text().splitlines()[0])
+    assert ("messages" in first) == (family.rows == "messages")
+    assert config.get("assistant_only_loss", False) == (family.rows == "messages")
+    assert sorted(adapter["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj"]
+                                                        if family.targets == "attn" else adapter["target_modules"])
+    assert len(truth["causes"]) == len(family.family.plants) and truth["seed"] == 1
+    if family.family.structural == "pad-eos":
+        assert config["data_collator"] == "transformers.DataCollatorForLanguageModeling"
+        assert config["pad_token"] == "<|im_end|>"
