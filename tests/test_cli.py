@@ -78,3 +78,23 @@ def test_row_harm_with_what_it_cannot_read_is_one_sentence(cli_runner, tmp_path,
     result = cli_runner.invoke(cli, ["attribute", *args, "--row-harm", how, *other])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"row_harm {how} reads the final adapter's raw gradients" in result.output
+
+
+def test_library_warnings_and_loading_bars_stay_off_the_terminal(tmp_path):
+    """What the CLI sets up before any library loads: a model load and a library FutureWarning print nothing."""
+    import subprocess
+    import sys
+
+    code = (
+        "from gradian.cli.main import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "import warnings\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "config = LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,"
+        " num_attention_heads=2, num_key_value_heads=2)\n"
+        f"LlamaForCausalLM(config).save_pretrained({str(tmp_path)!r})\n"
+        f"LlamaForCausalLM.from_pretrained({str(tmp_path)!r})\n"
+        "warnings.warn('deprecated in a library', FutureWarning)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Loading weights" not in done.stderr and "FutureWarning" not in done.stderr, done.stderr

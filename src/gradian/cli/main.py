@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 
 import click
 
@@ -34,6 +36,16 @@ def _register() -> None:
         cli.add_command(command)
 
 
+def quiet_libraries() -> None:
+    """Library deprecation warnings and weight-loading bars stay off the user's terminal (set before the libraries
+    load): Gradian's own progress bars are the ones a user sees."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' loading bars follow the hub's switch
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
 def main() -> None:
+    quiet_libraries()
     _register()
     sys.exit(cli.main(standalone_mode=True))
