@@ -25,8 +25,8 @@ from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows, read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
-from gradian.report.verdict import decide
 from gradian.report.writers import markdown_cell, write_report
+from gradian.verdict import decide
 
 TOPICS = {
     "invoice": "invoice currency amount billing",
