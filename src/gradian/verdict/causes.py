@@ -4,9 +4,11 @@ A run can hold more than one cause: rows cut in one category and rows fenced in 
 a data cause. A further cause is a finding group that
 
 - teaches a symptom a share of the failing answers show (`MIN_CAUSE_EXPLAINS`): its evidence on the answers' side;
-- holds harm beyond its size by the data-cluster test (lift, CI lower bound over its size share) and at least
-  `MIN_CAUSE_HARM_SHARE` of all harm: its evidence on the gradients' side;
-- and is not the first cause seen again (it overlaps the rows already named by less than `MAX_CAUSE_OVERLAP`).
+- holds harm beyond its size: the lower end of its harm share's CI above its size share, the rows it adds above
+  their size share by the mean effects, and at least `MIN_CAUSE_HARM_SHARE` of all harm: its evidence on the
+  gradients' side;
+- and is not the first cause seen again (it overlaps the rows already named by less than `MAX_CAUSE_OVERLAP`); a
+  group split by symptom is tried through its parts only, so none passes on the harm of rows named before.
 
 Both kinds of evidence are required, so a null run (refused earlier) or a single-cause run does not grow a second
 cause from a group that merely sits near the first, and nothing is added when attribution did not run. Symptom
@@ -17,17 +19,22 @@ a data cause when a share of the failing answers never stop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
-from gradian.verdict.rules import explains, holds_harm, stop_fault, taught
+from gradian.verdict.rules import explains, stop_fault, taught
 from gradian.verdict.thresholds import (
     MAX_CAUSE_OVERLAP,
+    MIN_CAUSE_CI_LOW_OVER_SIZE,
     MIN_CAUSE_EXPLAINS,
     MIN_CAUSE_HARM_SHARE,
+    MIN_CAUSE_LIFT,
     SETUP_ROW_SHARE,
 )
 from gradian.verdict.types import Cause
@@ -71,23 +78,39 @@ def split_by_symptom(first: Cause, group: FindingGroup | None, groups: list[Find
 
 
 def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms: Symptoms | None,
-                   findings: list[Finding], n_rows: int) -> list[Cause]:
-    """The finding groups beside the causes already named (module docstring), sub-groups first, then by harm."""
+                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str]) -> list[Cause]:
+    """The finding groups beside the causes already named (module docstring), sub-groups first, then by harm;
+    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none)."""
+    if effects_mean is None or not groups:
+        return []
+    harm = np.maximum(-np.asarray(effects_mean, dtype=np.float64), 0.0)  # (N,)
+    position = {example_id: i for i, example_id in enumerate(ids)}
+    split = {g.check for g in groups if g.symptom is not None}
     causes: list[Cause] = []
     named = set(named)
-    for group in sorted(groups or [], key=lambda g: (g.symptom is None, -(g.harm_share or 0.0), g.name)):
-        if not taught(group) or group.size >= SETUP_ROW_SHARE * max(n_rows, 1):
+    for group in sorted(groups, key=lambda g: (g.symptom is None, -(g.harm_share or 0.0), g.name)):
+        if not taught(group) or group.size >= SETUP_ROW_SHARE * max(len(ids), 1) or (
+                group.symptom is None and group.check in split):
             continue
         overlap = len(set(group.example_ids) & named) / max(group.size, 1)
         share = explains(taught(group), symptoms)
-        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS:
-            continue
-        if not holds_harm(group.lift, group.harm_share_ci, group.harm_share, group.size_share, MIN_CAUSE_HARM_SHARE):
+        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS or not _beyond_size(group):
             continue
         rows = [i for i in group.example_ids if i not in named]
+        added = np.array([position[i] for i in rows], dtype=np.int64)
+        if harm.sum() <= 0 or harm[added].sum() / harm.sum() <= MIN_CAUSE_LIFT * len(added) / len(ids):
+            continue
         causes.append(group_cause(group, symptoms, findings, "harm", rows))
         named |= set(rows)
     return causes
+
+
+def _beyond_size(group: FindingGroup) -> bool:
+    """The group's harm share is significantly above its size share and at least MIN_CAUSE_HARM_SHARE."""
+    if group.harm_share is None or group.harm_share_ci is None:
+        return False
+    return group.harm_share_ci[0] > MIN_CAUSE_CI_LOW_OVER_SIZE * group.size_share \
+        and group.harm_share >= MIN_CAUSE_HARM_SHARE
 
 
 def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None,

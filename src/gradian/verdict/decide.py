@@ -70,7 +70,7 @@ def decide(
     top = ranked[0] if ranked and effects_mean is not None else None
     found = rules.symptom_group(symptoms, groups, n_rows)
     if found is not None and symptoms is not None:
-        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, n_rows)
+        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids)
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
             effects = np.asarray(effects_mean, dtype=np.float64)
@@ -89,19 +89,19 @@ def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | No
 
 
 def _named(regression: dict[str, Any], first: list[Cause], findings: list[Finding], symptoms: Symptoms | None,
-           groups: list[FindingGroup] | None, n_rows: int) -> list[Cause]:
+           groups: list[FindingGroup] | None, effects_mean: np.ndarray | None, ids: list[str]) -> list[Cause]:
     """Rule 8: the first cause's parts, the further data causes, then a setup cause beside them."""
     named = {i for cause in first for i in cause.example_ids}
-    return first + further_causes(named, groups, symptoms, findings, n_rows) \
-        + setup_beside(regression, findings, symptoms, n_rows)
+    return first + further_causes(named, groups, symptoms, findings, effects_mean, ids) \
+        + setup_beside(regression, findings, symptoms, len(ids))
 
 
 def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group: FindingGroup, located_by: str,
                      symptoms: Symptoms, top: ClusterSummary | None, groups: list[FindingGroup] | None,
-                     n_rows: int) -> Verdict:
+                     effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
     """Rule 4's verdict, with every cause beside it (rule 8) and whether the gradients agree."""
     first = split_by_symptom(group_cause(group, symptoms, findings, located_by), group, groups, symptoms, findings)
-    causes = _named(regression, first, findings, symptoms, groups, n_rows)
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
     gradients = rules.agreement(list(group.example_ids), set(culprits), top)
     evidence: dict[str, Any] = {
@@ -139,7 +139,7 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
         rows, threshold = rules.culprits_by_effect(cluster, effects_mean, ids)
         evidence["effect_threshold"] = threshold
     first = [cluster_cause(cluster, rows, found[0] if found else None, symptoms, findings)]
-    causes = _named(regression, first, findings, symptoms, groups, len(ids))
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
     evidence["n_culprits"] = len(culprits)
     summary = wording.cluster_summary(regression, cluster, found, len(rows), threshold)
