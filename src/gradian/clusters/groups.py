@@ -26,10 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from gradian.audit.capability import target_text
 from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import ANY_SYMPTOM, teaches
 from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
+from gradian.regression.capabilities import get_capability
+from gradian.regression.symptoms import classify_answer
 
 NEIGHBOURS = 10
 METHOD = "tf-idf cosine of each failing eval prompt with the training rows' prompts"
@@ -148,11 +152,6 @@ def finding_groups(
 def symptom_split(examples: Sequence[Example], finding: Finding, rows: np.ndarray) -> dict[str, np.ndarray]:
     """{symptom: positions} of the rows a capability check flags, by the symptom of each row's own target; empty
     unless the check teaches any symptom, names its capability, and its rows show at least two symptoms."""
-    from gradian.audit.capability import target_text
-    from gradian.audit.registry import ANY_SYMPTOM, teaches
-    from gradian.regression.capabilities import get_capability
-    from gradian.regression.symptoms import classify_answer
-
     name = finding.values.get("capability")
     if ANY_SYMPTOM not in teaches(finding.check) or not isinstance(name, str):
         return {}

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -53,8 +54,6 @@ def group_cause(group: FindingGroup, symptoms: Symptoms | None, findings: list[F
 def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, symptoms: Symptoms | None,
                   findings: list[Finding]) -> Cause:
     """A gradient cluster as a cause, naming `rows` (its flagged or outlying rows); `check` is its mechanism."""
-    from gradian.audit.registry import teaches
-
     symptom = symptoms.dominant if symptoms is not None and check is not None and symptoms.dominant \
         in teaches(check) else None
     return Cause("rows", f"cluster {cluster.id}", "gradients", rows, symptom,

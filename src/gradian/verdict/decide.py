@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from gradian.audit.finding import Finding
+from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import category_of
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -82,7 +83,7 @@ def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | No
     evidence: dict[str, Any] = {"finding": finding.to_dict()}
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    share = rules.explains(("never-stops",), symptoms) if rules.category_of(finding) == "stop" else None
+    share = rules.explains(("never-stops",), symptoms) if category_of(finding) == "stop" else None
     cause = Cause("setup", finding.check, "symptom" if share else "audit", [], "never-stops" if share else None,
                   share, fix=finding.fix)
     return Verdict("setup", wording.setup(regression, finding, symptoms), finding.fix, evidence, causes=[cause])
@@ -155,8 +156,8 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,
              symptoms: Symptoms | None) -> Verdict:
-    run_wide = sorted((f for f in rules.by_severity(findings) if not f.per_example),
-                      key=lambda f: rules.category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
+    run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
+                      key=lambda f: category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
     causes = rules.run_wide_causes(findings)
     evidence: dict[str, Any] = {"findings": [f.check for f in run_wide], "run_wide_causes": [f.check for f in causes],
                                 "cause_found": bool(causes)}
