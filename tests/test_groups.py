@@ -114,3 +114,26 @@ def test_nearest_rows_match_a_naive_cosine_loop():
     inside = np.array([i.startswith("shipping") for i in IDS])
     assert failure_share(found[:1], inside) == 1.0
     assert nearest_rows([], prompts) is None and nearest_rows(texts, []) is None
+
+
+def test_a_capability_group_splits_by_the_symptom_of_its_targets():
+    """Rows cut mid-object and rows wrapped in prose both fail json_formatting; the group is also split in two, each
+    part with its own harm numbers from the same code, and a group whose targets fail one way only is not split."""
+    rows = [Example(e.id, e.line, {**e.raw, "completion": ('{"a": 1, "b' if i < 10 else 'Here it is: {"a": 1}'
+                                                           if i < 25 else '{"a": 1}')})
+            for i, e in enumerate(ROWS)]
+    fails = Finding("fails_capability", "critical", "25 completions fail json_formatting.", "fix them",
+                    example_ids=IDS[:25], values={"capability": "json_formatting"})
+    effects = effects_for()
+    groups = {g.name: g for g in finding_groups(IDS, [fails], effects, seed=0, examples=rows)}
+    assert set(groups) == {"fails_capability", "fails_capability:stops-early", "fails_capability:wrapped"}
+    assert groups["fails_capability:stops-early"].example_ids == IDS[:10]
+    assert groups["fails_capability:wrapped"].example_ids == IDS[10:25]
+    assert groups["fails_capability:wrapped"].to_dict()["symptom"] == "wrapped"
+    harm = np.maximum(-effects.mean(axis=0), 0.0)  # (N,) float64
+    assert groups["fails_capability:wrapped"].harm_share == pytest.approx(harm[10:25].sum() / harm.sum())
+    cut_only = Finding("fails_capability", "critical", "10 fail.", "fix them", example_ids=IDS[:10],
+                       values={"capability": "json_formatting"})
+    assert [g.name for g in finding_groups(IDS, [cut_only], effects, seed=0, examples=rows)] == ["fails_capability"]
+    unnamed = Finding("fails_capability", "critical", "25 fail.", "fix them", example_ids=IDS[:25])  # no capability
+    assert [g.name for g in finding_groups(IDS, [unnamed], effects, seed=0, examples=rows)] == ["fails_capability"]

@@ -25,8 +25,8 @@ from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows, read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
-from gradian.report.verdict import decide
 from gradian.report.writers import markdown_cell, write_report
+from gradian.verdict import decide
 
 TOPICS = {
     "invoice": "invoice currency amount billing",
@@ -280,4 +280,41 @@ def test_schema_doc_names_every_field(run):
     names |= set(run["rows"].row(0)) | set(report["top_rows"][0]) | set(report["effects"]) | set(report["findings"][0])
     names |= {f"effect_histogram.{k}" for k in report["charts"]["effect_histogram"]}
     names |= {f"cluster_map.{k}" for k in report["charts"]["cluster_map"]}
+    names |= set(joined["verdict"]["causes"][0])
     assert sorted(name for name in names if f"`{name}`" not in doc) == []
+
+
+def test_the_harm_token_shows_as_written_escaped_in_html_and_plain_in_markdown(run):
+    """`<eos>` shows as <eos>: `&lt;eos&gt;` in the HTML source (never `\\u003ceos\\u003e`, never a raw tag), and
+    inside a code span in the Markdown, where nothing is HTML; a token with a backtick or a pipe stays in its cell."""
+    report = json.loads(json.dumps(run["report"]))
+    report["top_rows"][0]["harm_token"] = {"position": 3, "of": 9, "token": "<eos>", "share": 0.5}
+    report["top_rows"][1]["harm_token"] = {"position": 1, "of": 9, "token": "```|", "share": 0.25}
+    written = write_report(run["out"], report, run["examples"], run["rows"])
+    html = written["report.html"].read_text(encoding="utf-8")
+    assert "<code>&#34;&lt;eos&gt;&#34;</code> (3 of 9, 50.0%)" in html
+    assert "\\u003c" not in html and "<eos>" not in html
+    assert '"<eos>"' in unescape(re.sub(r"<[^>]+>", " ", html))  # what the reader sees
+    markdown = written["report.md"].read_text(encoding="utf-8")
+    assert '| `"<eos>"` (3 of 9, 50.0%) |' in markdown and "\\u003c" not in markdown
+    assert '| ````"```\\|"```` (1 of 9, 25.0%) |' in markdown
+
+
+def test_culprits_name_the_cause_of_each_row(run, tmp_path):
+    """Two causes: every named row in culprits.jsonl with its cause, and train.cleaned.jsonl without any of them."""
+    from gradian.verdict import Cause, Verdict
+
+    invoice = sorted(run["culprits"])
+    other = ["shipping-4", "account-5"]
+    verdict = Verdict("data-cluster", "two causes", "drop these rows", {}, invoice + other,
+                      [Cause("rows", "truncated_completion", "failures", invoice),
+                       Cause("rows", "fails_capability:wrapped", "harm", other)])
+    report = build_report(regression=SIGNIFICANT, verdict=verdict, findings=[], examples=run["examples"])
+    written = write_report(tmp_path / "two", report, run["examples"])
+    lines = [json.loads(line) for line in written["culprits.jsonl"].read_text(encoding="utf-8").splitlines()]
+    assert {row["id"]: row["_gradian"]["cause"] for row in lines} == {
+        **dict.fromkeys(invoice, "truncated_completion"), **dict.fromkeys(other, "fails_capability:wrapped")}
+    cleaned = [json.loads(line)["id"] for line in written["train.cleaned.jsonl"].read_text().splitlines()]
+    assert cleaned == [e.id for e in run["examples"] if e.id not in set(invoice + other)]
+    assert report["verdict"]["causes"][1]["n_rows"] == 2
+    assert "| fails\\_capability:wrapped | rows | 2 |" in written["report.md"].read_text(encoding="utf-8")

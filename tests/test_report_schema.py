@@ -11,8 +11,8 @@ import pytest
 from gradian.report.rows import read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
 from gradian.report.schema_doc import render, report_schema
-from gradian.report.verdict import decide
 from gradian.report.writers import write_report
+from gradian.verdict import decide
 from test_report import NOISE, run  # noqa: F401 - the report fixture
 
 

@@ -11,7 +11,7 @@ from gradian.audit.finding import Finding
 from gradian.clusters.groups import finding_groups
 from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
-from gradian.report.verdict import MIN_LIFT, Verdict, decide
+from gradian.verdict import MIN_LIFT, Verdict, decide
 
 N, CATEGORY, CULPRITS = 100, range(0, 30), range(0, 20)  # rows 0-29: the category; 0-19: its planted culprits
 IDS = [f"row{i}" for i in range(N)]

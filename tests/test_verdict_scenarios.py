@@ -24,7 +24,7 @@ from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.regression.symptoms import classify_failures
-from gradian.report.verdict import decide
+from gradian.verdict import decide
 
 pytestmark = pytest.mark.slow  # builds scenarios once per machine, then generates 2 x 200 answers each
 CAPABILITY = get_capability("json_formatting")

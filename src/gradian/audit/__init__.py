@@ -2,7 +2,7 @@
 
 `diagnose(...)` does everything; `run_audit(AuditContext)` runs the registered checks on rows already
 rendered; `@check("name", category="per-row")` registers a new check, a function `(AuditContext) -> list[Finding]`
-(categories: setup, per-row, run-wide; see `audit/registry.py`).
+(categories: setup, stop, hyperparameter, per-row, run-wide; see `audit/registry.py`).
 """
 
 from gradian.audit.context import AuditContext

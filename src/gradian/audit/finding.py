@@ -22,7 +22,7 @@ class Finding:
     fix: str
     example_ids: list[str] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
-    category: str = ""  # setup | per-row | run-wide: the registering check's (audit/registry.py)
+    category: str = ""  # setup | stop | hyperparameter | per-row | run-wide: the registering check's (audit/registry.py)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -6,8 +6,17 @@ Built-in families live one per module in this package and register on import, ex
 verdict weighs a user's check like a built-in one:
 
 - `setup`: a setting of the run (config, tokenizer, adapter) is wrong; fixing it is a retrain with another setting;
+- `stop`: the run gives the model no way to learn where to stop (pad == eos masked away, EOS never supervised):
+  it explains a regression only when the fine-tuned model runs on more than the base;
+- `hyperparameter`: the step size (learning rate, LoRA alpha over rank) is out of range; it acts through the data,
+  so it never makes a `setup` verdict, and when flagged it outranks a cluster whose rows carry no defect;
 - `per-row`: some rows are wrong; the finding lists them, and they form a candidate group like a cluster;
 - `run-wide`: the training as a whole went wrong (schedule, logged losses), not one setting nor some rows.
+
+A check may also declare the symptoms of the failing answers its rows teach (`teaches`, names from
+`regression.symptoms.SYMPTOMS`, or `ANY_SYMPTOM` for a check that applies the capability itself), and the severity
+from which its finding is positive evidence of a run-wide cause (`cause_from`). The verdict reads all three here
+(`category_of`, `teaches`, `cause_from`), never a list of check names.
 """
 
 from __future__ import annotations
@@ -17,42 +26,81 @@ from collections.abc import Callable
 from types import ModuleType
 
 from gradian.audit.context import AuditContext
-from gradian.audit.finding import Finding, by_severity
+from gradian.audit.finding import SEVERITIES, Finding, by_severity
 from gradian.errors import InputError
 from gradian.plugins import CHECKS as CHECK_GROUP
 from gradian.plugins import load_group
 
 Check = Callable[[AuditContext], list[Finding]]
-CATEGORIES_KNOWN = ("setup", "per-row", "run-wide")
+CATEGORIES_KNOWN = ("setup", "stop", "hyperparameter", "per-row", "run-wide")
+ANY_SYMPTOM = "any"
 CHECKS: dict[str, Check] = {}
 CATEGORIES: dict[str, str] = {}
+TEACHES: dict[str, tuple[str, ...]] = {}
+CAUSE_FROM: dict[str, str] = {}
 BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter",
             "capability")
 BUILT_IN_CATEGORIES = {
-    "truncation": "per-row", "dropped_overlong": "per-row", "cut_in_data": "per-row", "missing_eos": "per-row",
+    "truncation": "per-row", "dropped_overlong": "per-row", "cut_in_data": "per-row", "missing_eos": "stop",
     "prompt_loss": "per-row", "no_loss": "per-row", "duplicate": "per-row", "near_duplicate": "per-row",
     "train_eval_overlap": "per-row", "double_bos": "per-row", "fails_capability": "per-row",
-    "pad_eos_masking": "setup", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
-    "learning_rate": "setup", "lora_alpha_rank": "setup", "adapter_base_mismatch": "setup",
+    "pad_eos_masking": "stop", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
+    "learning_rate": "hyperparameter", "lora_alpha_rank": "hyperparameter", "adapter_base_mismatch": "setup",
     "many_epochs": "run-wide", "eval_loss_rising": "run-wide", "loss_spike": "run-wide", "nan_in_logs": "run-wide",
 }
+# What the rows of each built-in per-row check teach: a row cut in the data teaches stopping early; a target that
+# fails the capability teaches whatever its failure is; a row whose EOS is missing or cut by max_length teaches
+# running on (or, with EOS appended after the cut, stopping early).
+BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
+    "cut_in_data": ("stops-early",), "truncation": ("stops-early", "never-stops"),
+    "truncated_completion": ("stops-early", "never-stops"), "missing_eos": ("never-stops",),
+    "fails_capability": (ANY_SYMPTOM,),
+}
+# `many_epochs` is evidence of a cause only when critical, the severity its check keeps for logs that show
+# overfitting: many epochs alone explain nothing.
+BUILT_IN_CAUSE_FROM = {"many_epochs": "critical"}
 
 
-def check(name: str, category: str | None = None) -> Callable[[Check], Check]:
-    """Register `function` under `name` in `category` (setup | per-row | run-wide; built-ins have theirs listed
-    above). A second registration under the same name replaces the first."""
+def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | None = None,
+          cause_from: str | None = None) -> Callable[[Check], Check]:
+    """Register `function` under `name` in `category` (one of CATEGORIES_KNOWN; built-ins have theirs listed
+    above), with the symptoms its rows teach and the severity from which it is evidence of a run-wide cause
+    (`warning` unless given). A second registration under the same name replaces the first."""
     category = category or BUILT_IN_CATEGORIES.get(name)
     if category not in CATEGORIES_KNOWN:
         raise ValueError(f"check {name!r} must declare its category, one of {', '.join(CATEGORIES_KNOWN)}: "
                          f"@check({name!r}, category='per-row')")
+    cause_from = cause_from or BUILT_IN_CAUSE_FROM.get(name, "warning")
+    if cause_from not in SEVERITIES:
+        raise ValueError(f"check {name!r}: cause_from must be one of {', '.join(SEVERITIES)}, not {cause_from!r}")
+    taught = tuple(teaches if teaches is not None else BUILT_IN_TEACHES.get(name, ()))
 
     def register(function: Check) -> Check:
         CHECKS[name] = function
-        CATEGORIES[name] = category
+        CATEGORIES[name], TEACHES[name], CAUSE_FROM[name] = category, taught, cause_from
         function.category = category  # type: ignore[attr-defined]
+        function.teaches = taught  # type: ignore[attr-defined]
+        function.cause_from = cause_from  # type: ignore[attr-defined]
         return function
 
     return register
+
+
+def category_of(finding: Finding) -> str:
+    """The category a finding's check registered (recorded on the finding by `run_audit`), else the built-in's,
+    else `per-row` for a finding that names rows and `setup` for one that does not."""
+    known = finding.category or CATEGORIES.get(finding.check) or BUILT_IN_CATEGORIES.get(finding.check)
+    return known if known in CATEGORIES_KNOWN else ("per-row" if finding.per_example else "setup")
+
+
+def teaches(check_name: str) -> tuple[str, ...]:
+    """The symptoms the rows of `check_name` teach (ANY_SYMPTOM: whatever their own failure is); () if none."""
+    return TEACHES.get(check_name, BUILT_IN_TEACHES.get(check_name, ()))
+
+
+def cause_from(check_name: str) -> str:
+    """The severity from which a finding of `check_name` is positive evidence of a run-wide cause."""
+    return CAUSE_FROM.get(check_name, BUILT_IN_CAUSE_FROM.get(check_name, "warning"))
 
 
 def load_built_in() -> dict[str, Check]:
@@ -67,7 +115,8 @@ def load_built_in() -> dict[str, Check]:
             raise InputError(f"entry point {point.name!r} = {point.value!r} should name a module of @check functions "
                              f"or a function decorated with @check(name, category=...); fix its package.")
         if point.name not in CHECKS:
-            check(point.name, category)(value)
+            check(point.name, category, teaches=getattr(value, "teaches", None),
+                  cause_from=getattr(value, "cause_from", None))(value)
     return CHECKS
 
 

@@ -9,6 +9,12 @@ Where the failures sit: each failing eval prompt is matched to the training rows
 prompts, of the fraction of those nearest rows that belong to the group: 1.0 when every failing prompt looks like
 the group's rows only, about the group's size share when the failures are spread over the data. It needs no
 gradients, so it holds where gradient harm is spread.
+
+Split by symptom: a check that applies the capability to the training targets (`fails_capability`, or any check
+registered as teaching `ANY_SYMPTOM` whose findings name their capability) flags rows that fail in different ways:
+rows cut mid-object teach stopping early, rows wrapped in prose teach wrapping. When its rows' own targets show at
+least two symptoms (`regression.symptoms.classify_answer` on each target, as an answer that stopped), the group is
+also given one sub-group per symptom (`name` `check:symptom`), so each cause can be named with its own rows.
 """
 
 from __future__ import annotations
@@ -20,10 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from gradian.audit.capability import target_text
 from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import ANY_SYMPTOM, teaches
 from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
+from gradian.regression.capabilities import get_capability
+from gradian.regression.symptoms import classify_answer
 
 NEIGHBOURS = 10
 METHOD = "tf-idf cosine of each failing eval prompt with the training rows' prompts"
@@ -43,6 +53,11 @@ class FindingGroup:
     lift: float | None = None
     mean_effect: float | None = None
     failure_share: float | None = None
+    symptom: str | None = None  # a sub-group: the symptom its rows' own targets show (see the module docstring)
+
+    @property
+    def name(self) -> str:
+        return self.check if self.symptom is None else f"{self.check}:{self.symptom}"
 
     @property
     def size(self) -> int:
@@ -60,7 +75,7 @@ class FindingGroup:
         data = asdict(self)
         del data["example_ids"]
         data["harm_share_ci"] = None if self.harm_share_ci is None else list(self.harm_share_ci)
-        return {**data, "size": self.size, "failure_lift": self.failure_lift}
+        return {**data, "name": self.name, "size": self.size, "failure_lift": self.failure_lift}
 
 
 @dataclass
@@ -88,7 +103,7 @@ def candidate_groups(
     """Finding groups (most harmful first when effects exist, else largest first) and clusters, each with its
     failure share; `effects` is (Q, N) or None when attribution did not run."""
     ids = ids_of(examples)
-    groups = finding_groups(ids, findings, effects, seed=seed)
+    groups = finding_groups(ids, findings, effects, seed=seed, examples=examples)
     neighbours = nearest_rows(_row_texts(examples), list(failing_prompts))  # (P, k)
     if neighbours is not None:
         groups = [dataclasses.replace(g, failure_share=failure_share(neighbours, _members(ids, g.example_ids)))
@@ -99,9 +114,11 @@ def candidate_groups(
 
 
 def finding_groups(
-    ids: Sequence[str], findings: list[Finding], effects: np.ndarray | None, *, seed: int = 0
+    ids: Sequence[str], findings: list[Finding], effects: np.ndarray | None, *, seed: int = 0,
+    examples: Sequence[Example] | None = None,
 ) -> list[FindingGroup]:
-    """One group per check that names rows (findings of one check merged, the most severe one's title kept)."""
+    """One group per check that names rows (findings of one check merged, the most severe one's title kept), and
+    with `examples`, the symptom sub-groups of a check that applies the capability (module docstring)."""
     merged: dict[str, tuple[Finding, np.ndarray]] = {}
     for finding in by_severity(findings):
         found = positions_of(ids, [str(i) for i in finding.example_ids])
@@ -111,13 +128,16 @@ def finding_groups(
             merged[finding.check] = (first, np.union1d(seen, rows))
     if not merged:
         return []
-    checks = sorted(merged)
-    membership = np.zeros((len(checks), len(ids)), dtype=bool)  # (G, N)
-    for row, check in zip(membership, checks, strict=True):
-        row[merged[check][1]] = True
+    parts: list[tuple[str, str | None, np.ndarray]] = [(check, None, merged[check][1]) for check in sorted(merged)]
+    if examples is not None:
+        parts += [(check, symptom, rows) for check in sorted(merged)
+                  for symptom, rows in symptom_split(examples, merged[check][0], merged[check][1]).items()]
+    membership = np.zeros((len(parts), len(ids)), dtype=bool)  # (G, N)
+    for row, (_, _, rows) in zip(membership, parts, strict=True):
+        row[rows] = True
     groups = [FindingGroup(check, merged[check][0].severity, merged[check][0].title,
-                           [ids[int(i)] for i in np.flatnonzero(row)], float(row.mean()))
-              for check, row in zip(checks, membership, strict=True)]
+                           [ids[int(i)] for i in np.flatnonzero(row)], float(row.mean()), symptom=symptom)
+              for (check, symptom, _), row in zip(parts, membership, strict=True)]
     if effects is not None:
         stats = group_statistics(effects, membership, seed=seed)
         groups = [dataclasses.replace(
@@ -125,8 +145,23 @@ def finding_groups(
                                                                          float(stats.ci_high[g])),
             lift=float(stats.lift[g]), mean_effect=float(stats.mean_effect[g]))
             for g, group in enumerate(groups)]
-        return sorted(groups, key=lambda g: (-(g.harm_share or 0.0), g.check))
-    return sorted(groups, key=lambda g: (-g.size, g.check))
+        return sorted(groups, key=lambda g: (-(g.harm_share or 0.0), g.name))
+    return sorted(groups, key=lambda g: (-g.size, g.name))
+
+
+def symptom_split(examples: Sequence[Example], finding: Finding, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """{symptom: positions} of the rows a capability check flags, by the symptom of each row's own target; empty
+    unless the check teaches any symptom, names its capability, and its rows show at least two symptoms."""
+    name = finding.values.get("capability")
+    if ANY_SYMPTOM not in teaches(finding.check) or not isinstance(name, str):
+        return {}
+    capability = get_capability(name)
+    split: dict[str, list[int]] = {}
+    for i in rows.tolist():
+        text = target_text(examples[i], None)
+        if text is not None:
+            split.setdefault(classify_answer(text, True, None, capability), []).append(i)
+    return {s: np.asarray(r, dtype=np.int64) for s, r in sorted(split.items())} if len(split) >= 2 else {}
 
 
 def nearest_rows(train_texts: Sequence[str], prompts: list[str], k: int = NEIGHBOURS,

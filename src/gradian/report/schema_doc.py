@@ -13,7 +13,7 @@ from importlib.resources import files
 from typing import Any
 
 # The sections, in the doc's order: ($defs key, heading).
-SECTIONS = [("verdict", "verdict"), ("regression", "regression"), ("finding", "findings"), ("example", "examples"),
+SECTIONS = [("verdict", "verdict"), ("cause", "verdict.causes"), ("regression", "regression"), ("finding", "findings"), ("example", "examples"),
             ("cluster", "clusters"), ("symptoms", "symptoms"), ("group", "groups"), ("failure_sites", "failure_sites"),
             ("effects", "effects"), ("top_row", "top_rows"), ("charts", "charts")]
 

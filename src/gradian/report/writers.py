@@ -1,5 +1,5 @@
-"""Write the report folder: report.json, report.md, report.html, and for a data-cluster verdict culprits.jsonl and
-train.cleaned.jsonl.
+"""Write the report folder: report.json, report.md, report.html, and for a data-cluster verdict culprits.jsonl (every
+named row, with the cause it belongs to) and train.cleaned.jsonl (the dataset without any of them).
 
 The Markdown and HTML are rendered by jinja2 templates from the report dict alone, so they show no number that
 report.json lacks. User text (prompts, completions, ids, names) is escaped: HTML by autoescaping, Markdown by
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from gradian.data.examples import Example
 from gradian.files import atomic_write
 from gradian.report import charts
 from gradian.report.rows import EXAMPLES_FILE, ExampleRows
-from gradian.report.verdict import number, pct
+from gradian.report.wording import number, pct
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
 
@@ -50,18 +51,22 @@ def write_report(out_dir: str | Path, report: dict[str, Any], examples: Sequence
         found = positions_of(ids, culprits)
         chosen = np.sort(found[found >= 0])  # culprit rows in dataset order
         known = {int(i): rows.row(int(i)) for i in chosen}
-        written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl", _culprit_lines(examples, chosen, known))
+        cause = {i: c["name"] for c in report["verdict"].get("causes") or [] for i in c.get("example_ids") or []}
+        written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl",
+                                                 _culprit_lines(examples, chosen, known, cause))
         written["train.cleaned.jsonl"] = write_cleaned(out / "train.cleaned.jsonl", examples, chosen)
     return written
 
 
-def _culprit_lines(examples: Sequence[Example], chosen: np.ndarray, known: dict[int, dict[str, Any]]) -> str:
-    """Each culprit's original row plus what Gradian knows about it under `_gradian`."""
+def _culprit_lines(examples: Sequence[Example], chosen: np.ndarray, known: dict[int, dict[str, Any]],
+                   cause: dict[str, str]) -> str:
+    """Each culprit's original row plus what Gradian knows about it under `_gradian`, with the cause that names it
+    (`cause`: {row id: the cause's name in report.json's `verdict.causes`})."""
     lines = []
     for i in chosen:
         example, row = examples[int(i)], known[int(i)]
-        extra = {"id": example.id, "line": example.line, "effect": row.get("effect"), "cluster": row.get("cluster"),
-                 "flags": row.get("flags", [])}
+        extra = {"id": example.id, "line": example.line, "cause": cause.get(example.id), "effect": row.get("effect"),
+                 "cluster": row.get("cluster"), "flags": row.get("flags", [])}
         lines.append(json.dumps({**example.raw, "_gradian": extra}, ensure_ascii=False))
     return "".join(line + "\n" for line in lines)
 
@@ -129,7 +134,8 @@ def _environment(autoescape: bool) -> Environment:
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
     environment.filters.update(pct=pct, signed=lambda v: pct(v, signed=True), number=number, md=markdown_cell,
-                               level=lambda v: f"{100 * v:g}%", by_gap=flags_by_gap)
+                               level=lambda v: f"{100 * v:g}%", by_gap=flags_by_gap,
+                               quoted=quoted, md_code=markdown_code)
     return environment
 
 
@@ -159,6 +165,23 @@ def flags_by_gap(flag_rates: dict[str, dict[str, float]]) -> list[tuple[str, dic
     """The checks flagging rows of a cluster, the largest inside-vs-outside gap first (report.json has them all)."""
     present = [(check, rates) for check, rates in flag_rates.items() if rates["inside"] > 0]
     return sorted(present, key=lambda item: (-(item[1]["inside"] - item[1]["outside"]), item[0]))
+
+
+def quoted(token: str) -> str:
+    """A token as a quoted string, whitespace and control characters escaped ("\\n"), `<` and `>` kept as they are:
+    the HTML template's autoescape makes them `&lt;eos&gt;` (jinja's `tojson` wrote `\\u003ceos\\u003e`)."""
+    return json.dumps(token, ensure_ascii=False)
+
+
+def markdown_code(token: str) -> str:
+    """A token as a Markdown code span in one table cell: shown as it is (`"<eos>"`, not `&lt;eos&gt;`), safe because
+    nothing inside a code span is HTML; the fence is longer than any run of backticks inside, and `|` is escaped
+    for the table."""
+    text = quoted(token).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def markdown_cell(value: Any, limit: int = 160) -> str:

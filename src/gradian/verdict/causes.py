@@ -1,0 +1,129 @@
+"""Every cause named (rule 8): the first cause a rule found, split by symptom, then the causes beside it.
+
+A run can hold more than one cause: rows cut in one category and rows fenced in another, or a setup fault beside
+a data cause. A further cause is a finding group that
+
+- teaches a symptom a share of the failing answers show (`MIN_CAUSE_EXPLAINS`): its evidence on the answers' side;
+- holds harm beyond its size: the lower end of its harm share's CI above its size share, the rows it adds above
+  their size share by the mean effects, and at least `MIN_CAUSE_HARM_SHARE` of all harm: its evidence on the
+  gradients' side;
+- and is not the first cause seen again (it overlaps the rows already named by less than `MAX_CAUSE_OVERLAP`); a
+  group split by symptom is tried through its parts only, so none passes on the harm of rows named before.
+
+Both kinds of evidence are required, so a null run (refused earlier) or a single-cause run does not grow a second
+cause from a group that merely sits near the first, and nothing is added when attribution did not run. Symptom
+sub-groups (`clusters.groups`) are tried before whole groups, so a capability check that flags both the cut and the
+fenced rows names each with its own numbers. A `stop` finding that takes stopping from the whole run is named beside
+a data cause when a share of the failing answers never stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import teaches
+from gradian.clusters.groups import FindingGroup
+from gradian.clusters.summary import ClusterSummary
+from gradian.regression.symptoms import Symptoms
+from gradian.verdict.rules import explains, stop_fault, taught
+from gradian.verdict.thresholds import (
+    MAX_CAUSE_OVERLAP,
+    MIN_CAUSE_CI_LOW_OVER_SIZE,
+    MIN_CAUSE_EXPLAINS,
+    MIN_CAUSE_HARM_SHARE,
+    MIN_CAUSE_LIFT,
+    SETUP_ROW_SHARE,
+)
+from gradian.verdict.types import Cause
+
+
+def group_cause(group: FindingGroup, symptoms: Symptoms | None, findings: list[Finding], located_by: str,
+                rows: list[str] | None = None) -> Cause:
+    """A finding group as a cause (`rows`: those it names, all of its rows unless given)."""
+    symptom = group.symptom or (symptoms.dominant if symptoms is not None and symptoms.dominant
+                                in taught(group) else None)
+    return Cause("rows", group.name, located_by, list(group.example_ids if rows is None else rows), symptom,
+                 explains((symptom,) if symptom else taught(group), symptoms), group.size_share, group.harm_share,
+                 group.harm_share_ci, group.lift, fix_of(group.check, findings))
+
+
+def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, symptoms: Symptoms | None,
+                  findings: list[Finding]) -> Cause:
+    """A gradient cluster as a cause, naming `rows` (its flagged or outlying rows); `check` is its mechanism."""
+    symptom = symptoms.dominant if symptoms is not None and check is not None and symptoms.dominant \
+        in teaches(check) else None
+    return Cause("rows", f"cluster {cluster.id}", "gradients", rows, symptom,
+                 explains((symptom,), symptoms) if symptom else None, cluster.size_share, cluster.harm_share,
+                 cluster.harm_share_ci, cluster.lift, fix_of(check, findings) if check else "")
+
+
+def split_by_symptom(first: Cause, group: FindingGroup | None, groups: list[FindingGroup] | None,
+                     symptoms: Symptoms | None, findings: list[Finding]) -> list[Cause]:
+    """The first cause, or its symptom sub-groups when it is a whole group that has them: each part of the rows
+    is named with the symptom it teaches and the share of the failing answers it explains."""
+    if group is None or group.symptom is not None:
+        return [first]
+    parts = [g for g in groups or [] if g.check == group.check and g.symptom is not None]
+    if not parts:
+        return [first]
+    causes = [group_cause(g, symptoms, findings, first.located_by) for g in parts]
+    covered = {i for g in parts for i in g.example_ids}
+    rest = [i for i in first.example_ids if i not in covered]  # rows without a target to classify
+    return causes + ([group_cause(group, symptoms, findings, first.located_by, rest)] if rest else [])
+
+
+def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms: Symptoms | None,
+                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str]) -> list[Cause]:
+    """The finding groups beside the causes already named (module docstring), sub-groups first, then by harm;
+    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none)."""
+    if effects_mean is None or not groups:
+        return []
+    harm = np.maximum(-np.asarray(effects_mean, dtype=np.float64), 0.0)  # (N,)
+    position = {example_id: i for i, example_id in enumerate(ids)}
+    split = {g.check for g in groups if g.symptom is not None}
+    causes: list[Cause] = []
+    named = set(named)
+    for group in sorted(groups, key=lambda g: (g.symptom is None, -(g.harm_share or 0.0), g.name)):
+        if not taught(group) or group.size >= SETUP_ROW_SHARE * max(len(ids), 1) or (
+                group.symptom is None and group.check in split):
+            continue
+        overlap = len(set(group.example_ids) & named) / max(group.size, 1)
+        share = explains(taught(group), symptoms)
+        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS or not _beyond_size(group):
+            continue
+        rows = [i for i in group.example_ids if i not in named]
+        added = np.array([position[i] for i in rows], dtype=np.int64)
+        if harm.sum() <= 0 or harm[added].sum() / harm.sum() <= MIN_CAUSE_LIFT * len(added) / len(ids):
+            continue
+        causes.append(group_cause(group, symptoms, findings, "harm", rows))
+        named |= set(rows)
+    return causes
+
+
+def _beyond_size(group: FindingGroup) -> bool:
+    """The group's harm share is significantly above its size share and at least MIN_CAUSE_HARM_SHARE."""
+    if group.harm_share is None or group.harm_share_ci is None:
+        return False
+    return group.harm_share_ci[0] > MIN_CAUSE_CI_LOW_OVER_SIZE * group.size_share \
+        and group.harm_share >= MIN_CAUSE_HARM_SHARE
+
+
+def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None,
+                 n_rows: int) -> list[Cause]:
+    """A `stop` fault beside a data cause: the run takes stopping away and at least MIN_CAUSE_EXPLAINS of the
+    failing answers never stop (rule 3 names it alone when most of them do)."""
+    share = explains(("never-stops",), symptoms)
+    if share is None or share < MIN_CAUSE_EXPLAINS:
+        return []
+    fault = next((f for f in by_severity(findings) if stop_fault(f, regression, n_rows)), None)
+    if fault is None:
+        return []
+    return [Cause("setup", fault.check, "symptom", [], "never-stops", share, fix=fault.fix)]
+
+
+def fix_of(check: str, findings: list[Finding]) -> str:
+    return next((f.fix for f in by_severity(findings) if f.check == check and f.fix), "")

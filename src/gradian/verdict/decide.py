@@ -1,0 +1,173 @@
+"""The answer: one of four verdicts, with every cause it finds, its evidence, the next action and the rows to drop.
+
+The verdict joins three kinds of evidence: the audit's findings, the symptoms of the failing answers
+(`regression.symptoms`) with the finding groups and where the failures sit (`clusters.groups`), and the gradients
+(clusters and their harm). Order of the rules, and why:
+
+1. `no-regression`: the drop is not significant (its CI holds zero) or is not a drop. Attributing noise would send
+   the user after rows that did nothing, so Gradian refuses and says so.
+2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
+   once; no subset of rows is to blame, and dropping rows would not fix it. Findings of the `hyperparameter` and
+   `run-wide` categories never make it: they act through the data (rule 6 cites them).
+3. `setup` from the symptom: most failing answers never stop (they run to the token limit) and a `stop` finding
+   takes stopping from the run: pad == eos, even with the collator unknown (masking EOS labels is exactly what
+   produces this symptom), or EOS never supervised in at least half the rows.
+4. `data-cluster` from the audit: a finding group whose rows teach the dominant symptom (the check's registered
+   `teaches`, or the symptom its own targets show; with no symptom dominant, only targets that fail the capability),
+   and that sits where the failures are (the failing eval prompts resemble its rows: `failure_share` >= 0.25 and
+   >= 2x its size share), else that holds the gradients' harm itself (the data-cluster test of rule 5, applied to
+   the group: a defect taught in one topic can break answers in others). The symptom, the defect and the location
+   (or the harm) agree, so the rows are named even when the gradient harm is spread; when the gradients point at
+   another cluster, the summary says so, and when the top cluster lies inside the named rows, that is agreement.
+5. `data-cluster` from the gradients: the harm is concentrated in one cluster, beyond what its size and query
+   sampling explain, unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism
+   from the join): a learning rate far too high makes the model collapse toward whatever pattern some clean rows
+   carry, and dropping those rows would only move the collapse elsewhere. Then the verdict is `diffuse`.
+6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
+   cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
+7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged (`evidence.cause_found` false).
+8. Every cause named: a data-cluster verdict's first cause is split by the symptom its rows teach, and the causes
+   beside it are named too (`gradian.verdict.causes`): each a group whose symptom a share of the failing answers
+   show and that holds harm beyond its size, or a `stop` fault that a share of the answers show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import category_of
+from gradian.clusters.groups import FindingGroup
+from gradian.clusters.summary import ClusterSummary
+from gradian.regression.symptoms import Symptoms
+from gradian.verdict import rules, wording
+from gradian.verdict.causes import cluster_cause, further_causes, group_cause, setup_beside, split_by_symptom
+from gradian.verdict.types import Cause, Verdict
+
+
+def decide(
+    regression: dict[str, Any],
+    findings: list[Finding],
+    clusters: list[ClusterSummary] | None,
+    effects_mean: np.ndarray | None,
+    ids: list[str],
+    *,
+    symptoms: Symptoms | None = None,
+    groups: list[FindingGroup] | None = None,
+) -> Verdict:
+    """Apply the rules in order (see the module docstring) and return the first verdict that holds."""
+    if not rules.is_regression(regression):
+        summary, action = wording.no_regression(regression)
+        return Verdict("no-regression", summary, action, {"regression": {
+            k: regression.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "n")}})
+    n_rows = len(ids)
+    setup = rules.explaining_setup_finding(regression, findings, n_rows) \
+        or rules.never_stops_finding(regression, findings, symptoms, n_rows)
+    if setup is not None:
+        return _setup(regression, setup, symptoms)
+    ranked = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
+    top = ranked[0] if ranked and effects_mean is not None else None
+    found = rules.symptom_group(symptoms, groups, n_rows)
+    if found is not None and symptoms is not None:
+        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids)
+    if top is not None and rules.concentrated(top):
+        if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
+            effects = np.asarray(effects_mean, dtype=np.float64)
+            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups)
+    return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
+
+
+def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> Verdict:
+    evidence: dict[str, Any] = {"finding": finding.to_dict()}
+    if symptoms is not None and symptoms.dominant is not None:
+        evidence["symptom"] = rules.symptom_numbers(symptoms)
+    share = rules.explains(("never-stops",), symptoms) if category_of(finding) == "stop" else None
+    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], "never-stops" if share else None,
+                  share, fix=finding.fix)
+    return Verdict("setup", wording.setup(regression, finding, symptoms), finding.fix, evidence, causes=[cause])
+
+
+def _named(regression: dict[str, Any], first: list[Cause], findings: list[Finding], symptoms: Symptoms | None,
+           groups: list[FindingGroup] | None, effects_mean: np.ndarray | None, ids: list[str]) -> list[Cause]:
+    """Rule 8: the first cause's parts, the further data causes, then a setup cause beside them."""
+    named = {i for cause in first for i in cause.example_ids}
+    return first + further_causes(named, groups, symptoms, findings, effects_mean, ids) \
+        + setup_beside(regression, findings, symptoms, len(ids))
+
+
+def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group: FindingGroup, located_by: str,
+                     symptoms: Symptoms, top: ClusterSummary | None, groups: list[FindingGroup] | None,
+                     effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
+    """Rule 4's verdict, with every cause beside it (rule 8) and whether the gradients agree."""
+    first = split_by_symptom(group_cause(group, symptoms, findings, located_by), group, groups, symptoms, findings)
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
+    culprits = [i for cause in causes for i in cause.example_ids]
+    gradients = rules.agreement(list(group.example_ids), set(culprits), top)
+    evidence: dict[str, Any] = {
+        "group": group.name, "size": group.size, "size_share": group.size_share,
+        "failure_share": group.failure_share, "failure_lift": group.failure_lift, "harm_share": group.harm_share,
+        "harm_share_ci": None if group.harm_share_ci is None else list(group.harm_share_ci), "lift": group.lift,
+        "symptom": rules.symptom_numbers(symptoms), "culprit_rule": "finding", "located_by": located_by,
+        "gradients": gradients.to_dict(), "n_culprits": len(culprits),
+    }
+    summary = wording.finding_summary(regression, group, symptoms, located_by, gradients) \
+        + wording.split_sentence(first)
+    beside = causes[len(first):]
+    if beside:
+        summary += " " + wording.causes_sentence(beside)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
+
+
+def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,
+                  effects_mean: np.ndarray, ids: list[str], symptoms: Symptoms | None,
+                  groups: list[FindingGroup] | None) -> Verdict:
+    """Rule 5's verdict: the cluster's flagged rows (its mechanism) or its outlying rows, and the causes beside."""
+    found = rules.mechanism(cluster)
+    evidence: dict[str, Any] = {
+        "cluster": cluster.id, "cluster_name": cluster.name, "size": cluster.size, "size_share": cluster.size_share,
+        "harm_share": cluster.harm_share, "harm_share_ci": list(cluster.harm_share_ci), "lift": cluster.lift,
+        "mechanism": None, "culprit_rule": "effect", "effect_threshold": None,
+    }
+    threshold = None
+    if found is not None:
+        check, inside, outside = found
+        flagged = set().union(*(f.example_ids for f in findings if f.check == check))
+        rows = [i for i in cluster.example_ids if i in flagged]
+        evidence.update(mechanism={"check": check, "inside": inside, "outside": outside}, culprit_rule="flag")
+    else:
+        rows, threshold = rules.culprits_by_effect(cluster, effects_mean, ids)
+        evidence["effect_threshold"] = threshold
+    first = [cluster_cause(cluster, rows, found[0] if found else None, symptoms, findings)]
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
+    culprits = [i for cause in causes for i in cause.example_ids]
+    evidence["n_culprits"] = len(culprits)
+    summary = wording.cluster_summary(regression, cluster, found, len(rows), threshold)
+    elsewhere = rules.defects_elsewhere(cluster, groups, set(culprits), len(ids))
+    if elsewhere:
+        evidence["audit_elsewhere"] = [{"group": g.name, "size": g.size, "failure_share": g.failure_share}
+                                       for g in elsewhere]
+        summary += wording.audit_elsewhere(elsewhere)
+    if len(causes) > 1:
+        summary += " " + wording.causes_sentence(causes[1:])
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
+
+
+def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,
+             symptoms: Symptoms | None) -> Verdict:
+    run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
+                      key=lambda f: category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
+    causes = rules.run_wide_causes(findings)
+    evidence: dict[str, Any] = {"findings": [f.check for f in run_wide], "run_wide_causes": [f.check for f in causes],
+                                "cause_found": bool(causes)}
+    if top is not None:
+        evidence["top_cluster"] = rules.top_numbers(top)
+    if symptoms is not None and symptoms.dominant is not None:
+        evidence["symptom"] = rules.symptom_numbers(symptoms)
+    outranked = bool(causes) and top is not None and rules.concentrated(top)  # rule 5's exception
+    if outranked:
+        evidence["outranked_by_step_size"] = True
+    summary, action = wording.diffuse(regression, top, causes, symptoms, outranked)
+    return Verdict("diffuse", summary, action, evidence,
+                   causes=[Cause("setup", f.check, "audit", fix=f.fix) for f in causes])

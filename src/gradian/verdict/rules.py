@@ -1,0 +1,237 @@
+"""The verdict's decisions: each test reads the evidence and returns what it found, typed, with no prose.
+
+Check categories come from the audit's registry (`gradian.audit.registry.category_of`, `teaches`, `cause_from`), so a
+plug-in check registered as `stop`, `hyperparameter` or `run-wide`, or as teaching a symptom, weighs like a built-in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradian.audit.finding import SEVERITIES, Finding, by_severity
+from gradian.audit.registry import ANY_SYMPTOM, category_of, cause_from, teaches
+from gradian.clusters.groups import FindingGroup
+from gradian.clusters.summary import ClusterSummary
+from gradian.regression.symptoms import SYMPTOMS, Symptoms
+from gradian.verdict.thresholds import (
+    CULPRIT_ROBUST_Z,
+    MAD_TO_SIGMA,
+    MIN_AGREEMENT,
+    MIN_CI_LOW_OVER_SIZE,
+    MIN_CLUSTER_INSIDE,
+    MIN_FAILURE_LIFT,
+    MIN_FAILURE_SHARE,
+    MIN_FLAG_GAP,
+    MIN_HARM_SHARE,
+    MIN_LIFT,
+    SETUP_ROW_SHARE,
+)
+
+# Categories whose findings never make a `setup` verdict: a step size or a schedule acts through the data, so it is
+# what `diffuse` points at, and a planted cluster still shows as one.
+NEVER_SETUP = ("hyperparameter", "run-wide")
+
+
+def is_regression(regression: dict[str, Any]) -> bool:
+    """Significant and a drop (the fine-tuned model does worse than the base)."""
+    return bool(regression.get("significant")) and float(regression.get("delta", 0.0)) < 0
+
+
+def at_least(finding: Finding, severity: str) -> bool:
+    return SEVERITIES.index(finding.severity) <= SEVERITIES.index(severity)
+
+
+def explains_stopping(finding: Finding, regression: dict[str, Any]) -> bool:
+    """A `stop` finding explains the failure only when the fine-tuned model runs on more than the base."""
+    if category_of(finding) != "stop":
+        return True
+    finetuned, base = regression.get("finetuned_no_stop_rate"), regression.get("base_no_stop_rate")
+    return finetuned is None or base is None or finetuned > base
+
+
+def explaining_setup_finding(regression: dict[str, Any], findings: list[Finding], n_rows: int) -> Finding | None:
+    """Rule 2: the most severe critical finding that breaks the whole run and explains the failure, if any."""
+    for finding in by_severity(findings):
+        if finding.severity != "critical" or category_of(finding) in NEVER_SETUP:
+            continue
+        run_wide = not finding.per_example or len(set(finding.example_ids)) >= SETUP_ROW_SHARE * max(n_rows, 1)
+        if run_wide and explains_stopping(finding, regression):
+            return finding
+    return None
+
+
+def stop_fault(finding: Finding, regression: dict[str, Any], n_rows: int) -> bool:
+    """A `stop` finding that takes stopping from the whole run: pad == eos masked (collator known or not: not known
+    to keep EOS), or EOS unsupervised in at least half the rows; and it explains the failure."""
+    if category_of(finding) != "stop":
+        return False
+    wide = len(set(finding.example_ids)) >= SETUP_ROW_SHARE * max(n_rows, 1)
+    masked = not finding.per_example and finding.values.get("collator_masks_pad") is not False
+    return (wide or masked) and explains_stopping(finding, regression)
+
+
+def never_stops_finding(
+    regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None, n_rows: int
+) -> Finding | None:
+    """Rule 3: most failing answers never stop, and the run takes stopping away (`stop_fault`)."""
+    if symptoms is None or symptoms.dominant != "never-stops":
+        return None
+    return next((f for f in by_severity(findings) if stop_fault(f, regression, n_rows)), None)
+
+
+def taught(group: FindingGroup) -> tuple[str, ...]:
+    """The symptoms a group's rows teach: a sub-group's own; else its check's (ANY_SYMPTOM: every symptom a
+    target can show, which is all but never stopping)."""
+    if group.symptom is not None:
+        return (group.symptom,)
+    symptoms = teaches(group.check)
+    return tuple(s for s in SYMPTOMS if s != "never-stops") if ANY_SYMPTOM in symptoms else symptoms
+
+
+def explains(symptoms: tuple[str, ...], observed: Symptoms | None) -> float | None:
+    """The share of the failing answers whose symptom is one of `symptoms`."""
+    if observed is None or not observed.n_failing:
+        return None
+    return float(sum(observed.shares.get(s, 0.0) for s in symptoms))
+
+
+def sits_where_failures_are(group: FindingGroup) -> bool:
+    lift = group.failure_lift
+    return group.failure_share is not None and lift is not None and group.failure_share >= MIN_FAILURE_SHARE \
+        and lift >= MIN_FAILURE_LIFT
+
+
+def holds_harm(lift: float | None, ci: tuple[float, float] | None, harm: float | None, size_share: float,
+               min_harm: float = MIN_HARM_SHARE) -> bool:
+    """The data-cluster test: lift, CI lower bound above size, and a meaningful share of all harm."""
+    if lift is None or ci is None or harm is None:
+        return False
+    return lift >= MIN_LIFT and ci[0] >= MIN_CI_LOW_OVER_SIZE * size_share and harm >= min_harm
+
+
+def concentrated(cluster: ClusterSummary) -> bool:
+    return holds_harm(cluster.lift, cluster.harm_share_ci, cluster.harm_share, cluster.size_share)
+
+
+def group_concentrated(group: FindingGroup) -> bool:
+    """Rule 5's data-cluster test applied to a finding group's rows (False when attribution did not run)."""
+    return holds_harm(group.lift, group.harm_share_ci, group.harm_share, group.size_share)
+
+
+def symptom_group(symptoms: Symptoms | None, groups: list[FindingGroup] | None, n_rows: int) \
+        -> tuple[FindingGroup, str] | None:
+    """Rule 4: the finding group whose rows teach the dominant symptom (any symptom the group's own failure shows
+    when none dominates) and that sits where the failures are (`failures`), else that holds the harm (`harm`);
+    preferred: a check that teaches the symptom alone, then the larger failure lift, then the larger harm lift."""
+    if symptoms is None or not symptoms.n_failing or not groups:
+        return None
+    dominant = symptoms.dominant
+    fitting = [g for g in groups if g.size < SETUP_ROW_SHARE * max(n_rows, 1) and _teaches_dominant(g, dominant)]
+    for located_by, test in (("failures", sits_where_failures_are), ("harm", group_concentrated)):
+        found = [g for g in fitting if test(g)]
+        if found:
+            return min(found, key=lambda g: (len(taught(g)), g.symptom is not None, -(g.failure_lift or 0.0),
+                                             -(g.lift or 0.0), g.name)), located_by
+    return None
+
+
+def _teaches_dominant(group: FindingGroup, dominant: str | None) -> bool:
+    if dominant is None:  # answers that fail in mixed ways: only targets that fail the capability themselves
+        return group.symptom is None and ANY_SYMPTOM in teaches(group.check)
+    return dominant in taught(group)
+
+
+def step_size_flagged(findings: list[Finding]) -> bool:
+    return any(category_of(f) == "hyperparameter" and at_least(f, "warning") for f in findings)
+
+
+def run_wide_causes(findings: list[Finding]) -> list[Finding]:
+    """Rule 6's positive evidence, most severe first: run-wide `hyperparameter` and `run-wide` findings at or above
+    their check's `cause_from` severity (warning unless the check says otherwise)."""
+    return [f for f in by_severity(findings) if not f.per_example and category_of(f) in NEVER_SETUP
+            and at_least(f, "warning") and at_least(f, cause_from(f.check))]
+
+
+def mechanism(cluster: ClusterSummary) -> tuple[str, float, float] | None:
+    """The per-example finding with the largest inside-vs-outside gap, when the gap is at least MIN_FLAG_GAP."""
+    gaps = [(rates["inside"] - rates["outside"], check) for check, rates in cluster.flag_rates.items()]
+    if not gaps:
+        return None
+    gap, check = max(gaps, key=lambda g: (g[0], g[1]))
+    if gap < MIN_FLAG_GAP:
+        return None
+    return check, cluster.flag_rates[check]["inside"], cluster.flag_rates[check]["outside"]
+
+
+def culprits_by_effect(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[list[str], float]:
+    """Rows of the cluster whose effect is a robust outlier below the outside rows' effects, and the threshold."""
+    position = {example_id: i for i, example_id in enumerate(ids)}
+    inside = np.zeros(len(ids), dtype=bool)
+    inside[[position[i] for i in cluster.example_ids]] = True
+    background = effects_mean[~inside] if (~inside).sum() >= 5 else effects_mean
+    median = float(np.median(background))
+    scale = MAD_TO_SIGMA * float(np.median(np.abs(background - median)))
+    threshold = min(median - CULPRIT_ROBUST_Z * scale, 0.0)
+    chosen = [i for i in cluster.example_ids if effects_mean[position[i]] < threshold]
+    if not chosen:  # no outlier at all: every harmful row of the cluster
+        chosen = [i for i in cluster.example_ids if effects_mean[position[i]] < 0]
+    return chosen, threshold
+
+
+@dataclass
+class Agreement:
+    """How the gradients' most harmful cluster (`top`) stands to the rows the audit names.
+
+    `held`: the share of the first cause's rows inside the cluster; `inside`: the share of the cluster's rows that
+    some cause names. `agree` when the cluster is concentrated and holds at least half of the first cause's rows
+    or lies inside the named rows (a subset); `disagree` when it is concentrated elsewhere; `spread` when it is not
+    concentrated; `not-run` without gradients.
+    """
+
+    agreement: str
+    top: ClusterSummary | None = None
+    held: float = 0.0
+    inside: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.top is None:
+            return {"agreement": self.agreement}
+        return {"agreement": self.agreement,
+                "top_cluster": {**top_numbers(self.top), "holds_group_rows": self.held,
+                                "inside_named_rows": self.inside}}
+
+
+def agreement(first_rows: list[str], named_rows: set[str], top: ClusterSummary | None) -> Agreement:
+    if top is None:
+        return Agreement("not-run")
+    members = set(top.example_ids)
+    held = len(set(first_rows) & members) / max(len(first_rows), 1)
+    inside = len(members & named_rows) / max(len(members), 1)
+    if not concentrated(top):
+        return Agreement("spread", top, held, inside)
+    agree = held >= MIN_AGREEMENT or inside >= MIN_CLUSTER_INSIDE
+    return Agreement("agree" if agree else "disagree", top, held, inside)
+
+
+def defects_elsewhere(cluster: ClusterSummary, groups: list[FindingGroup] | None, named: set[str],
+                      n_rows: int) -> list[FindingGroup]:
+    """Rule 5's note: finding groups that teach a symptom and sit where the failures are, but hold few of the
+    cluster's rows and were not named as a cause."""
+    inside = set(cluster.example_ids)
+    return [g for g in groups or [] if g.symptom is None and teaches(g.check) and sits_where_failures_are(g)
+            and g.size < SETUP_ROW_SHARE * max(n_rows, 1) and len(set(g.example_ids) & inside) < MIN_AGREEMENT * g.size
+            and len(set(g.example_ids) & named) < MIN_AGREEMENT * g.size]
+
+
+def top_numbers(cluster: ClusterSummary) -> dict[str, Any]:
+    return {"id": cluster.id, "name": cluster.name, "harm_share": cluster.harm_share,
+            "harm_share_ci": list(cluster.harm_share_ci), "size_share": cluster.size_share, "lift": cluster.lift}
+
+
+def symptom_numbers(symptoms: Symptoms) -> dict[str, Any]:
+    dominant = symptoms.dominant
+    return {"dominant": dominant, "share": symptoms.shares[dominant] if dominant else None,
+            "n_failing": symptoms.n_failing}

@@ -1,0 +1,49 @@
+"""Every threshold the verdict's rules use, each with the reason for its value."""
+
+from __future__ import annotations
+
+# data-cluster thresholds. A cluster must hold at least twice the harm its size would predict: a group merely
+# a little above average is what any split of noisy effects produces.
+MIN_LIFT = 2.0
+# ... the lower end of its bootstrap CI over eval queries must stay 1.5x above its size share, so the concentration
+# does not hinge on a few queries ...
+MIN_CI_LOW_OVER_SIZE = 1.5
+# ... and it must hold a quarter of all harm, else dropping it would leave most of the regression in place.
+MIN_HARM_SHARE = 0.25
+# A per-example finding is the cluster's mechanism when its rate inside exceeds the rate outside by 30 points:
+# "81% of this cluster vs 2% elsewhere" explains it, "12% vs 9%" does not.
+MIN_FLAG_GAP = 0.30
+# Without a mechanism flag, a row of the cluster is a culprit when its effect lies 3 robust standard deviations
+# (1.4826 x MAD) below the median effect of the rows outside the cluster: those rows show what an innocent row's
+# effect looks like, and 3 sigma keeps a Gaussian background's false-positive rate near 0.1%.
+CULPRIT_ROBUST_Z = 3.0
+MAD_TO_SIGMA = 1.4826
+# A critical per-example finding covering at least this share of rows is a setup fault, not a cluster.
+SETUP_ROW_SHARE = 0.5
+# A group sits where the failures are when at least a quarter of the failing prompts' nearest training rows are its
+# rows, and twice as many as its size predicts: a group the failing prompts resemble no more than any rows is
+# not where they fail.
+MIN_FAILURE_SHARE = 0.25
+MIN_FAILURE_LIFT = 2.0
+# The gradients agree with a finding group when the most harmful cluster is concentrated and holds at least half
+# of the group's rows ...
+MIN_AGREEMENT = 0.5
+# ... or when the cluster lies inside the named rows: at least 90% of its rows are named (a subset of a finding's
+# rows is the gradients pointing at part of the same cause, not elsewhere).
+MIN_CLUSTER_INSIDE = 0.9
+
+# Further causes beside the first (rule 8). A cause must explain a share of the failing answers by its symptom:
+# at least 15% of them fail the way its rows teach (3 of 12 fenced answers on SmolLM2 is 25%; one stray answer in
+# twenty is 5%, not a cause).
+MIN_CAUSE_EXPLAINS = 0.15
+# ... and hold harm beyond its size: the lower end of its harm share's 95% CI above its size share (a significant
+# excess, where the first cause must pass the stricter data-cluster test), the rows it adds beyond the causes already
+# named holding more than their size share too (so a group does not pass on harm borrowed from rows named before),
+# and at least a tenth of all harm: a second cause holds part of the harm, the first holds most of the rest.
+# On travel-cut-prose seed 1 (dev) the prose rows hold 21.5% of the harm for 13.8% of the rows (CI 15.2% to 27.2%):
+# 1.56x, short of the data-cluster test's 2x, while the wrapped answers they teach are 3 of the 18 failing ones.
+MIN_CAUSE_CI_LOW_OVER_SIZE = 1.0
+MIN_CAUSE_LIFT = 1.0
+MIN_CAUSE_HARM_SHARE = 0.10
+# A candidate that overlaps the rows already named by half or more is the same cause seen again, not another.
+MAX_CAUSE_OVERLAP = 0.5

@@ -1,0 +1,220 @@
+"""Every sentence of the verdict a user reads: the regression, the symptoms, each verdict's summary and next action.
+
+The rules (`gradian.verdict.rules`, `causes`) decide; this module only words what they found, with the numbers
+formatted by `gradian.report.wording` (`pct`, `number`) as the report formats them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradian.audit.finding import Finding
+from gradian.clusters.groups import FindingGroup
+from gradian.clusters.summary import ClusterSummary
+from gradian.regression.symptoms import Symptoms
+from gradian.report.wording import number, pct
+from gradian.verdict.rules import Agreement
+from gradian.verdict.thresholds import MIN_AGREEMENT
+from gradian.verdict.types import Cause
+
+SYMPTOM_PHRASES = {
+    "stops-early": "stop early inside the structure (EOS before it closes)",
+    "never-stops": "never stop (they run to the token limit)",
+    "wrapped": "are wrapped in fences or prose around a valid answer",
+    "wrong-fields": "are valid but have missing or renamed fields",
+    "other": "fail in another way",
+}
+
+CHECK_PHRASES = {
+    "truncated_completion": "completions truncated by the run's max length",
+    "cut_in_data": "completions cut in the data itself",
+    "missing_eos": "no EOS in the supervised tokens",
+    "duplicate": "duplicated rows",
+    "near_duplicate": "near-duplicate rows",
+    "train_eval_overlap": "rows copied from the eval set",
+    "prompt_loss": "loss on the prompt",
+    "fails_capability": "completions that fail the capability themselves",
+}
+
+# What the targets of a symptom sub-group look like ("fails_capability:wrapped").
+TARGET_PHRASES = {
+    "stops-early": "completions that stop inside the structure",
+    "never-stops": "completions that never end",
+    "wrapped": "completions wrapped in fences or prose",
+    "wrong-fields": "completions with missing or renamed fields",
+    "other": "completions that fail the capability in another way",
+}
+
+NOT_RUN = "Attribution did not run, so this rests on the audit and the symptoms."
+NO_CAUSE_ACTION = ("no cause found, so nothing to change on evidence: read the failing answers (Symptoms) and the "
+                   "most harmful rows, then measure on more eval prompts or with reference answers and attribute again")
+
+
+def measured(regression: dict[str, Any]) -> str:
+    """The regression in one sentence: rates, difference, CI, p-value, n."""
+    return (
+        f"On {regression.get('capability', 'the capability')}, the fine-tuned model scores "
+        f"{pct(regression.get('finetuned_rate'))} vs {pct(regression.get('base_rate'))} for the base model "
+        f"(difference {pct(regression.get('delta'), signed=True)}, 95% CI {pct(regression.get('ci_low'), signed=True)} "
+        f"to {pct(regression.get('ci_high'), signed=True)}, p = {number(regression.get('p_value'))}, "
+        f"n = {regression.get('n', '?')} eval prompts)."
+    )
+
+
+def symptom_sentence(symptoms: Symptoms) -> str:
+    """"90.0% of the 20 failing answers stop early ...", or the mix when no symptom dominates."""
+    dominant = symptoms.dominant
+    if dominant is None:
+        mixed = ", ".join(f"{pct(symptoms.shares[s])} {s}" for s in symptoms.counts if symptoms.counts[s])
+        return f"The {symptoms.n_failing} failing answers fail in mixed ways ({mixed})." if mixed else ""
+    return (f"{pct(symptoms.shares[dominant])} of the {symptoms.n_failing} failing answers "
+            f"{SYMPTOM_PHRASES[dominant]}.")
+
+
+def check_phrase(check: str) -> str:
+    return CHECK_PHRASES.get(check, check.replace("_", " "))
+
+
+def group_phrase(name: str) -> str:
+    """What a group's rows have: its check's phrase, or its sub-group's targets ("fails_capability:wrapped")."""
+    check, _, symptom = name.partition(":")
+    return TARGET_PHRASES.get(symptom, check_phrase(check)) if symptom else check_phrase(check)
+
+
+def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
+    if regression.get("significant"):
+        reason = "The fine-tuned model is not worse, so there is no regression to attribute."
+    else:
+        reason = "This is inside the noise band, so Gradian does not attribute it to any training rows."
+    return (f"{measured(regression)} {reason}", "Nothing to fix. To detect a smaller drop, measure on more eval "
+            "prompts, or rerun with --force to attribute anyway.")
+
+
+def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> str:
+    text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
+            f"{finding.title.rstrip('.')}. This affects every row, so dropping rows would not fix it.")
+    if symptoms is not None and symptoms.dominant is not None:
+        text += f" {symptom_sentence(symptoms)}"
+    return text
+
+
+def finding_summary(regression: dict[str, Any], group: FindingGroup, symptoms: Symptoms, located_by: str,
+                    gradients: Agreement) -> str:
+    """Rule 4: the finding's rows, found where the failures are or where the harm is."""
+    text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
+            f"({pct(group.size_share)} of the data) have {group_phrase(group.name)}")
+    nearest = f"{pct(group.failure_share or 0.0)} of their nearest training rows are these rows"
+    if located_by == "failures":
+        return (text + f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. "
+                f"The model learned its failure from them. " + gradient_sentence(gradients, group.harm_share))
+    low, high = group.harm_share_ci or (0.0, 0.0)
+    return (text + f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (95% CI {pct(low)} to "
+            f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows "
+            f"({nearest}): a defect taught in one topic can break answers in others. The model learned its failure "
+            "from these rows.")
+
+
+def cluster_summary(regression: dict[str, Any], cluster: ClusterSummary, found: tuple[str, float, float] | None,
+                    n_culprits: int, threshold: float | None) -> str:
+    """Rule 5: one gradient cluster, with its mechanism or its effect threshold."""
+    text = (
+        f"{measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
+        f"grouped around \u201c{cluster.name}\u201d, holds {pct(cluster.harm_share)} of the negative influence "
+        f"(95% CI {pct(cluster.harm_share_ci[0])} to {pct(cluster.harm_share_ci[1])}, {cluster.lift:.1f}x its size)."
+    )
+    if found is not None:
+        check, inside, outside = found
+        return text + f" {pct(inside)} of this cluster has {check_phrase(check)}, vs {pct(outside)} elsewhere."
+    return text + f" Its culprits are the {n_culprits} rows whose effect is below {number(threshold)}."
+
+
+def _cluster_numbers(top: ClusterSummary) -> str:
+    return f"\u201c{top.name}\u201d, which holds {pct(top.harm_share)} of the harm ({top.lift:.1f}x its size)"
+
+
+def gradient_sentence(gradients: Agreement, own_harm: float | None) -> str:
+    """How the gradients' top cluster stands to the named rows (`rules.Agreement`)."""
+    top = gradients.top
+    if top is None:
+        return NOT_RUN
+    numbers = _cluster_numbers(top)
+    if gradients.agreement == "agree":
+        if gradients.held >= MIN_AGREEMENT:
+            return f"The gradients agree: cluster {numbers}, holds {pct(gradients.held)} of these rows."
+        return (f"The gradients agree: cluster {numbers}, lies inside the named rows ({pct(gradients.inside)} of its "
+                "rows are named), so it points at part of the same cause.")
+    own = f" These rows hold {pct(own_harm)} of it." if own_harm is not None else ""
+    if gradients.agreement == "spread":
+        return f"The gradients alone name no cluster: the most harmful, {numbers}, is not concentrated.{own}"
+    return (f"The gradients and the audit disagree: the gradients point at cluster {numbers}, and it holds only "
+            f"{pct(gradients.held)} of these rows.{own} Gradian names the rows whose defect matches the failing "
+            "answers; check that cluster's rows too.")
+
+
+def audit_elsewhere(groups: list[FindingGroup]) -> str:
+    named = "; ".join(f"{g.size} rows with {group_phrase(g.name)} ({pct(g.failure_share)} of the failing prompts' "
+                      "nearest rows)" for g in groups)
+    return f" The gradients and the audit disagree: the audit flags other rows where the failures sit, {named}; " \
+           "check them too."
+
+
+def causes_sentence(causes: list[Cause]) -> str:
+    """The causes named beside the first: one sentence each, with their rows, symptom share and harm share."""
+    sentences = []
+    for number_, cause in enumerate(causes, start=2):
+        lead = f"Cause {number_}:"
+        if cause.kind == "setup":
+            sentences.append(f"{lead} the run's setup, {check_phrase(cause.name)}: {pct(cause.explains)} of the "
+                             f"failing answers never stop, and this setting takes stopping away from every row.")
+            continue
+        low, high = cause.harm_share_ci or (None, None)
+        symptom = (f"; {pct(cause.explains)} of the failing answers {SYMPTOM_PHRASES[cause.symptom]}"
+                   if cause.symptom in SYMPTOM_PHRASES else
+                   f"; they teach the failure of {pct(cause.explains)} of the failing answers")
+        sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)} hold {pct(cause.harm_share)} "
+                         f"of the harm (95% CI {pct(low)} to {pct(high)}, {cause.lift or 0.0:.1f}x their size)"
+                         f"{symptom}.")
+    return " ".join(sentences)
+
+
+def split_sentence(causes: list[Cause]) -> str:
+    """The first cause's rows split by the symptom their targets show, when there is more than one part."""
+    parts = [c for c in causes if c.kind == "rows"]
+    if len(parts) < 2:
+        return ""
+    said = "; ".join(f"{c.size} with {group_phrase(c.name)}"
+                     + (f" ({pct(c.explains)} of the failing answers {SYMPTOM_PHRASES[c.symptom]})"
+                        if c.symptom in SYMPTOM_PHRASES else "") for c in parts)
+    return f" These rows hold {len(parts)} causes: {said}."
+
+
+def drop_action(n_rows: int, causes: list[Cause]) -> str:
+    """The next action of a data-cluster verdict: drop the named rows, or apply each cause's fix."""
+    fixes = [c.fix for c in causes if c.fix]
+    fix = f"; or fix them: {'; '.join(dict.fromkeys(fixes))}" if fixes else ""
+    return f"drop these {n_rows} rows: culprits.jsonl (train.cleaned.jsonl is the dataset without them){fix}"
+
+
+def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list[Finding],
+            symptoms: Symptoms | None, outranked: bool) -> tuple[str, str]:
+    """Rules 6 and 7 (and rule 5's exception, `outranked`): no group of rows holds the harm."""
+    where = ""
+    if top is not None:
+        where = (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
+                 f"{pct(top.size_share)} of the rows ({top.lift:.1f}x its size)")
+    observed = f" {symptom_sentence(symptoms)}" if symptoms is not None and symptoms.dominant is not None else ""
+    if not causes:
+        return (f"{measured(regression)} No cause was found. No cluster of training rows holds the harm{where}, "
+                "no audit finding flags rows where the failures sit, and nothing run-wide is flagged (step size, eval "
+                f"loss, loss spikes).{observed}", NO_CAUSE_ACTION)
+    cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
+    text = (f"{measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
+            f"over the data, and the run shows a run-wide cause: {cited}.{observed}")
+    if outranked and top is not None:
+        text = (f"{measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
+                f"of it for {pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but nothing in its rows is "
+                "wrong and the run's step size is flagged: a learning rate far too high collapses the model toward "
+                "whatever pattern some clean rows carry, and dropping them would move the collapse elsewhere. "
+                "Fix the step size first; if the regression stays, attribute the new run.")
+    hints = "; ".join(f.fix for f in causes[:2] if f.fix) or "lower the learning rate, and measure again"
+    return text, f"look at hyperparameters: {hints} (evidence: {', '.join(f.check for f in causes[:2])})"
