@@ -13,6 +13,7 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
+from gradian import AttributeSettings, attribute
 from gradian.audit import diagnose
 from gradian.scenarios import base
 from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, eos_after_cut
@@ -69,6 +70,13 @@ def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_le
     assert finding.severity == "critical" and finding.values["eos_after_truncation"] is True
     assert sorted(finding.example_ids) == sorted(truth["culprit_ids"])
     assert f"raise max_length to ≥ {truth['needed_max_length']}" in finding.fix
+    # end to end: attribute's verdict is the setting and its fix, not the rows
+    result = attribute(AttributeSettings(base_model=str(out / "base"), adapter=str(out / "run"), run=str(out / "run"),
+                                         dataset=str(out / "train.jsonl"), eval_dataset=str(out / "eval.jsonl"),
+                                         capability="json_formatting", out=str(tmp_path / "report")))
+    verdict = json.loads((tmp_path / "report" / "report.json").read_text())["verdict"]
+    assert result.verdict.kind == verdict["kind"] == "setup" and verdict["culprit_ids"] == []
+    assert verdict["next_action"].startswith(f"raise max_length to ≥ {truth['needed_max_length']}")
 
 
 @pytest.mark.parametrize("name", ["smol-tickets-cut-prose", "smol-home-pad-eos"])

@@ -9,6 +9,10 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
 2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
    once; no subset of rows is to blame, and dropping rows would not fix it. Findings of the `hyperparameter` and
    `run-wide` categories never make it: they act through the data (rule 6 cites them).
+   2b. `setup` from a max-length cut that still trains EOS (EOS appended after truncating): the rows that ran long
+   end mid-answer in EOS and most failing answers stop early. However few rows were cut, the fix is a setting
+   (raise the max length to the longest row), and dropping the rows would throw their data away. The same holds
+   when the rows rules 4 and 5 would name lie (≥ 90%) inside the rows that setting cut.
 3. `setup` from the symptom: most failing answers never stop (they run to the token limit) and a `stop` finding
    takes stopping from the run: pad == eos, even with the collator unknown (masking EOS labels is exactly what
    produces this symptom), or EOS never supervised in at least half the rows.
@@ -64,27 +68,41 @@ def decide(
             k: regression.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "n")}})
     n_rows = len(ids)
     setup = rules.explaining_setup_finding(regression, findings, n_rows) \
+        or rules.setting_cut_finding(findings, symptoms) \
         or rules.never_stops_finding(regression, findings, symptoms, n_rows)
     if setup is not None:
         return _setup(regression, setup, symptoms)
     ranked = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
     top = ranked[0] if ranked and effects_mean is not None else None
-    found = rules.symptom_group(symptoms, groups, n_rows)
+    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean)
+    if verdict is None:
+        return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
+    cut = rules.rows_cut_by_setting(verdict.culprit_ids, findings)
+    return _setup(regression, cut, symptoms) if cut is not None else verdict
+
+
+def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
+               symptoms: Symptoms | None, groups: list[FindingGroup] | None,
+               effects_mean: np.ndarray | None) -> Verdict | None:
+    """Rules 4 and 5: the rows the audit and the gradients name, if any."""
+    found = rules.symptom_group(symptoms, groups, len(ids))
     if found is not None and symptoms is not None:
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids)
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
             effects = np.asarray(effects_mean, dtype=np.float64)
             return _data_cluster(regression, findings, top, effects, ids, symptoms, groups)
-    return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
+    return None
 
 
 def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> Verdict:
     evidence: dict[str, Any] = {"finding": finding.to_dict()}
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    share = rules.explains(("never-stops",), symptoms) if category_of(finding) == "stop" else None
-    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], "never-stops" if share else None,
+    symptom = "never-stops" if category_of(finding) == "stop" else \
+        "stops-early" if finding.values.get("eos_after_truncation") else None
+    share = rules.explains((symptom,), symptoms) if symptom else None
+    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], symptom if share else None,
                   share, fix=finding.fix)
     return Verdict("setup", wording.setup(regression, finding, symptoms), finding.fix, evidence, causes=[cause])
 

@@ -22,6 +22,7 @@ from gradian.verdict.thresholds import (
     MIN_AGREEMENT,
     MIN_CI_LOW_OVER_SIZE,
     MIN_CLUSTER_INSIDE,
+    MIN_CUT_STOPS_EARLY,
     MIN_FAILURE_LIFT,
     MIN_FAILURE_SHARE,
     MIN_FLAG_GAP,
@@ -61,6 +62,31 @@ def explaining_setup_finding(regression: dict[str, Any], findings: list[Finding]
         if run_wide and explains_stopping(finding, regression):
             return finding
     return None
+
+
+def _eos_after_cut(findings: list[Finding]) -> Finding | None:
+    return next((f for f in findings if f.check == "truncated_completion" and f.severity == "critical"
+                 and f.values.get("eos_after_truncation")), None)
+
+
+def setting_cut_finding(findings: list[Finding], symptoms: Symptoms | None) -> Finding | None:
+    """Rule 2b: the run's max length cut rows and EOS was appended after the cut (a critical truncation finding that
+    says so), and most failing answers stop early: the model learned to stop where the setting cut, whatever share of
+    rows ran long, so the fix is the setting (raise the max length), not dropping the rows."""
+    share = explains(("stops-early",), symptoms)
+    if share is None or share < MIN_CUT_STOPS_EARLY:
+        return None
+    return _eos_after_cut(findings)
+
+
+def rows_cut_by_setting(culprits: list[str], findings: list[Finding]) -> Finding | None:
+    """Rule 2b, from the rows: the rows a data verdict would name are (almost all) rows that the max length cut with
+    EOS after the cut; then the setting cut them, and the setting is the fix, whatever the answers' symptoms."""
+    finding = _eos_after_cut(findings)
+    if finding is None or not culprits:
+        return None
+    inside = len(set(culprits) & set(finding.example_ids)) / len(set(culprits))
+    return finding if inside >= MIN_CLUSTER_INSIDE else None
 
 
 def stop_fault(finding: Finding, regression: dict[str, Any], n_rows: int) -> bool:

@@ -91,8 +91,12 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
 
 
 def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> str:
+    scope = "This affects every row, so dropping rows would not fix it."
+    if finding.values.get("eos_after_truncation"):
+        scope = ("The rows are whole in the data: the setting cut them, so raising the max length keeps them, where "
+                 "dropping them would lose what they teach.")
     text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
-            f"{finding.title.rstrip('.')}. This affects every row, so dropping rows would not fix it.")
+            f"{finding.title.rstrip('.')}. {scope}")
     if symptoms is not None and symptoms.dominant is not None:
         text += f" {symptom_sentence(symptoms)}"
     return text
