@@ -4,6 +4,7 @@ a verification.json built from synthetic scores validated against its schema."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -15,6 +16,7 @@ from gradian.verify.paired import holm, paired_test, with_holm
 from gradian.verify.plan import CurvePoint, Plan, Topic
 from gradian.verify.recipe import Recipe
 from gradian.verify.retrain import Retrain
+from gradian.verify.schema_doc import render as render_doc
 from gradian.verify.verification import summarize, verification_schema
 
 
@@ -135,3 +137,39 @@ def test_the_pages_draw_the_curve_with_every_number_from_the_json():
     markdown = render(verification, "verification.md.j2")
     assert "#### Recovery curve" in markdown and "What you will see when you retrain" in markdown
     assert curve_chart(synthetic(False)) is None
+
+
+def test_the_schema_doc_is_generated_from_the_schema():
+    doc = (Path(__file__).parents[1] / "docs" / "verification-schema.md").read_text(encoding="utf-8")
+    assert doc == render_doc(verification_schema()), \
+        "regenerate: python -m gradian.verify.schema_doc > docs/verification-schema.md"
+
+
+def load_lds():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "lds.py"
+    spec = importlib.util.spec_from_file_location("lds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def naive_spearman(x, y) -> float:
+    """Pearson correlation of the ranks (no ties in the test data)."""
+    rx, ry = np.argsort(np.argsort(x)).astype(float), np.argsort(np.argsort(y)).astype(float)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx * ry).sum() / np.sqrt((rx ** 2).sum() * (ry ** 2).sum()))
+
+
+def test_lds_is_the_mean_per_query_spearman_with_a_ci_that_holds_it():
+    lds = load_lds()
+    rng = np.random.default_rng(0)
+    predicted = rng.normal(size=40)  # (M,) one prediction per subset, shared by the queries
+    measured = np.stack([predicted * w + rng.normal(size=40) for w in (2.0, 1.0, 0.0)], axis=1)  # (M, 3)
+    measured[:, 2] = 7.0  # a query no subset moves: no ρ, left out
+    result = lds.lds(predicted, measured)
+    expected = np.mean([naive_spearman(predicted, measured[:, q]) for q in (0, 1)])
+    assert result["lds"] == pytest.approx(expected, abs=1e-12) and result["queries"] == 2
+    assert result["ci"][0] < result["lds"] < result["ci"][1]
+    assert lds.lds(-predicted, measured)["lds"] == pytest.approx(-expected, abs=1e-12)
