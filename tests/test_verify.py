@@ -1,9 +1,10 @@
 """`gradian verify` on the scenario world: real retrains must bring the capability back where the answer is right.
 
-Each retrain is a real TRL SFTTrainer + PEFT run of the tiny base (seconds on one thread), measured on the report's
-own eval prompts. The goals come from the issue: removing the named rows of a planted cluster recovers ≥ 80% of the
-lost capability while random removal of the same size recovers ≤ 20%; the fix of pad == eos recovers ≥ 80%; a null
-run shows no change beyond seed noise; a retrain killed with SIGKILL resumes.
+Each retrain is a real TRL SFTTrainer + PEFT run of the tiny base (seconds to minutes on one thread), measured on the
+report's own eval prompts. The goals come from the issues: removing the named rows of a planted cluster by zero
+weight recovers ≥ 80% of the lost capability while random removal of the same size recovers ≤ 20%, and the paired
+tests confirm it; the fix of pad == eos recovers ≥ 80%; a null run shows no change beyond seed noise; a retrain
+killed with SIGKILL resumes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from gradian.attribute import attribute
@@ -24,7 +26,8 @@ from gradian.cli.main import _register, cli
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings
 from gradian.verify import VerifySettings, verify
-from gradian.verify.retrain import MARKER, PROGRESS
+from gradian.verify.retrain import MARKER, ORDER, PROGRESS
+from gradian.verify.verification import verification_schema
 
 pytestmark = pytest.mark.slow  # attributes three scenarios and retrains each a few times (minutes on 2 cores)
 
@@ -57,15 +60,36 @@ def test_removing_the_culprits_recovers_and_random_removal_does_not(truncated):
     report, verification = truncated
     culprits = json.loads((report / "report.json").read_text())["verdict"]["culprit_ids"]
     assert verification["removed"] == len(culprits) > 0
+    assert verification["scheme"] == "zero-weight"
     assert verification["recovery"] >= 0.8, verification["recovery"]
     assert verification["random_recovery"] <= 0.2, verification["random_recovery"]
     assert verification["status"] == "confirmed", verification["status_reason"]
+    assert [t["against"] for t in verification["tests"]] == ["fine-tuned", "control-1", "control-2"]
+    assert all(t["beats"] for t in verification["tests"]), verification["tests"]
     kinds = sorted(r["kind"] for r in verification["retrains"])
-    assert kinds == ["control", "control", "removal", "reseeded"]
+    assert kinds == ["control", "control", "dropped", "removal", "reseeded", "topic"]
     rows = {r["name"]: r["rows"] for r in verification["retrains"]}
+    zero = {r["name"]: r["zero_weight"] for r in verification["retrains"]}
     cleaned = (report / "train.cleaned.jsonl").read_text().splitlines()
     assert rows["without-culprits"] == len(cleaned) == rows["control-1"] == rows["control-2"]
+    assert rows["without-culprits-dropped"] == len(cleaned) and zero["without-culprits-dropped"] == 0
+    assert zero["without-culprits"] == zero["control-1"] == zero["same-category"] == len(culprits)
     assert rows["reseeded"] == len(cleaned) + len(culprits)
+    steps = {r["name"]: r["global_step"] for r in verification["retrains"]}
+    assert steps["without-culprits"] == steps["control-1"] == steps["reseeded"] > steps["without-culprits-dropped"]
+    orders = {name: json.loads((report / "verify" / name / ORDER).read_text())
+              for name in ("without-culprits", "control-1", "same-category")}
+    assert orders["without-culprits"] == orders["control-1"] == orders["same-category"], "zero weight keeps the order"
+    assert verification["topic"]["source"] == "category" and verification["topic"]["pool"] > len(culprits)
+
+
+def test_verification_validates_against_its_schema_and_draws_its_page(truncated):
+    report, verification = truncated
+    jsonschema.validate(verification, verification_schema())
+    assert verification["schema_version"] == verification_schema()["properties"]["schema_version"]["const"]
+    page = (report / "verification.html").read_text()
+    assert "What you will see when you retrain" in page and "without-culprits-dropped" in page
+    assert "### Verification: confirmed" in (report / "verification.md").read_text()
 
 
 def test_verification_is_written_and_shown(truncated):
@@ -100,6 +124,7 @@ def test_groups_check_the_ranking_by_retraining(truncated):
     assert groups[0]["recovery"] >= 0.8, groups
     reused = {r["name"]: r["reused"] for r in verification["retrains"]}
     assert reused["without-culprits"] and reused["control-1"] and not reused["group-1"]
+    assert all(r["scheme"] == "zero-weight" for r in verification["retrains"] if r["kind"] == "group")
 
 
 def test_the_pad_token_fix_recovers(scenario, tmp_path):
@@ -146,6 +171,7 @@ def test_a_retrain_killed_mid_training_resumes(truncated_report, tmp_path):
     verification = run_verify(report, controls=0, max_steps=60)
     assert not staging.exists()
     assert verification["capped"] and all(r["capped"] and r["global_step"] == 60 for r in verification["retrains"])
+    assert (report / "verify" / "without-culprits" / ORDER).is_file()
     assert not any(r["reused"] for r in verification["retrains"])
 
 

@@ -48,24 +48,35 @@ def test_nothing_lost_has_no_recovery():
     assert recovery(np.ones(10), original(np.ones(10), np.ones(10))).value is None
 
 
-def verification(recovery_ci, random_ci=(-0.1, 0.1), random_mean=0.0, seed_recovery=0.0, kind="removal"):
-    primary = {"name": "p", "kind": kind, "recovery_ci": list(recovery_ci), "beyond_seed_noise": True}
+def removal_verification(primary_rate, tests, control_rates=(0.8, 0.8), kind="removal"):
+    """A verification dict with what `status` reads: the primary retrain, the controls and the paired tests."""
+    primary = {"name": "p", "kind": kind, "rate": primary_rate, "beyond_seed_noise": True}
+    controls = [{"name": f"control-{i}", "kind": "control", "rate": r, "beyond_seed_noise": False}
+                for i, r in enumerate(control_rates, start=1)]
     return {"verdict": "data-cluster", "base_rate": 1.0, "finetuned_rate": 0.8, "primary": "p", "removed": 10,
-            "retrains": [primary], "random_recovery_ci": list(random_ci) if random_ci else None,
-            "random_recovery": random_mean if random_ci else None, "seed_recovery": seed_recovery,
-            "reseeded_regression": {"significant": True}}
+            "retrains": [primary, *controls], "tests": tests, "reseeded_regression": {"significant": True}}
 
 
-@pytest.mark.parametrize(("recovery_ci", "kwargs", "expected"), [
-    ((0.8, 1.0), {}, "confirmed"),
-    ((0.05, 0.9), {}, "inconclusive"),  # overlaps the controls' CI
-    ((-0.2, -0.01), {}, "not-confirmed"),  # no better than the controls' mean
-    ((0.8, 1.0), {"seed_recovery": 0.9}, "inconclusive"),  # seed noise alone moves it as far
-    ((0.5, 0.8), {"seed_recovery": -0.85}, "not-confirmed"),  # |seed noise| above its upper end
-    ((0.8, 1.0), {"random_ci": None, "kind": "fix"}, "confirmed"),
+def outcome(against, beats, p_holm=0.01):
+    return {"against": against, "beats": beats, "p_holm": p_holm, "better": 9, "worse": 1}
+
+
+@pytest.mark.parametrize(("rate", "tests", "controls", "expected"), [
+    (0.95, [outcome("fine-tuned", True), outcome("control-1", True), outcome("control-2", True)], (0.8, 0.8), "confirmed"),
+    (0.95, [outcome("fine-tuned", True), outcome("control-1", False, 0.2)], (0.8, 0.8), "inconclusive"),
+    (0.80, [outcome("fine-tuned", False, 1.0)], (0.7, 0.7), "not-confirmed"),  # no better than the fine-tune
+    (0.85, [outcome("fine-tuned", True), outcome("control-1", False, 0.5)], (0.9, 0.86), "not-confirmed"),  # below random
+    (0.95, [outcome("fine-tuned", True)], (), "confirmed"),  # --controls 0: the fine-tune alone
 ])
-def test_status_rule(recovery_ci, kwargs, expected):
-    assert status(verification(recovery_ci, **kwargs))[0] == expected
+def test_status_rule(rate, tests, controls, expected):
+    assert status(removal_verification(rate, tests, controls))[0] == expected
+
+
+def test_a_fix_is_tested_against_the_fine_tune():
+    fix = removal_verification(0.95, [outcome("fine-tuned", True)], (), kind="fix")
+    state, reason = status(fix)
+    assert state == "confirmed" and reason.startswith("the fix answers better than the fine-tune")
+    assert status({**fix, "tests": []})[0] == "inconclusive"
 
 
 def test_no_regression_report_status():

@@ -13,10 +13,12 @@ from gradian.cli.progress import bar, console, say
 @click.command("verify")
 @click.option("--report", "report", required=True, type=click.Path(file_okay=False),
               help="The report folder `gradian attribute` wrote (its --out).")
-@click.option("--controls", default=2, show_default=True, type=click.IntRange(min=0),
-              help="Random-removal controls of the same size as the culprits.")
+@click.option("--controls", default=5, show_default=True, type=click.IntRange(min=0),
+              help="Random-removal controls of the same size as the culprits (and per point of --curve).")
 @click.option("--groups", default=0, show_default=True, type=click.IntRange(min=0),
               help="Also retrain without each of the G most harmful candidate groups.")
+@click.option("--curve", is_flag=True,
+              help="Also remove the top 1, 2, 5, 10 and 20% of the ranking and draw recovery against k.")
 @click.option("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when present, else cpu.")
 @click.option("--max-steps", "max_steps", default=None, type=click.IntRange(min=1),
               help="Cap each retrain at N optimizer steps (the verification then says it was capped).")
@@ -24,7 +26,9 @@ from gradian.cli.progress import bar, console, say
 def verify_command(as_json: bool, **options: typing.Any) -> None:
     """Retrain the run with its own recipe without the named rows (or with the named fix) and measure again.
 
-    Writes DIR/verify/ (one folder per retrain, resumable) and DIR/verification.json, and adds a verification
+    Removed rows keep their place in every batch at zero loss weight (the run's seed, order and step count), beside
+    random removals of the same size; the retrain on the file without them is shown as what you will see. Writes
+    DIR/verify/ (one folder per retrain, resumable), DIR/verification.json, .html and .md, and adds a verification
     section to the report. Exit code 0 when verification.json is written, 2 on bad input or a run Gradian cannot
     retrain faithfully.
     """
@@ -52,5 +56,8 @@ def print_summary(verification: dict[str, typing.Any]) -> None:
         recovered = "" if row["recovery"] is None else \
             f", recovery {pct(row['recovery'])} (CI {pct(row['recovery_ci'][0])} to {pct(row['recovery_ci'][1])})"
         click.echo(f"  {row['name']}: {pct(row['rate'])} {verification['capability']}{recovered}")
+    for point in (verification.get("curve") or {}).get("points", []):
+        click.echo(f"  curve {point['name']} ({point['size']} rows): recovery {pct(point['recovery'])}, "
+                   f"random {pct(point['random_recovery'])}")
     if verification["capped"]:
         click.echo(f"  (each retrain capped at {verification['max_steps']} steps)")

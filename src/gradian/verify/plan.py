@@ -1,13 +1,23 @@
-"""Which retrains check a report's answer: without the culprits, random controls, another seed, the fix, groups.
+"""Which retrains check a report's answer: without the named rows, random controls, another seed, the fix, groups.
 
-- `without-culprits`: the training file minus the named rows (`train.cleaned.jsonl`);
-- `control-k`: minus as many rows drawn at random (seeded), K of them;
-- `reseeded`: the full data with the run's seed + 1, to see how far seed noise alone moves the capability;
-- `fix` (setup verdicts): the full data with the named fix applied, one setting changed;
-- `group-k` (`--groups G`): minus each of the G most harmful candidate groups (clusters and per-row findings).
+Every removal keeps the run's rows, seed, data order and step count and gives the removed rows zero loss weight
+(`weighting`), so it differs from the fine-tune in those rows alone:
 
-A report that names no rows and no fix (no-regression, diffuse) is checked by removing its most harmful candidate
-group when attribution ran, else only by the controls and the reseeded run (`NULL_REMOVAL_SHARE` of the rows).
+- `without-culprits`: the named rows at zero weight (for a report naming none, `without-top-group`: its most harmful
+  candidate group);
+- `without-culprits-dropped`: the named rows dropped from the file (`train.cleaned.jsonl`), what a user who retrains
+  on the cleaned file will see (every batch after the first dropped row differs);
+- `control-k`: as many rows drawn at random (seeded), K of them; `same-category` / `same-cluster`: as many rows
+  drawn from the named rows' own category (a `category` column) or report cluster, when it holds more rows;
+- `reseeded`: the full data with the run's seed + 1, how far seed noise alone moves the capability (shown only);
+- `fix` (setup verdicts): the named setting changed (rows it drops at zero weight), same seed and order;
+- `group-k` (`--groups G`): each of the G most harmful candidate groups (clusters and per-row findings);
+- `top-<share>` and `top-<share>-random-j` (`--curve`): the ranking's top k rows for k = 1, 2, 5, 10, 20% of the rows,
+  each beside K random sets of the same size.
+
+A report that names no rows and no fix (no-regression, diffuse) with no candidate group is checked by the controls
+and the reseeded run alone (`NULL_REMOVAL_SHARE` of the rows). A packed or padding-free recipe has no rows in its
+batches to weight, so its removals drop the rows instead (`Plan.scheme`).
 """
 
 from __future__ import annotations
@@ -15,11 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from gradian.data.examples import Example
 from gradian.verify.recipe import Recipe
 from gradian.verify.retrain import Retrain
+from gradian.verify.sets import curve_sizes, named_topic, random_set, ranking_of, topic_set
 
 # A group holding more than this share of the rows is the data, not a group: removing it tells nothing.
 MAX_GROUP_SHARE = 0.5
@@ -51,47 +60,135 @@ class Group:
 
 
 @dataclass
+class CurvePoint:
+    """One k of the recovery curve: the retrain without the ranking's top k rows and its random sets."""
+
+    share: float
+    size: int
+    top: str
+    randoms: list[str]
+
+
+@dataclass
+class Topic:
+    """The same-topic control: which topic, how many rows it holds, and the retrain's name (None: why not)."""
+
+    source: str
+    name: str
+    pool: int
+    retrain: str | None
+    note: str | None
+
+
+@dataclass
 class Plan:
-    jobs: list[tuple[str, Retrain]]  # (kind, retrain): kind is removal, control, reseeded, fix or group
-    primary: str | None  # the retrain whose recovery decides the status
+    jobs: list[tuple[str, Retrain]]  # (kind, retrain): removal, dropped, control, topic, reseeded, fix, group, curve
+    primary: str | None  # the retrain whose paired tests decide the status
     removed: int
     fix: Fix | None = None
     fix_note: str | None = None
     groups: list[Group] = field(default_factory=list)
+    scheme: str = "zero-weight"  # or "dropped" (packed or padding-free recipes)
+    scheme_note: str | None = None
+    topic: Topic | None = None
+    curve: list[CurvePoint] | None = None
+    ranking: str | None = None  # the examples.jsonl field the curve ranks by
+
+
+class Removals:
+    """Builds the retrains that remove rows, by zero weight (or by dropping them where a recipe has no rows to weight)."""
+
+    def __init__(self, examples: list[Example], seed: int, zero_weight: bool) -> None:
+        self.examples, self.seed, self.zero_weight = examples, seed, zero_weight
+
+    def without(self, name: str, ids: set[str] | list[str]) -> Retrain:
+        drop = frozenset(ids)
+        if self.zero_weight:
+            return Retrain(name, self.examples, self.seed, zero_ids=drop)
+        return Retrain(name, [e for e in self.examples if e.id not in drop], self.seed)
+
+    def dropped(self, name: str, ids: set[str] | list[str]) -> Retrain:
+        drop = set(ids)
+        return Retrain(name, [e for e in self.examples if e.id not in drop], self.seed)
 
 
 def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleaned: list[Example] | None,
-         tokenizer: Any, *, controls: int, groups: int, seed: int) -> Plan:
-    """The retrains for `report` (report.json as a dict); `cleaned` is train.cleaned.jsonl read, when present."""
+         tokenizer: Any, *, controls: int, groups: int, seed: int, curve: bool = False, report_dir: Any = None) -> Plan:
+    """The retrains for `report` (report.json as a dict, `examples` the rows of examples.jsonl); `cleaned` is
+    train.cleaned.jsonl read, when present."""
     verdict = report["verdict"]
     culprits = set(verdict.get("culprit_ids") or [])
-    jobs: list[tuple[str, Retrain]] = [("reseeded", Retrain("reseeded", examples, recipe.seed + 1))]
-    primary, removed, fix, note = None, 0, None, None
+    scheme_note = zero_weight_note(recipe)
+    remove = Removals(examples, recipe.seed, scheme_note is None)
+    jobs: list[tuple[str, Retrain]] = []
+    primary, removed, fix, note, named = None, 0, None, None, set()
     candidates = candidate_groups(report)
     if culprits:
+        primary, named = "without-culprits", culprits
+        jobs.append(("removal", remove.without(primary, culprits)))
         rows = cleaned if cleaned is not None else [e for e in examples if e.id not in culprits]
-        jobs.insert(0, ("removal", Retrain("without-culprits", rows, recipe.seed)))
-        primary, removed = "without-culprits", len(examples) - len(rows)
+        jobs.append(("dropped", Retrain(f"{primary}-dropped", rows, recipe.seed)))
+        removed = len(examples) - len(rows)
     elif verdict["kind"] == "setup":
         fix, note = setup_fix(verdict.get("evidence", {}).get("finding", {}), recipe, tokenizer)
         if fix is not None:
-            kept = [e for e in examples if e.id not in set(fix.drop_ids)]
-            jobs.insert(0, ("fix", Retrain("fix", kept, recipe.seed, fix.changes)))
+            job = remove.without("fix", fix.drop_ids) if fix.drop_ids else Retrain("fix", examples, recipe.seed)
+            job.changes = fix.changes
+            jobs.append(("fix", job))
             primary = "fix"
     elif candidates:
-        top = candidates[0]
-        drop = set(top.example_ids)
-        jobs.insert(0, ("removal", Retrain("without-top-group", [e for e in examples if e.id not in drop], recipe.seed)))
-        primary, removed = "without-top-group", len(drop)
+        primary, named = "without-top-group", set(candidates[0].example_ids)
+        jobs.append(("removal", remove.without(primary, named)))
+        jobs.append(("dropped", remove.dropped(f"{primary}-dropped", named)))
+        removed = len(named)
     size = removed or (0 if verdict["kind"] == "setup" else max(1, round(NULL_REMOVAL_SHARE * len(examples))))
     for k in range(1, controls + 1 if size else 1):
-        drop = set(np.random.default_rng([seed, k]).choice([e.id for e in examples], size=size, replace=False))
-        jobs.append(("control", Retrain(f"control-{k}", [e for e in examples if e.id not in drop], recipe.seed)))
+        jobs.append(("control", remove.without(f"control-{k}", random_set(examples, size, [seed, k]))))
+    topic = _topic(examples, report.get("examples", []), named, size, seed, remove, jobs) if named else None
+    jobs.append(("reseeded", Retrain("reseeded", examples, recipe.seed + 1)))
     chosen = candidates[:groups]
     for k, group in enumerate(chosen, start=1):
-        drop = set(group.example_ids)
-        jobs.append(("group", Retrain(f"group-{k}", [e for e in examples if e.id not in drop], recipe.seed)))
-    return Plan(jobs, primary, removed, fix, note, chosen)
+        jobs.append(("group", remove.without(f"group-{k}", group.example_ids)))
+    points, ranking = None, None
+    if curve:
+        points, ranking = _curve(report, examples, remove, jobs, controls=controls, seed=seed, report_dir=report_dir)
+    return Plan(jobs, primary, removed, fix, note, chosen, "zero-weight" if scheme_note is None else "dropped",
+                scheme_note, topic, points, ranking)
+
+
+def zero_weight_note(recipe: Recipe) -> str | None:
+    """Why this recipe's removals cannot be by zero weight (None: they can)."""
+    for name in ("packing", "padding_free"):
+        if recipe.training.get(name):
+            return (f"the run trains with {name}=True, so its batches hold no separate rows to weight: removals drop "
+                    "the rows instead (batches after the first dropped row differ)")
+    return None
+
+
+def _topic(examples: list[Example], rows: list[dict[str, Any]], named: set[str], size: int, seed: int,
+           remove: Removals, jobs: list[tuple[str, Retrain]]) -> Topic | None:
+    topic = named_topic(examples, rows, named)
+    if topic is None:
+        return None
+    drawn, why = topic_set(topic, size, seed)
+    name = f"same-{topic.source}" if drawn is not None else None
+    if drawn is not None and name is not None:
+        jobs.append(("topic", remove.without(name, drawn)))
+    return Topic(topic.source, topic.name, len(topic.pool), name, why)
+
+
+def _curve(report: dict[str, Any], examples: list[Example], remove: Removals, jobs: list[tuple[str, Retrain]], *,
+           controls: int, seed: int, report_dir: Any) -> tuple[list[CurvePoint], str]:
+    ranked, field_name = ranking_of(report.get("examples", []), report_dir)
+    points = []
+    for share, k in curve_sizes(len(examples)):
+        label = f"top-{share * 100:g}pct"
+        jobs.append(("curve", remove.without(label, ranked[:k])))
+        randoms = [f"{label}-random-{j}" for j in range(1, controls + 1)]
+        for j, name in enumerate(randoms, start=1):
+            jobs.append(("curve-control", remove.without(name, random_set(examples, k, [seed, k, j]))))
+        points.append(CurvePoint(share, k, label, randoms))
+    return points, field_name
 
 
 def candidate_groups(report: dict[str, Any]) -> list[Group]:

@@ -1,6 +1,11 @@
 """One retrain: real TRL `SFTTrainer` + PEFT LoRA from the base model, with the run's recipe, in its own folder.
 
-    DIR/verify/<name>/            adapter_model.safetensors, adapter_config.json, tokenizer files, trainer_state.json
+A retrain either trains on fewer rows (`rows`, what a user who drops them will see) or on every row with some of them
+at zero loss weight (`zero_ids`: the run's seed, data order and step count kept, see `weighting`), optionally
+replaying an explicit order (`order`: row indices per optimizer step).
+
+    DIR/verify/<name>/            adapter_model.safetensors, adapter_config.json, tokenizer files, trainer_state.json,
+                                  order.json (the row indices of every optimizer step, as trained)
     DIR/verify/<name>/retrain.json  the done marker, written last: the job's key, steps, wall time, capped or not
     DIR/verify/<name>.partial/    a retrain in progress (progress.json: the last step done); renamed to <name>/
                                   once finished
@@ -33,7 +38,8 @@ from gradian.verify.recipe import Recipe, training_kwargs
 MARKER = "retrain.json"
 PROGRESS = "progress.json"
 # Part of every retrain's key: bumped when how Gradian retrains changes, so older retrains are not reused.
-RETRAIN_VERSION = 2
+RETRAIN_VERSION = 3
+ORDER = "order.json"
 # Collators a recipe may name that Gradian can rebuild; TRL's own is used when the run named none.
 TRL_COLLATORS = ("trl.DataCollatorForLanguageModeling", "trl.trainer.sft_trainer.DataCollatorForLanguageModeling")
 PAD_MASKING = ("transformers.DataCollatorForLanguageModeling",
@@ -49,10 +55,17 @@ class Retrain:
     rows: list[Example]
     seed: int
     changes: dict[str, Any] = field(default_factory=dict, metadata={"help": "SFTConfig fields the fix sets"})
+    zero_ids: frozenset[str] = field(default_factory=frozenset,
+                                     metadata={"help": "ids of rows kept in every batch at zero loss weight"})
+    order: list[list[int]] | None = field(default=None, metadata={"help": "row indices per optimizer step to replay"})
+
+    def zero_rows(self) -> frozenset[int]:
+        return frozenset(i for i, e in enumerate(self.rows) if e.id in self.zero_ids)
 
     def key(self, recipe: Recipe, max_steps: int | None) -> str:
         """What the trained weights depend on; a finished retrain with another key is retrained."""
         spec = {"rows": [[e.id, e.fields] for e in self.rows], "seed": self.seed, "changes": self.changes,
+                "zero": sorted(self.zero_ids), "order": self.order,
                 "recipe": {"training": recipe.training, "lora": recipe.lora, "collator": recipe.collator},
                 "max_steps": max_steps, "version": RETRAIN_VERSION}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
@@ -87,7 +100,8 @@ def retrain(
     staging.mkdir(parents=True)
     started = time.monotonic()
     state = _train(job, recipe, base, staging, device=device, max_steps=max_steps, steps=_recorded(staging, steps))
-    marker = {"key": key, "name": job.name, "rows": len(job.rows), "seed": job.seed, "changes": job.changes,
+    marker = {"key": key, "name": job.name, "rows": len(job.rows) - len(job.zero_rows()),
+              "zero_weight": len(job.zero_rows()), "seed": job.seed, "changes": job.changes,
               "device": device, "max_steps": max_steps, "capped": max_steps is not None,
               "global_step": state.global_step, "wall_s": round(time.monotonic() - started, 3),
               "train_loss": _last_loss(state.log_history)}
@@ -99,12 +113,27 @@ def retrain(
 
 def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, device: str, max_steps: int | None,
            steps: Steps) -> Any:
-    """The loop itself is TRL's: SFTConfig from the recipe, LoraConfig from adapter_config.json, the run's collator."""
+    """Train `job` into `out`: the adapter, trainer_state.json and order.json (the rows of every step)."""
+    trainer = build_trainer(job, recipe, base, out, device=device, max_steps=max_steps, steps=steps)
+    trainer.train()
+    trainer.save_model(str(out))
+    trainer.state.save_to_json(str(out / "trainer_state.json"))
+    atomic_write(out / ORDER, json.dumps(trainer.steps_seen) + "\n")
+    shutil.rmtree(out / "trainer", ignore_errors=True)
+    return trainer.state
+
+
+def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, device: str = "cpu",
+                  max_steps: int | None = None, steps: Steps | None = None) -> Any:
+    """The loop itself is TRL's: SFTConfig from the recipe, LoraConfig from adapter_config.json, the run's collator,
+    with `job.zero_ids` at zero loss weight and `job.order` replayed (`weighting.ZeroWeightTrainer`)."""
     import datasets
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
+
+    from gradian.verify.weighting import ZeroWeightTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(base.path, **base.kwargs())
     model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32, **base.kwargs())
@@ -126,18 +155,16 @@ def _train(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *, devic
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # library code draws no bars; the CLI's come through `steps`
     try:
-        trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list([e.fields for e in job.rows]),
-                             processing_class=tokenizer, peft_config=lora, data_collator=_collator(recipe, tokenizer),
-                             callbacks=[StepCallback(steps)])
+        trainer = ZeroWeightTrainer(
+            model=model, args=config, train_dataset=datasets.Dataset.from_list([e.fields for e in job.rows]),
+            processing_class=tokenizer, peft_config=lora, data_collator=_collator(recipe, tokenizer),
+            callbacks=[StepCallback(steps)] if steps is not None else None, zero_rows=job.zero_rows(),
+            order=job.order)
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
-    trainer.save_model(str(out))
-    trainer.state.save_to_json(str(out / "trainer_state.json"))
-    shutil.rmtree(out / "trainer", ignore_errors=True)
-    return trainer.state
+    return trainer
 
 
 def _recorded(staging: Path, steps: Steps | None) -> Steps:

@@ -23,6 +23,7 @@ from gradian.regression.loading import pick_device_dtype, read_adapter_config
 from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.report.schema import SCHEMA_VERSION
 from gradian.verify.measure import measure_adapter, read_original
+from gradian.verify.pages import write_pages
 from gradian.verify.plan import plan
 from gradian.verify.recipe import read_recipe
 from gradian.verify.retrain import retrain
@@ -35,10 +36,11 @@ Bar = Callable[[Iterable, str], Iterable]
 @dataclass
 class VerifySettings:
     report: str = field(metadata={"help": "the report folder `gradian attribute` wrote (its --out)"})
-    controls: int = field(default=2, metadata={"help": "random-removal controls of the same size"})
+    controls: int = field(default=5, metadata={"help": "random-removal controls of the same size (K)"})
     groups: int = field(default=0, metadata={"help": "also retrain without each of the G most harmful groups"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     max_steps: int | None = field(default=None, metadata={"help": "cap each retrain at N optimizer steps"})
+    curve: bool = field(default=False, metadata={"help": "also remove the ranking's top 1, 2, 5, 10, 20% of the rows"})
     batch_size: int = field(default=16, metadata={"help": "generation batch size"})
 
     def __post_init__(self) -> None:
@@ -83,14 +85,17 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     seed = int(used.get("seed", 0))
     rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
     todo = plan({**report, "examples": rows}, recipe, examples, cleaned, load_tokenizer(base),
-                controls=settings.controls,
-                groups=settings.groups, seed=seed)
+                controls=settings.controls, groups=settings.groups, seed=seed, curve=settings.curve,
+                report_dir=folder / EXAMPLES_FILE)
+    if todo.scheme_note:
+        say(f"verify: {todo.scheme_note}")
     if todo.primary is None and todo.fix_note:
         say(f"verify: {todo.fix_note}")
     scores, markers = {}, {}
     root = folder / "verify"
     for number, (_, job) in enumerate(todo.jobs, start=1):
-        say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows, seed {job.seed})")
+        weight = f", {len(job.zero_ids)} at zero weight" if job.zero_ids else ""
+        say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows{weight}, seed {job.seed})")
         path, markers[job.name] = retrain(job, recipe, base, root, device=device, max_steps=settings.max_steps,
                                           steps=_steps(bar, f"training {job.name}"))
         ticks = bar(range(len(original.ids)), f"measuring {job.name}") if bar is not None else None
@@ -100,6 +105,7 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     verification = summarize(todo, original, scores, markers, recipe, report, seed=seed, device=device,
                              max_steps=settings.max_steps, original_train_s=_train_runtime(run.log_history))
     write_verification(folder, verification, report)
+    write_pages(folder, verification)
     return verification
 
 

@@ -1,20 +1,28 @@
-"""`DIR/verification.json`: what each retrain recovered, against random controls and seed noise, and the status.
+"""`DIR/verification.json`: what each retrain recovered, the paired tests that decide, and the status.
 
-Status, for the answer the report gives (the culprits of a data-cluster verdict, the fix of a setup verdict, the
-most harmful group otherwise):
-- `confirmed`: the lower end of its recovery CI lies above the controls' recovery CI and above seed noise (the
-  reseeded full run's recovery, in absolute value);
-- `not-confirmed`: the upper end of its recovery CI does not reach the controls' mean recovery or seed noise, so
-  acting on the answer does no better than removing rows at random or rerunning with another seed;
-- `inconclusive`: the intervals overlap, or there is nothing Gradian could retrain to test.
-A report without a regression (nothing lost) is `confirmed` when the reseeded run shows no significant drop from
-the base either and no retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded run does
-drop significantly, `inconclusive` otherwise. Documented field by field in docs/report-schema.md.
+Every removal is a zero-weight retrain under the run's seed and data order (`plan`), so the named rows' retrain and
+each control answer the same eval prompts with models that differ only in which rows carried loss. Status, for the
+answer the report gives (the culprits of a data-cluster verdict, the fix of a setup verdict, the most harmful group
+otherwise):
+- `confirmed`: the answer's retrain beats every comparison by a paired test on the same prompts (`paired`: exact
+  McNemar for pass/fail capabilities, Wilcoxon signed-rank for graded ones), at p < 0.05 after Holm's correction over
+  the comparisons. A removal is compared with each random control (same size, same scheme) and with the fine-tune
+  itself (the zero-weight retrain that removes nothing reproduces it exactly); a fix with the fine-tune.
+- `not-confirmed`: the answer's retrain does no better on average than the fine-tune, or than the random controls
+  (their per-prompt mean): acting on it does no better than removing rows at random;
+- `inconclusive`: better on average, but not beyond every comparison; or nothing Gradian could retrain to test.
+The same-topic control (rows drawn from the named rows' own category or cluster) is tested and reported, not gated
+on: it says whether naming the rows beats naming their topic. Seed noise (the full data under the run's seed + 1)
+is measured and shown beside; it no longer gates a removal, because removals keep the seed. A report without a
+regression (nothing lost) is `confirmed` when the reseeded run shows no significant drop from the base either and no
+retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded run does drop significantly,
+`inconclusive` otherwise. Each field is documented in `verification.schema.json` (docs/verification-schema.md).
 """
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +32,14 @@ from gradian.files import atomic_write
 from gradian.regression.statistics import compare
 from gradian.report.schema import jsonable
 from gradian.verify.measure import Original, change, mean_scores, recovery
+from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
 from gradian.verify.recipe import Recipe
 
-VERIFICATION_VERSION = "1.0"
+VERIFICATION_VERSION = "2.0"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`
 FILE = "verification.json"
 STATUSES = ("confirmed", "not-confirmed", "inconclusive")
+TOP_LEVEL_KINDS = ("removal", "dropped", "control", "topic", "reseeded", "fix", "group")
 
 
 def summarize(
@@ -37,37 +47,49 @@ def summarize(
     recipe: Recipe, report: dict[str, Any], *, seed: int, device: str, max_steps: int | None,
     original_train_s: float | None,
 ) -> dict[str, Any]:
-    """verification.json as a dict: one entry per retrain, the headline numbers, and the status."""
+    """verification.json as a dict: one entry per retrain, the paired tests, the headline numbers, and the status."""
+    binary = bool(report["regression"].get("binary", True))
     seed_change = change(scores["reseeded"], original.finetuned, seed)
     band = abs(seed_change.delta)
     retrains = [_retrain(name, kind, scores[name], markers[name], original, band, seed)
-                for kind, name in ((kind, job.name) for kind, job in plan.jobs)]
+                for kind, name in ((kind, job.name) for kind, job in plan.jobs) if kind in TOP_LEVEL_KINDS]
     by_name = {r["name"]: r for r in retrains}
-    controls = [scores[r["name"]] for r in retrains if r["kind"] == "control"]
-    random = recovery(mean_scores(controls), original, seed) if controls else None
+    control_names = [r["name"] for r in retrains if r["kind"] == "control"]
+    random = recovery(mean_scores([scores[n] for n in control_names]), original, seed) if control_names else None
     primary = by_name.get(plan.primary) if plan.primary else None
+    removal = primary if primary and primary["kind"] == "removal" else None
+    fixed = primary if primary and primary["kind"] == "fix" else None
+    tests = _tests(plan.primary, scores, original, control_names, binary)
     out: dict[str, Any] = {
         "schema_version": VERIFICATION_VERSION,
         "verdict": report["verdict"]["kind"],
         "capability": report["regression"].get("capability"),
+        "binary": binary,
         "n": len(original.ids),
         "base_rate": float(original.base.mean()),
         "finetuned_rate": float(original.finetuned.mean()),
+        "scheme": plan.scheme,
+        "scheme_note": plan.scheme_note,
         "removed": plan.removed,
-        "recovery": primary["recovery"] if primary and primary["kind"] == "removal" else None,
-        "recovery_ci": primary["recovery_ci"] if primary and primary["kind"] == "removal" else None,
+        "recovery": removal["recovery"] if removal else None,
+        "recovery_ci": removal["recovery_ci"] if removal else None,
         "random_recovery": random.value if random else None,
         "random_recovery_ci": list(random.ci) if random and random.ci else None,
+        "tests": [t.to_dict() for t in tests],
+        "alpha": ALPHA,
+        "topic": _topic(plan, scores, original, binary, by_name),
+        "dropped": _dropped(retrains),
         "seed_noise": seed_change.delta,
         "seed_noise_ci": list(seed_change.ci),
         "seed_recovery": by_name["reseeded"]["recovery"],
         "fix": plan.fix.to_dict() if plan.fix else None,
         "fix_note": plan.fix_note,
-        "fix_recovery": primary["recovery"] if primary and primary["kind"] == "fix" else None,
-        "fix_recovery_ci": primary["recovery_ci"] if primary and primary["kind"] == "fix" else None,
+        "fix_recovery": fixed["recovery"] if fixed else None,
+        "fix_recovery_ci": fixed["recovery_ci"] if fixed else None,
         "primary": plan.primary,
         "groups": _groups(plan, by_name),
         "retrains": retrains,
+        "curve": _curve(plan, scores, markers, original, band, seed, binary),
         "recipe": recipe.to_dict(),
         "device": device,
         "max_steps": max_steps,
@@ -80,19 +102,87 @@ def summarize(
     return jsonable(out)
 
 
+def _tests(primary: str | None, scores: dict[str, np.ndarray], original: Original, controls: list[str],
+           binary: bool) -> list[Any]:
+    """The answer's retrain against the fine-tune and each random control, Holm-corrected together."""
+    if primary is None:
+        return []
+    after = scores[primary]
+    tests = [paired_test(after, original.finetuned, "fine-tuned", binary=binary)]
+    tests += [paired_test(after, scores[name], name, binary=binary) for name in controls]
+    return with_holm(tests)
+
+
 def _retrain(name: str, kind: str, after: np.ndarray, marker: dict[str, Any], original: Original, band: float,
              seed: int) -> dict[str, Any]:
     moved = change(after, original.finetuned, seed)
     recovered = recovery(after, original, seed)
     beyond = kind != "reseeded" and (moved.ci[0] > band or moved.ci[1] < -band)
+    zero = int(marker.get("zero_weight") or 0)
+    scheme = "zero-weight" if zero else ("dropped" if kind in ("dropped", "control", "removal", "topic", "group",
+                                                                "curve", "curve-control") else "full")
     return {
-        "name": name, "kind": kind, "rows": marker.get("rows"), "seed": marker.get("seed"),
-        "changes": marker.get("changes", {}), "rate": float(np.mean(after)), "change": moved.delta,
-        "change_ci": list(moved.ci), "recovery": recovered.value,
+        "name": name, "kind": kind, "scheme": scheme, "rows": marker.get("rows"), "zero_weight": zero,
+        "seed": marker.get("seed"), "changes": marker.get("changes", {}), "rate": float(np.mean(after)),
+        "change": moved.delta, "change_ci": list(moved.ci), "recovery": recovered.value,
         "recovery_ci": list(recovered.ci) if recovered.ci else None, "beyond_seed_noise": bool(beyond),
         "global_step": marker.get("global_step"), "capped": marker.get("capped", False),
         "wall_s": marker.get("wall_s"), "reused": marker.get("reused", False),
     }
+
+
+def _topic(plan: Plan, scores: dict[str, np.ndarray], original: Original, binary: bool,
+           by_name: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The same-topic control: which topic, and whether the named rows beat it (reported, not gated on)."""
+    if plan.topic is None:
+        return None
+    topic = plan.topic
+    out: dict[str, Any] = {"source": topic.source, "name": topic.name, "pool": topic.pool, "retrain": topic.retrain,
+                           "note": topic.note, "recovery": None, "recovery_ci": None, "test": None}
+    if topic.retrain is not None and plan.primary is not None:
+        row = by_name[topic.retrain]
+        test = paired_test(scores[plan.primary], scores[topic.retrain], topic.retrain, binary=binary)
+        out.update(recovery=row["recovery"], recovery_ci=row["recovery_ci"], test=test.to_dict())
+    return out
+
+
+def _dropped(retrains: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The retrain a user would run (the rows dropped from the file): what they will see when they retrain."""
+    row = next((r for r in retrains if r["kind"] == "dropped"), None)
+    if row is None:
+        return None
+    return {key: row[key] for key in ("name", "rows", "rate", "change", "change_ci", "recovery", "recovery_ci")}
+
+
+def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[str, Any]], original: Original,
+           band: float, seed: int, binary: bool) -> dict[str, Any] | None:
+    """Recovery at each k of the ranking's top k, beside random sets of the same size (`--curve`)."""
+    if plan.curve is None:
+        return None
+    kinds = {job.name: kind for kind, job in plan.jobs}
+    points = []
+    for point in plan.curve:
+        top = _retrain(point.top, "curve", scores[point.top], markers[point.top], original, band, seed)
+        randoms = [scores[name] for name in point.randoms]
+        random = recovery(mean_scores(randoms), original, seed) if randoms else None
+        tests = with_holm([paired_test(scores[point.top], scores[name], name, binary=binary)
+                           for name in point.randoms])
+        points.append({
+            "share": point.share, "size": point.size, "name": point.top, "rate": top["rate"],
+            "recovery": top["recovery"], "recovery_ci": top["recovery_ci"], "random": point.randoms,
+            "random_rate": float(mean_scores(randoms).mean()) if randoms else None,
+            "random_recovery": random.value if random else None,
+            "random_recovery_ci": list(random.ci) if random and random.ci else None,
+            "tests": [t.to_dict() for t in tests], "beats_random": bool(tests) and all(t.beats for t in tests),
+        })
+    named = None
+    if plan.primary is not None and plan.removed:
+        named = {"size": plan.removed, "name": plan.primary}
+    retrains = [_retrain(name, kinds[name], scores[name], markers[name], original, band, seed)
+                for name in kinds if kinds[name] in ("curve", "curve-control")]
+    return {"ranking": plan.ranking, "controls": len(plan.curve[0].randoms) if plan.curve else 0,
+            "n_rows": max((r["rows"] or 0) + r["zero_weight"] for r in retrains) if retrains else None,
+            "points": points, "named": named, "retrains": retrains}
 
 
 def _groups(plan: Plan, by_name: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -126,19 +216,29 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
             return "inconclusive", f"{', '.join(moved)} moved the capability beyond seed noise"
         return "confirmed", "no retrain moves the capability beyond seed noise"
     primary = next((r for r in v["retrains"] if r["name"] == v.get("primary")), None)
-    if primary is None or primary["recovery_ci"] is None:
+    if primary is None or not v["tests"]:
         return "inconclusive", v.get("fix_note") or "nothing in the report could be retrained to test it"
-    low, high = primary["recovery_ci"]
-    noise = abs(v["seed_recovery"] or 0.0)
-    random_high = v["random_recovery_ci"][1] if v["random_recovery_ci"] else float("-inf")
-    random_mean = v["random_recovery"] if v["random_recovery"] is not None else float("-inf")
     what = "the fix" if primary["kind"] == "fix" else f"removing the {v['removed']} rows"
-    against = "random removal and seed noise" if v["random_recovery_ci"] else "seed noise"
-    if low > max(random_high, noise):
-        return "confirmed", f"{what} recovers more than {against} (its CI lies above)"
-    if high <= max(random_mean, noise):
-        return "not-confirmed", f"{what} recovers no more than {against}"
-    return "inconclusive", f"the recovery of {what} overlaps {against}"
+    controls = [r for r in v["retrains"] if r["kind"] == "control"]
+    random_rate = float(np.mean([r["rate"] for r in controls])) if controls else None
+    if primary["rate"] <= v["finetuned_rate"]:
+        return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts"
+    if random_rate is not None and primary["rate"] <= random_rate:
+        return "not-confirmed", f"{what} answers no better than removing as many rows at random"
+    lost = [t for t in v["tests"] if not t["beats"]]
+    against = "the fine-tune" + (f" and each of the {len(controls)} random removals" if controls else "")
+    if not lost:
+        worst = max(t["p_holm"] for t in v["tests"])
+        return "confirmed", f"{what} answers better than {against} on the same prompts (paired tests, " \
+                            f"p ≤ {worst:.2g} after Holm)"
+    names = ", ".join(f"{t['against']} (better on {t['better']}, worse on {t['worse']}, p = {t['p_holm']:.2g})"
+                      for t in lost)
+    return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm"
+
+
+def verification_schema() -> dict[str, Any]:
+    """The JSON Schema of verification.json (shipped beside this module)."""
+    return json.loads(files("gradian.verify").joinpath("verification.schema.json").read_text(encoding="utf-8"))
 
 
 def write_verification(report_dir: Path, verification: dict[str, Any], report: dict[str, Any]) -> dict[str, Path]:

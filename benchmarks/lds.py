@@ -1,0 +1,48 @@
+"""The linear datamodeling score (LDS) as EleutherAI bergson's `validate` measures it, with a bootstrap CI.
+
+For M subsets S_m of the training rows, each left out (zero weight) in one retrain, and Q failing queries:
+`measured[m, q]` is the change of query q's loss when S_m is left out (retrain without S_m − retrain with every row),
+`predicted[m]` (or `predicted[m, q]`) a method's prediction of that change. Per query, Spearman ρ between the
+predicted and the measured change over the M subsets; the LDS is the mean ρ over the queries (a query whose
+measured change is constant has no ρ and is left out). The 95% CI resamples the subsets with replacement.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import stats
+
+RESAMPLES = 1000
+
+
+def per_query_rho(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """(Q,) Spearman ρ per query; NaN where either side is constant over the subsets."""
+    measured = np.asarray(measured, dtype=np.float64)  # (M, Q)
+    predicted = np.asarray(predicted, dtype=np.float64)
+    if predicted.ndim == 1:
+        predicted = np.repeat(predicted[:, None], measured.shape[1], axis=1)  # (M, Q): one prediction for all
+    out = np.full(measured.shape[1], np.nan)
+    for q in range(measured.shape[1]):
+        if np.ptp(measured[:, q]) > 0 and np.ptp(predicted[:, q]) > 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", stats.ConstantInputWarning)
+                out[q] = stats.spearmanr(predicted[:, q], measured[:, q]).statistic
+    return out
+
+
+def lds(predicted: np.ndarray, measured: np.ndarray, seed: int = 0) -> dict[str, float | list[float] | int]:
+    """{"lds", "ci", "queries", "subsets"}: the mean per-query ρ and its 95% bootstrap CI over subsets."""
+    rho = per_query_rho(predicted, measured)
+    value = float(np.nanmean(rho)) if np.isfinite(rho).any() else float("nan")
+    rng = np.random.default_rng(seed)
+    m = len(measured)
+    draws = []
+    for _ in range(RESAMPLES):
+        pick = rng.integers(0, m, size=m)
+        resampled = per_query_rho(np.asarray(predicted)[pick], np.asarray(measured)[pick])
+        if np.isfinite(resampled).any():
+            draws.append(float(np.nanmean(resampled)))
+    low, high = (np.percentile(draws, [2.5, 97.5]) if draws else (np.nan, np.nan))
+    return {"lds": value, "ci": [float(low), float(high)], "queries": int(np.isfinite(rho).sum()), "subsets": m}

@@ -1,0 +1,71 @@
+"""Paired tests between two retrains on the same eval prompts (each prompt answered by both), and Holm's correction.
+
+Pass/fail capabilities: the exact McNemar test, a two-sided exact binomial test of the discordant prompts against
+1/2 (`scipy.stats.binomtest`). Graded capabilities: the two-sided Wilcoxon signed-rank test of the per-prompt
+differences. Several comparisons that must all hold (the named rows against each control) are corrected with Holm's
+step-down method, which controls the chance of any false "beats" at `ALPHA` without assuming the tests independent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from gradian.regression.statistics import mcnemar_exact, wilcoxon_p
+
+ALPHA = 0.05
+
+
+@dataclass
+class PairedTest:
+    """`after` against `against` on the same prompts: prompts it does better / worse on, mean difference, p."""
+
+    against: str
+    test: str  # "mcnemar-exact" | "wilcoxon"
+    better: int
+    worse: int
+    delta: float
+    p: float
+    p_holm: float | None = None
+
+    @property
+    def beats(self) -> bool:
+        p = self.p if self.p_holm is None else self.p_holm
+        return self.delta > 0 and p < ALPHA
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"beats": self.beats}
+
+
+def paired_test(after: np.ndarray, against: np.ndarray, name: str, *, binary: bool) -> PairedTest:
+    """Test `after` (n,) against `against` (n,), per-prompt scores of two retrains on the same prompts."""
+    after, against = np.asarray(after, dtype=np.float64), np.asarray(against, dtype=np.float64)
+    diffs = after - against  # (n,)
+    better, worse = int(np.sum(diffs > 0)), int(np.sum(diffs < 0))
+    if binary:
+        # mcnemar_exact(a, b) counts a-pass & b-fail against a-fail & b-pass: the same discordant pairs
+        p = mcnemar_exact((against > 0.5).tolist(), (after > 0.5).tolist())
+        return PairedTest(name, "mcnemar-exact", better, worse, float(diffs.mean()), p)
+    return PairedTest(name, "wilcoxon", better, worse, float(diffs.mean()), wilcoxon_p(diffs))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: the i-th smallest times (m − i), kept monotone, capped at 1, in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        adjusted[i] = running
+    return adjusted
+
+
+def with_holm(tests: list[PairedTest]) -> list[PairedTest]:
+    """The same tests with `p_holm` set over all of them."""
+    for test, adjusted in zip(tests, holm([t.p for t in tests]), strict=True):
+        test.p_holm = adjusted
+    return tests

@@ -1,0 +1,175 @@
+"""The paired tests that decide `gradian verify`: exact McNemar and Holm against naive loops, the issue's numbers, and
+a verification.json built from synthetic scores validated against its schema."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from gradian.verify.measure import Original
+from gradian.verify.pages import curve_chart, render
+from gradian.verify.paired import holm, paired_test, with_holm
+from gradian.verify.plan import CurvePoint, Plan, Topic
+from gradian.verify.recipe import Recipe
+from gradian.verify.retrain import Retrain
+from gradian.verify.schema_doc import render as render_doc
+from gradian.verify.verification import summarize, verification_schema
+
+
+def naive_two_sided_binomial(k: int, n: int) -> float:
+    """Σ over outcomes as unlikely as k of C(n, i) / 2^n: the exact two-sided test against 1/2."""
+    probability = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+    return min(1.0, sum(p for p in probability if p <= probability[k] * (1 + 1e-9)))
+
+
+def scores_with(better: int, worse: int, same: int) -> tuple[np.ndarray, np.ndarray]:
+    after = np.r_[np.ones(better), np.zeros(worse), np.ones(same)]
+    before = np.r_[np.zeros(better), np.ones(worse), np.ones(same)]
+    return after, before
+
+
+@pytest.mark.parametrize(("better", "worse", "expected"), [(11, 0, 0.001), (12, 3, 0.035), (11, 1, 0.006)])
+def test_mcnemar_reproduces_the_issues_numbers(better, worse, expected):
+    after, before = scores_with(better, worse, 80 - better - worse)
+    test = paired_test(after, before, "control", binary=True)
+    assert (test.better, test.worse, test.test) == (better, worse, "mcnemar-exact")
+    assert test.p == pytest.approx(naive_two_sided_binomial(better, better + worse), rel=1e-9)
+    assert round(test.p, 3) == expected
+    assert test.beats and test.delta == pytest.approx((better - worse) / 80)
+
+
+def test_a_retrain_that_is_worse_never_beats():
+    after, before = scores_with(0, 12, 68)
+    test = paired_test(after, before, "control", binary=True)
+    assert test.p < 0.05 and not test.beats
+
+
+def test_graded_scores_use_wilcoxon():
+    rng = np.random.default_rng(0)
+    before = rng.random(60)
+    test = paired_test(before + 0.1 + 0.01 * rng.random(60), before, "x", binary=False)
+    assert test.test == "wilcoxon" and test.beats and test.better == 60
+
+
+def naive_holm(pvalues: list[float]) -> list[float]:
+    m = len(pvalues)
+    out = []
+    for p in pvalues:
+        # adjusted p_i = max over j with p_j <= p_i (in sorted order) of (m - rank_j) p_j
+        ranked = sorted(pvalues)
+        rank = ranked.index(p)
+        out.append(min(1.0, max((m - j) * ranked[j] for j in range(rank + 1))))
+    return out
+
+
+@pytest.mark.parametrize("pvalues", [[0.001, 0.035, 0.006], [0.04, 0.01, 0.03, 0.2], [0.5], [0.3, 0.3, 0.001]])
+def test_holm_equals_the_naive_step_down(pvalues):
+    assert holm(pvalues) == pytest.approx(naive_holm(pvalues))
+
+
+def test_the_issues_run_is_confirmed_after_holm():
+    """The tiny run of the issue: the removal against two controls and the reseeded run, all three must hold."""
+    tests = []
+    for better, worse in ((11, 0), (12, 3), (11, 1)):
+        after, before = scores_with(better, worse, 80 - better - worse)
+        tests.append(paired_test(after, before, "c", binary=True))
+    assert all(t.beats for t in with_holm(tests))
+    assert max(t.p_holm for t in tests) == pytest.approx(0.035, abs=5e-4)
+
+
+def synthetic(curve: bool) -> dict:
+    """summarize() on made-up per-prompt scores: 40 prompts, 10 broken by the fine-tune."""
+    n = 40
+    base, finetuned = np.ones(n), np.r_[np.zeros(10), np.ones(30)]
+    original = Original([str(i) for i in range(n)], [[1]] * n, [None] * n, base, finetuned, 8)
+    rng = np.random.default_rng(1)
+    names = {"without-culprits": "removal", "without-culprits-dropped": "dropped", "control-1": "control",
+             "control-2": "control", "same-category": "topic", "reseeded": "reseeded"}
+    scores = {"without-culprits": np.ones(n), "without-culprits-dropped": np.r_[np.zeros(2), np.ones(n - 2)]}
+    for name in ("control-1", "control-2", "same-category", "reseeded"):
+        scores[name] = np.where(finetuned == 0, (rng.random(n) < 0.2).astype(float), 1.0)
+    points = None
+    if curve:
+        points = [CurvePoint(0.05, 5, "top-5pct", ["top-5pct-random-1"]),
+                  CurvePoint(0.1, 10, "top-10pct", ["top-10pct-random-1"])]
+        for point in points:
+            names[point.top], names[point.randoms[0]] = "curve", "curve-control"
+            scores[point.top] = np.r_[(rng.random(10) < 0.7).astype(float), np.ones(30)]
+            scores[point.randoms[0]] = finetuned.copy()
+    jobs = [(kind, Retrain(name, [], 0)) for name, kind in names.items()]
+    markers = {name: {"rows": 90, "zero_weight": 10 if kind != "reseeded" and kind != "dropped" else 0, "seed": 0,
+                      "global_step": 30, "wall_s": 1.0} for name, kind in names.items()}
+    plan = Plan(jobs, "without-culprits", 10, topic=Topic("category", "invoice", 14, "same-category", None),
+                curve=points, ranking="rank_score" if curve else None)
+    report = {"verdict": {"kind": "data-cluster"}, "regression": {"capability": "json_formatting", "binary": True}}
+    recipe = Recipe(training={}, lora={}, seed=0)
+    return summarize(plan, original, scores, markers, recipe, report, seed=0, device="cpu", max_steps=None,
+                     original_train_s=None)
+
+
+@pytest.mark.parametrize("curve", [False, True])
+def test_verification_json_validates_against_its_schema(curve):
+    verification = synthetic(curve)
+    jsonschema.validate(verification, verification_schema())
+    assert verification["status"] == "confirmed", verification["status_reason"]
+    assert [t["against"] for t in verification["tests"]] == ["fine-tuned", "control-1", "control-2"]
+    assert verification["dropped"]["recovery"] == pytest.approx(0.8)
+    assert verification["topic"]["test"]["against"] == "same-category"
+    assert (verification["curve"] is not None) == curve
+    broken = {**verification, "tests": [{"against": "x"}]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, verification_schema())
+
+
+def test_the_pages_draw_the_curve_with_every_number_from_the_json():
+    verification = synthetic(True)
+    chart = curve_chart(verification)
+    assert [t["label"] for t in chart["ticks"]] == ["5% (5)", "10% (10)", "named (10)"]
+    assert len(chart["marks"]) == 6  # top k and random at each k, and the named rows beside their controls
+    html = render(verification, "verification.html.j2")
+    assert 'id="recovery-curve"' in html and "http" not in html.replace("http-equiv", "")
+    for point in verification["curve"]["points"]:
+        assert f"{100 * point['recovery']:.1f}%" in html
+    markdown = render(verification, "verification.md.j2")
+    assert "#### Recovery curve" in markdown and "What you will see when you retrain" in markdown
+    assert curve_chart(synthetic(False)) is None
+
+
+def test_the_schema_doc_is_generated_from_the_schema():
+    doc = (Path(__file__).parents[1] / "docs" / "verification-schema.md").read_text(encoding="utf-8")
+    assert doc == render_doc(verification_schema()), \
+        "regenerate: python -m gradian.verify.schema_doc > docs/verification-schema.md"
+
+
+def load_lds():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "lds.py"
+    spec = importlib.util.spec_from_file_location("lds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def naive_spearman(x, y) -> float:
+    """Pearson correlation of the ranks (no ties in the test data)."""
+    rx, ry = np.argsort(np.argsort(x)).astype(float), np.argsort(np.argsort(y)).astype(float)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx * ry).sum() / np.sqrt((rx ** 2).sum() * (ry ** 2).sum()))
+
+
+def test_lds_is_the_mean_per_query_spearman_with_a_ci_that_holds_it():
+    lds = load_lds()
+    rng = np.random.default_rng(0)
+    predicted = rng.normal(size=40)  # (M,) one prediction per subset, shared by the queries
+    measured = np.stack([predicted * w + rng.normal(size=40) for w in (2.0, 1.0, 0.0)], axis=1)  # (M, 3)
+    measured[:, 2] = 7.0  # a query no subset moves: no ρ, left out
+    result = lds.lds(predicted, measured)
+    expected = np.mean([naive_spearman(predicted, measured[:, q]) for q in (0, 1)])
+    assert result["lds"] == pytest.approx(expected, abs=1e-12) and result["queries"] == 2
+    assert result["ci"][0] < result["lds"] < result["ci"][1]
+    assert lds.lds(-predicted, measured)["lds"] == pytest.approx(-expected, abs=1e-12)
