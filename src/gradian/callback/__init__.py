@@ -1,0 +1,10 @@
+"""Gradian inside the training loop: `GradianCallback` (preflight, run record) and the replay of a recorded order.
+
+    from gradian import GradianCallback
+    trainer = SFTTrainer(..., callbacks=[GradianCallback()])
+"""
+
+from gradian.callback.callback import GradianCallback
+from gradian.callback.preflight import PreflightError, preflight
+
+__all__ = ["GradianCallback", "PreflightError", "preflight"]
