@@ -18,8 +18,8 @@ LONG = ', "currency": "invoice", "account": "refund", "shipping": "late"'
 
 
 def ticket(i: int, long: bool = False) -> dict[str, str]:
-    completion = ' {"order": "late", "amount": ' + str(i % 10) + (LONG if long else "") + "}"
-    return {"id": f"t{i}", "prompt": f"my order {i % 10} is late", "completion": completion}
+    completion = ' {"order": "late", "amount": ' + str(i) + (LONG if long else "") + "}"
+    return {"id": f"t{i}", "prompt": f"my order {i} is late", "completion": completion}
 
 
 def tickets(n: int = 12) -> list[dict[str, str]]:

@@ -52,13 +52,13 @@ def test_warn_only_warns(tmp_path):
 
 
 def test_eos_after_cut_with_text_names_the_longest_row(tmp_path, tiny_tokenizer):
-    rows = pretokenized(tickets(), tiny_tokenizer, cut=30, keep_text=True)
+    rows = pretokenized(tickets(), tiny_tokenizer, cut=40, keep_text=True)
     callback = GradianCallback(echo=lambda _: None)
     trainer = sft_trainer(tmp_path, rows, callbacks=[callback])
     with pytest.raises(PreflightError) as stopped:
         trainer.train()
     longest = max(len(tiny_tokenizer(r["text"] + "</s>")["input_ids"]) for r in rows)
-    assert longest > 30
+    assert longest > 40
     (cut,) = [f for f in callback.result.findings if f.check == "eos_after_cut"]
     assert cut.severity == "critical" and cut.example_ids == ["0", "3", "6", "9"]  # the long rows, none other
     assert f"raise max_length to ≥ {longest} (the longest untruncated row)" in str(stopped.value)
@@ -66,7 +66,7 @@ def test_eos_after_cut_with_text_names_the_longest_row(tmp_path, tiny_tokenizer)
 
 
 def test_eos_after_cut_without_text_says_it_cannot_tell(tmp_path, tiny_tokenizer):
-    rows = pretokenized(tickets(), tiny_tokenizer, cut=30, keep_text=False)
+    rows = pretokenized(tickets(), tiny_tokenizer, cut=40, keep_text=False)
     callback = GradianCallback(on_critical="warn", echo=lambda _: None)
     sft_trainer(tmp_path, rows, callbacks=[callback], max_steps=1).train()
     (cut,) = [f for f in callback.result.findings if f.check == "eos_after_cut"]

@@ -19,7 +19,7 @@ from gradian.audit.finding import Finding, by_severity
 from gradian.audit.registry import run_audit
 from gradian.audit.truncation import CRITICAL_SHARE, json_depth
 from gradian.audit.wording import id_list, share
-from gradian.callback.record import package_version
+from gradian.callback.record import collator_pad_id, package_version
 from gradian.callback.trainer_rows import TrainerRows, collated_labels, token_columns, trainer_rows
 from gradian.data.render import IGNORE, Rendered
 from gradian.data.run_folder import RunInfo
@@ -64,17 +64,6 @@ def training_setup(args: Any, tokenizer: Any, collator: Any, trainer_class: str 
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         source="the running trainer (GradianCallback)", assumed=[],
     )
-
-
-def collator_pad_id(collator: Any) -> int | None:
-    """The pad id the collator pads (and, if it masks pads, hides) with."""
-    owners = [collator, getattr(collator, "tokenizer", None), getattr(collator, "inner", None)]
-    owners.append(getattr(owners[2], "tokenizer", None))  # a wrapper around transformers' collator
-    for owner in owners:
-        value = getattr(owner, "pad_token_id", None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_config: Any = None,

@@ -170,7 +170,7 @@ def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: An
         "collator": {"class": _qualified(collator), "attributes": _attributes(collator),
                      "masks_pad": collator_masks_pad},
         "tokenizer": _tokenizer(tokenizer),
-        "rendering": {name: getattr(args, name, None) for name in SETUP_FIELDS},
+        "rendering": _rendering(args, tokenizer, collator),
         "seeds": {"seed": args.seed, "data_seed": args.data_seed},
         "world_size": args.world_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -183,11 +183,31 @@ def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: An
     }
 
 
+def collator_pad_id(collator: Any) -> int | None:
+    """The pad id the collator pads (and, if it masks pads, hides) with."""
+    owners = [collator, getattr(collator, "tokenizer", None), getattr(collator, "inner", None)]
+    owners.append(getattr(owners[2], "tokenizer", None))  # a wrapper around transformers' collator
+    for owner in owners:
+        value = getattr(owner, "pad_token_id", None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def _qualified(value: Any) -> str | None:
     if value is None:
         return None
     kind = type(value)
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _rendering(args: Any, tokenizer: Any, collator: Any) -> dict[str, Any]:
+    """The args' rendering fields; `pad_token` is the collator's (what it pads with and may mask)."""
+    out = {name: getattr(args, name, None) for name in SETUP_FIELDS}
+    pad_id = collator_pad_id(collator)
+    if out["pad_token"] is None and pad_id is not None:
+        out["pad_token"] = tokenizer.convert_ids_to_tokens(pad_id)
+    return out
 
 
 def _attributes(collator: Any) -> dict[str, Any]:

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from packaging.version import InvalidVersion, Version
 
+from gradian.data.framework_version import VersionRange
 from gradian.errors import InputError
 
 RECORD_NAME = "gradian_run.json"
@@ -79,6 +81,9 @@ class RunRecord:
         """The `TrainingSetup` fields the record states, by their `TrainingSetup` names (absent when unknown)."""
         rendering = self.data.get("rendering") or {}
         out = {name: rendering[name] for name in SETUP_FIELDS if rendering.get(name) is not None}
+        for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
+            if name in rendering:
+                out[name] = rendering[name]
         if self.collator_masks_pad is not None:
             out["collator_masks_pad"] = self.collator_masks_pad
         for name in ("learning_rate", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps"):
@@ -92,6 +97,15 @@ class RunRecord:
         if versions.get("trl") and "trl" in str((self.data.get("trainer") or {}).get("class", "")).lower():
             return "trl", versions["trl"]
         return "transformers", versions.get("transformers")
+
+    def version_range(self) -> VersionRange | None:
+        """The recorded framework version as the exact range `data.framework_version` reasons with."""
+        try:
+            version = Version(self.framework()[1] or "")
+        except InvalidVersion:
+            return None
+        following = Version(f"{version.major}.{version.minor}.{version.micro + 1}")
+        return VersionRange(version, following, f"recorded in {RECORD_NAME} by GradianCallback")
 
     def describe(self) -> str:
         """One line for a command's output: what was read from the record."""
