@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from peft import LoraConfig
 from transformers import PrinterCallback
@@ -39,7 +40,7 @@ def pretokenized(rows: list[dict[str, str]], tokenizer: Any, cut: int, keep_text
 
 
 def sft_trainer(out: Path, rows: list[dict[str, Any]], *, pad_eos: bool = False, callbacks: list[Any] = (),
-                trainer_class: type = SFTTrainer, **settings: Any) -> SFTTrainer:
+                trainer_class: type = SFTTrainer, dtype: torch.dtype = torch.float32, **settings: Any) -> SFTTrainer:
     """A tiny LoRA SFT run over `rows` (pad == eos with transformers' pad-masking collator when `pad_eos`)."""
     tokenizer = build_tokenizer(WORDS)
     if pad_eos:
@@ -49,7 +50,7 @@ def sft_trainer(out: Path, rows: list[dict[str, Any]], *, pad_eos: bool = False,
                           "save_strategy": "no", "logging_steps": 1, "learning_rate": 5e-3, "seed": 0,
                           "dataloader_num_workers": 0, **settings})
     trainer = trainer_class(
-        model=make_tiny_model(tokenizer), args=config, train_dataset=Dataset.from_list(rows),
+        model=make_tiny_model(tokenizer, dtype=dtype), args=config, train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer, callbacks=list(callbacks),
         peft_config=LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0,
                                target_modules=["q_proj", "v_proj"]),

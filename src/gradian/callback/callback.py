@@ -18,9 +18,11 @@ from typing import Any, Literal
 
 from transformers import TrainerCallback
 
+from gradian.callback.capture import StepCapture
 from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
 from gradian.callback.record import RunRecorder, dataset_hashes, record_header
 from gradian.data.run_record import RECORD_NAME
+from gradian.gradients.settings import GradientSettings
 
 TEXT_COLUMNS = ("prompt", "completion", "text")
 
@@ -33,14 +35,21 @@ class GradianCallback(TrainerCallback):
     """Audit a run before its first step and record what it trained on (see the module docstring).
 
     `on_critical`: "stop" raises `PreflightError` with the first critical finding's sentence and fix; "warn" prints
-    it and trains on. `preflight=False` skips the audit; `record=False` writes no `gradian_run.json`. `echo` prints
-    one line (default: standard error, main process only).
+    it and trains on. `preflight=False` skips the audit; `record=False` writes no `gradian_run.json`. `capture=True`
+    also writes each step's per-example projected LoRA gradients (`callback.capture`; `capture_settings` are
+    `gradient extract`'s settings: projection size and seed, store dtype). `echo` prints one line (default:
+    standard error, main process only).
     """
 
     def __init__(self, *, on_critical: Literal["stop", "warn"] = "stop", preflight: bool = True, record: bool = True,
+                 capture: bool = False, capture_settings: GradientSettings | None = None,
                  echo: Callable[[str], None] | None = None) -> None:
         if on_critical not in ("stop", "warn"):
             raise ValueError(f"on_critical must be 'stop' or 'warn', not {on_critical!r}")
+        if capture and not record:
+            raise ValueError("capture=True needs record=True: the record names the rows each step's gradients are of")
+        self.capture_settings = capture_settings or GradientSettings() if capture else None
+        self.capture: StepCapture | None = None
         self.on_critical = on_critical
         self.run_preflight = preflight
         self.run_record = record
@@ -91,6 +100,15 @@ class GradianCallback(TrainerCallback):
                                collator_masks_pad=masks, dataset_rows=len(dataset), ids=ids, findings=findings)
         self.recorder = RunRecorder(header, dataset_hashes(dataset), _resumed_steps(args, state))
         self.recorder.attach(model)
+        if self.capture_settings is not None:
+            if getattr(args, "padding_free", False) or getattr(args, "packing", False):
+                raise ValueError("capture=True needs one dataset row per batch row; packing and padding_free put "
+                                 "several rows in one sequence: turn them off or capture off")
+            world = args.world_size if getattr(args, "average_tokens_across_devices", False) else 1
+            self.capture = StepCapture(model, args.output_dir, self.capture_settings, rank=args.process_index,
+                                       loss_scale=float(world))
+            self.capture.attach(model)
+            self.recorder.on_batch = self.capture.micro_batch
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
@@ -99,6 +117,8 @@ class GradianCallback(TrainerCallback):
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
             self.recorder.optimizer_stepped(kwargs.get("optimizer"))
+        if self.capture is not None and self.recorder is not None and self.recorder.current is not None:
+            self.capture.optimizer_stepped(state.global_step + 1, self.recorder.current["rows"], kwargs["optimizer"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
@@ -113,6 +133,10 @@ class GradianCallback(TrainerCallback):
                 self.recorder.write(folder, complete=False)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.capture is not None:
+            self.capture.detach()
+            if self.capture.problem:
+                self.echo(f"Gradian: captured gradients are incomplete: {self.capture.problem}.")
         if self.recorder is None:
             return
         self.recorder.detach()

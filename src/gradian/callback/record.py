@@ -99,6 +99,7 @@ class RunRecorder:
         self.steps: list[dict[str, Any]] = list(steps or [])
         self.current: dict[str, Any] | None = None
         self.handle: Any = None
+        self.on_batch: Callable[[dict[str, Any]], None] | None = None  # told of every training micro-batch
 
     def attach(self, model: torch.nn.Module) -> None:
         """Start seeing every micro-batch the model is fed while it trains."""
@@ -115,6 +116,8 @@ class RunRecorder:
         inputs = dict(kwargs)
         if args and "input_ids" not in inputs:
             inputs["input_ids"] = args[0]
+        if self.on_batch is not None:
+            self.on_batch(inputs)
         for row in fed_rows(inputs, self.table.__contains__):
             key = row_hash(row)
             self.current["rows"].append(self.table.get(key))
