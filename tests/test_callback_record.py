@@ -11,8 +11,15 @@ from trl import SFTTrainer
 
 from callback_runs import sft_trainer, tickets
 from gradian import GradianCallback
+from gradian.callback.record import fed_rows
 from gradian.callback.replay import RecordedOrderSampler
-from gradian.data.run_record import read_run_record, recorded_learning_rates, recorded_order, row_hash
+from gradian.data.run_record import (
+    checkpoint_weights,
+    read_run_record,
+    recorded_learning_rates,
+    recorded_order,
+    row_hash,
+)
 from gradian.errors import InputError
 
 SETTINGS = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, "num_train_epochs": 2,
@@ -136,3 +143,22 @@ def test_readers_without_or_with_a_bad_record(tmp_path):
     (tmp_path / "gradian_run.json").write_text('{"format": "gradian_run", "version": 99}')
     with pytest.raises(InputError, match="gradian_run.json: is a run record of version 99"):
         read_run_record(tmp_path)
+
+
+def test_checkpoint_weights_sum_the_rates_they_stand_for(recorded):
+    out, _, _ = recorded
+    rates = recorded_learning_rates(out)
+    assert checkpoint_weights(out, [3, 6]) == [sum(rates[:3]), sum(rates[3:])]
+    with pytest.raises(InputError, match="records no learning rate for step 7"):
+        checkpoint_weights(out, [3, 8])
+
+
+def test_padding_free_batches_split_back_into_rows():
+    rows = {row_hash([5, 6, 7]): 0, row_hash([8, 9]): 1, row_hash([1, 2, 3, 4]): 2}
+    flat = torch.tensor([[8, 9, 1, 2, 3, 4, 5, 6, 7]])  # rows 1, 2 (a packed row: positions restart inside), 0
+    positions = torch.tensor([[0, 1, 0, 1, 0, 1, 0, 1, 2]])
+    split = fed_rows({"input_ids": flat, "position_ids": positions}, rows.__contains__)
+    assert [rows[row_hash(r)] for r in split] == [1, 2, 0]
+    padded = fed_rows({"input_ids": torch.tensor([[8, 9, 0], [5, 6, 7]]),
+                       "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, rows.__contains__)
+    assert [r.tolist() for r in padded] == [[8, 9], [5, 6, 7]]

@@ -156,6 +156,26 @@ def recorded_order(run_dir: str | Path) -> list[list[int]] | None:
     return record.order if record is not None else None
 
 
+def checkpoint_weights(run_dir: str | Path, checkpoint_steps: Sequence[int]) -> list[float] | None:
+    """TracIn-CP's weight of each checkpoint: the summed learning rate of the steps it stands for, those after the
+    checkpoint before it up to its own step (steps are 1-based global steps, `checkpoint-N` holds step N's weights).
+    None without a record; raises `InputError` when the record lacks a step a checkpoint needs."""
+    record = read_run_record(run_dir)
+    if record is None:
+        return None
+    rates = {int(step["step"]): float(step["learning_rate"]) for step in record.steps
+             if step.get("step") is not None and step.get("learning_rate") is not None}
+    weights, previous = [], 0
+    for step in checkpoint_steps:
+        missing = [s for s in range(previous + 1, step + 1) if s not in rates]
+        if missing:
+            raise InputError(f"records no learning rate for step {missing[0]}, which checkpoint-{step} stands for; "
+                             f"the run was recorded only in part.", record.path)
+        weights.append(sum(rates[s] for s in range(previous + 1, step + 1)))
+        previous = step
+    return weights
+
+
 def recorded_learning_rates(run_dir: str | Path) -> list[float] | None:
     """The learning rate of each optimizer step, in order; None without a record."""
     record = read_run_record(run_dir)
