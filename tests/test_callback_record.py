@@ -162,3 +162,13 @@ def test_padding_free_batches_split_back_into_rows():
     padded = fed_rows({"input_ids": torch.tensor([[8, 9, 0], [5, 6, 7]]),
                        "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, rows.__contains__)
     assert [r.tolist() for r in padded] == [[8, 9], [5, 6, 7]]
+
+
+def test_hashes_of_a_shuffled_dataset_give_its_own_indices():
+    from datasets import Dataset
+
+    from gradian.callback.record import dataset_hashes
+
+    shuffled = Dataset.from_list([{"input_ids": [i, i + 1, 7]} for i in range(20)]).shuffle(seed=3)
+    table = dataset_hashes(shuffled)
+    assert all(table[row_hash(shuffled[i]["input_ids"])] == i for i in range(20)) and len(table) == 20
