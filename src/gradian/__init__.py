@@ -25,6 +25,7 @@ _EXPORTS = {
     "AttributeResult": "gradian.attribute",
     "AttributeSettings": "gradian.settings",
     "ExtractSettings": "gradian.settings",
+    "GradianCallback": "gradian.callback",
 }
 __all__ = ["AttributeResult", "AttributeSettings", "ExtractSettings", "attribute", "diagnose"]
 

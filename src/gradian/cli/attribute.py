@@ -81,5 +81,8 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     click.echo(result.verdict.summary)
     click.echo(f"Next: {result.verdict.next_action}")
     click.echo(f"Report: {result.paths.get('report.html', settings.out_dir)}")
+    record = ((result.report.get("run") or {}).get("setup") or {}).get("record")
+    if record:
+        click.echo(f"Run record: read {record} (recorded by GradianCallback) before the config and training_args.bin")
     if then_verify:
         print_summary(result.report["verification"])

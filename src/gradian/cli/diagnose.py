@@ -71,6 +71,8 @@ def _print_table(result: DiagnoseResult) -> None:
             table.add_row(f"[{style}]{finding.severity}[/{style}]", finding.check, finding.title,
                           str(len(finding.example_ids) or "—"), finding.fix)
         console.print(table)
+    if result.run is not None and result.run.record is not None:
+        console.print(f"[dim]Run record: {result.run.record.describe()}[/dim]", highlight=False)
     if result.tokenizer_source is not None:
         console.print(f"[dim]Tokenizer: {result.tokenizer_source.describe()}[/dim]", highlight=False)
     if result.setup.framework_version:

@@ -7,6 +7,10 @@ given with `config=` or found in the run folder. Settings are taken, highest fir
 (command-line flags), the config file, `training_args.bin` (read without running code), `trainer_state.json`,
 and the framework's defaults; `setup.assumed` names every rendering setting taken on trust from the defaults.
 
+A run trained with `GradianCallback` holds `gradian_run.json` (`data.run_record`): what the running trainer was
+(collator and whether it masked pad ids, max length, loss mode, framework version). It is read first and outranks
+the config file and training_args.bin; only flags outrank it. Without it nothing changes.
+
 Config keys Gradian reads besides the framework's own: `data_collator` (a class name such as
 `transformers.DataCollatorForLanguageModeling`: that collator sets the labels of pad ids to -100) and
 `collator_masks_pad` (true/false, to say it directly).
@@ -30,6 +34,7 @@ from gradian.data.framework_version import (
     recorded_version,
     trl_collator_masks_pad,
 )
+from gradian.data.run_record import RunRecord, read_run_record
 from gradian.data.setup import TrainingSetup
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
@@ -58,6 +63,7 @@ class RunInfo:
     config: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
     unreadable: list[str] = field(default_factory=list)
+    record: RunRecord | None = None  # gradian_run.json, when GradianCallback recorded the run
 
 
 def read_run(
@@ -117,6 +123,7 @@ def _read_folder(path: Path) -> RunInfo:
         run.optimizer_path = newest / "optimizer.pt"
     run.tokenizer_dir = newest_with(path, checkpoints, "tokenizer_config.json")
     run.training_args = _training_args(run, path, checkpoints)
+    run.record = read_run_record(path)
     return run
 
 
@@ -206,9 +213,12 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
     if unknown:
         raise InputError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
     framework = detect_framework(run.config) if run.config else "trl"
+    if run.record is not None and not run.config:
+        framework = run.record.framework()[0]
     explicit: dict[str, Any] = {}
     for layer in (_from_trainer_state(run.trainer_state), setup_fields(run.training_args, "trl"),
-                  setup_fields(run.config, framework, run.config_path)):
+                  setup_fields(run.config, framework, run.config_path),
+                  run.record.setup_fields() if run.record is not None else {}):
         explicit.update(layer)
     explicit.update({key: value for key, value in overrides.items() if value is not None})
     values = {**FRAMEWORK_DEFAULTS.get(framework, {}), **explicit, "framework": framework}
@@ -222,11 +232,14 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
     setup = TrainingSetup(**{key: value for key, value in values.items() if key in known})
     setup.source = str(run.config_path) if run.config_path else ("training_args.bin" if run.training_args else None)
     setup.assumed = [name for name in ASSUMABLE if name not in explicit]
+    setup.record = str(run.record.path) if run.record is not None else None
     return setup
 
 
 def _framework_version(run: RunInfo, framework: str) -> VersionRange | None:
     """The recorded version, else (TRL) the narrowest range the config and training_args.bin leave."""
+    if run.record is not None and run.record.framework()[0] == framework and run.record.version_range():
+        return run.record.version_range()
     recorded = recorded_version(run.path, run.config, framework)
     if recorded is not None or framework != "trl":
         return recorded

@@ -56,6 +56,9 @@ class TrainingSetup:
     per_device_train_batch_size: int | None = None
     gradient_accumulation_steps: int | None = None
     source: str | None = field(default=None, metadata={"help": "the file the settings were read from"})
+    record: str | None = field(
+        default=None, metadata={"help": "the gradian_run.json (GradianCallback's run record) read first, if any"}
+    )
     assumed: list[str] = field(default_factory=list, metadata={"help": "fields taken from framework defaults"})
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,79 @@
+"""Overhead of `GradianCallback(capture=True)` on a training step, as a ratio measured in one process.
+
+Two shapes, random weights built from a config (nothing is downloaded): the tests' tiny Llama, and SmolLM2-135M's
+shape (30 layers, hidden 576, 9 heads / 3 KV heads, vocabulary 49,152). Each trains the same rows with real TRL
+`SFTTrainer` + LoRA (r=8 on q, k, v, o), bf16 off, batch 4, rows of ~60 tokens, `STEPS` optimizer steps: once with
+`GradianCallback(capture=False)` (preflight and record only) and once with `capture=True` (default projection,
+8,192 floats per row, float16 store), alternating `REPEATS` times. The ratio is the median of the capture run's
+`train_runtime` over the plain run's (goal ≤ 1.20). Prints a table and writes benchmarks/results/capture_overhead.json.
+
+    PYTHONPATH=src:tests python benchmarks/capture_overhead.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import LlamaConfig, LlamaForCausalLM, PrinterCallback
+from trl import SFTConfig, SFTTrainer
+
+from callback_runs import ticket
+from conftest import WORDS
+from gradian import GradianCallback
+from gradian.scenarios.tokenizer import build_tokenizer
+
+RESULTS = Path(__file__).parent / "results" / "capture_overhead.json"
+STEPS, REPEATS = 4, 3
+SHAPES = {
+    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "smollm2_135m_shape": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                               num_key_value_heads=3, vocab_size=49152),
+}
+
+
+def run(shape: dict, tokenizer, capture: bool) -> float:
+    settings = {"vocab_size": len(tokenizer), "max_position_embeddings": 256, "tie_word_embeddings": False,
+                "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+                "pad_token_id": tokenizer.pad_token_id, **shape}
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**settings))
+    rows = [{k: v for k, v in ticket(i, long=True).items() if k != "id"} for i in range(4 * STEPS)]
+    with tempfile.TemporaryDirectory() as out:
+        config = SFTConfig(output_dir=out, report_to="none", use_cpu=True, disable_tqdm=True, bf16=False,
+                           per_device_train_batch_size=4, max_steps=STEPS, save_strategy="no", max_length=128,
+                           dataloader_num_workers=0)
+        trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                             processing_class=tokenizer,
+                             peft_config=LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.0,
+                                                    target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+                             callbacks=[GradianCallback(capture=capture, on_critical="warn", echo=lambda _: None)])
+        trainer.remove_callback(PrinterCallback)
+        return float(trainer.train().metrics["train_runtime"])
+
+
+def main() -> None:
+    tokenizer = build_tokenizer(WORDS)
+    results = {}
+    for name, shape in SHAPES.items():
+        plain, captured = [], []
+        for _ in range(REPEATS):
+            plain.append(run(shape, tokenizer, capture=False))
+            captured.append(run(shape, tokenizer, capture=True))
+        ratio = statistics.median(c / p for c, p in zip(captured, plain, strict=True))
+        results[name] = {"steps": STEPS, "plain_s": plain, "capture_s": captured, "ratio": round(ratio, 3)}
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print("| shape | plain train (s) | with capture (s) | ratio |\n|---|---|---|---|")
+    for name, row in results.items():
+        print(f"| {name} | {statistics.median(row['plain_s']):.2f} | {statistics.median(row['capture_s']):.2f} | "
+              f"{row['ratio']} |")
+
+
+if __name__ == "__main__":
+    main()

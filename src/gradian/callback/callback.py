@@ -1,0 +1,200 @@
+"""`GradianCallback`: Gradian inside training. Preflight before step one, then the run record as training goes.
+
+    trainer = SFTTrainer(..., callbacks=[GradianCallback()])   # or trainer.add_callback(GradianCallback())
+
+At `on_train_begin` the callback audits the trainer's own objects (`preflight`) and stops the run on a critical
+finding (`on_critical="warn"` only warns). While training, it records the rows and learning rate of every
+optimizer step and writes `gradian_run.json` into `output_dir` and each `checkpoint-N/` (`record`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from transformers import TrainerCallback
+
+from gradian.callback.capture import StepCapture
+from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
+from gradian.callback.record import RunRecorder, dataset_hashes, record_header
+from gradian.data.run_record import RECORD_NAME
+from gradian.gradients.settings import GradientSettings
+
+TEXT_COLUMNS = ("prompt", "completion", "text")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+class GradianCallback(TrainerCallback):
+    """Audit a run before its first step and record what it trained on (see the module docstring).
+
+    `on_critical`: "stop" raises `PreflightError` with the first critical finding's sentence and fix; "warn" prints
+    it and trains on. `preflight=False` skips the audit; `record=False` writes no `gradian_run.json`. `capture=True`
+    also writes each step's per-example projected LoRA gradients (`callback.capture`; `capture_settings` are
+    `gradient extract`'s settings: projection size and seed, store dtype). `echo` prints one line (default:
+    standard error, main process only).
+    """
+
+    def __init__(self, *, on_critical: Literal["stop", "warn"] = "stop", preflight: bool = True, record: bool = True,
+                 capture: bool = False, capture_settings: GradientSettings | None = None,
+                 echo: Callable[[str], None] | None = None) -> None:
+        if on_critical not in ("stop", "warn"):
+            raise ValueError(f"on_critical must be 'stop' or 'warn', not {on_critical!r}")
+        if capture and not record:
+            raise ValueError("capture=True needs record=True: the record names the rows each step's gradients are of")
+        self.capture_settings = capture_settings or GradientSettings() if capture else None
+        self.capture: StepCapture | None = None
+        self.on_critical = on_critical
+        self.run_preflight = preflight
+        self.run_record = record
+        self.echo = echo or _stderr
+        self.result: PreflightResult | None = None
+        self.recorder: RunRecorder | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trainer = calling_trainer()
+        loader = kwargs.get("train_dataloader")
+        dataset = getattr(loader, "dataset", None) if loader is not None else None
+        collator = getattr(loader, "collate_fn", None) if loader is not None else None
+        if trainer is not None:
+            collator = getattr(trainer, "data_collator", None) if collator is None else collator
+            dataset = trainer.train_dataset if dataset is None else dataset
+        tokenizer = kwargs.get("processing_class") or getattr(trainer, "processing_class", None)
+        if dataset is None or collator is None or tokenizer is None or not hasattr(dataset, "__len__"):
+            self.echo("Gradian: no sized train dataset, collator or tokenizer in reach; preflight and record skipped.")
+            return
+        raw = getattr(trainer, "train_dataset", None)
+        texts, ids = _texts_and_ids(raw if raw is not None and len(raw) == len(dataset) else None)
+        trainer_class = _qualified(trainer)
+        model = kwargs.get("model")
+        if self.run_preflight:
+            self._preflight(state, dataset, collator, tokenizer, args, model, texts, ids, trainer_class)
+        if self.run_record and model is not None:
+            self._start_record(args, state, tokenizer, collator, dataset, ids, trainer_class, model)
+
+    def _preflight(self, state: Any, dataset: Any, collator: Any, tokenizer: Any, args: Any, model: Any,
+                   texts: list[dict[str, Any]] | None, ids: list[str] | None, trainer_class: str) -> None:
+        self.result = preflight(dataset, collator, tokenizer, args, model_config=getattr(model, "config", None),
+                                adapter_config=_adapter_config(model), texts=texts, ids=ids,
+                                trainer_class=trainer_class)
+        if state.is_world_process_zero:
+            found = self.result.findings
+            self.echo(f"Gradian preflight: {len(found)} finding(s) over {len(self.result.rows.rendered)} rows "
+                      f"in {self.result.seconds:.1f} s")
+            for line in finding_lines(found):
+                self.echo(f"  {line}")
+        if self.result.critical and self.on_critical == "stop":
+            raise PreflightError(stop_message(self.result.critical))
+
+    def _start_record(self, args: Any, state: Any, tokenizer: Any, collator: Any, dataset: Any,
+                      ids: list[str] | None, trainer_class: str, model: Any) -> None:
+        findings = [f.to_dict() for f in self.result.findings] if self.result else []
+        masks = self.result.setup.collator_masks_pad if self.result else None
+        header = record_header(trainer_class=trainer_class, args=args, tokenizer=tokenizer, collator=collator,
+                               collator_masks_pad=masks, dataset_rows=len(dataset), ids=ids, findings=findings)
+        self.recorder = RunRecorder(header, dataset_hashes(dataset), _resumed_steps(args, state))
+        self.recorder.attach(model)
+        if self.capture_settings is not None:
+            if getattr(args, "padding_free", False) or getattr(args, "packing", False):
+                raise ValueError("capture=True needs one dataset row per batch row; packing and padding_free put "
+                                 "several rows in one sequence: turn them off or capture off")
+            world = args.world_size if getattr(args, "average_tokens_across_devices", False) else 1
+            self.capture = StepCapture(model, args.output_dir, self.capture_settings, rank=args.process_index,
+                                       loss_scale=float(world))
+            self.capture.attach(model)
+            self.recorder.on_batch = self.capture.micro_batch
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.begin_step(state.epoch)
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.optimizer_stepped(kwargs.get("optimizer"))
+        if self.capture is not None and self.recorder is not None and self.recorder.current is not None:
+            self.capture.optimizer_stepped(state.global_step + 1, self.recorder.current["rows"], kwargs["optimizer"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.end_step(state.global_step)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.recorder is None or not state.is_world_process_zero:
+            return
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        for folder in (checkpoint, Path(args.output_dir)):
+            if folder.is_dir():
+                self.recorder.write(folder, complete=False)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.capture is not None:
+            self.capture.detach()
+            if self.capture.problem:
+                self.echo(f"Gradian: captured gradients are incomplete: {self.capture.problem}.")
+        if self.recorder is None:
+            return
+        self.recorder.detach()
+        if state.is_world_process_zero:
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+            path = self.recorder.write(args.output_dir, complete=True)
+            self.echo(f"Gradian: wrote {path} ({len(self.recorder.steps)} optimizer steps recorded)")
+
+
+def calling_trainer() -> Any:
+    """The `transformers.Trainer` whose training loop is calling back (callbacks are not handed the trainer)."""
+    from transformers import Trainer
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Trainer):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def _qualified(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}" if value is not None else "unknown"
+
+
+def _texts_and_ids(dataset: Any) -> tuple[list[dict[str, Any]] | None, list[str] | None]:
+    """The text columns the trainer kept beside the tokens (TRL keeps them) and an `id` column, when present."""
+    names = list(getattr(dataset, "column_names", None) or [])
+    if not names:
+        return None, None
+    ids = [str(i) for i in dataset["id"]] if "id" in names else None
+    kept = [name for name in TEXT_COLUMNS if name in names]
+    if not kept:
+        return None, ids
+    columns = {name: dataset[name] for name in kept}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)], ids
+
+
+def _adapter_config(model: Any) -> dict[str, Any]:
+    """The LoRA settings of a PEFT model, as adapter_config.json would hold them."""
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return {}
+    config = next(iter(configs.values()))
+    try:
+        return json.loads(json.dumps(config.to_dict(), default=lambda v: sorted(v) if isinstance(v, set) else str(v)))
+    except (TypeError, ValueError):
+        return {}
+
+
+def _resumed_steps(args: Any, state: Any) -> list[dict[str, Any]]:
+    """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here)."""
+    if not state.global_step:
+        return []
+    path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD_NAME
+    try:
+        steps = json.loads(path.read_text(encoding="utf-8")).get("steps") or []
+    except (OSError, ValueError):
+        return []
+    return [s for s in steps if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] <= state.global_step]

@@ -1,0 +1,184 @@
+"""Capture: each optimizer step's per-example projected LoRA gradients, taken from that step's own backward.
+
+The hooks, projection and store are `gradient extract`'s (`gradients.hooks`, `gradients.projection`,
+`gradients.store`). What differs is where the gradient comes from: the training backward, whose loss is the
+batch's summed token NLL times a scale κ (1 / `num_items_in_batch`, times the world size when tokens are averaged
+across devices), so each row's gradient is divided by κ and is, as in `extract`, the gradient of the row's summed
+token NLL. κ is read where the loss is made: from the `num_items_in_batch` the Trainer hands the model, or, when
+TRL computes the loss itself from the model's per-token `log_probs`, from the gradient that reaches them (−κ at
+every supervised token). At the
+optimizer step the step's rows are scaled by its learning rate and, under Adam, by 1 / (√v̂ + ε) from the
+second moments the step itself just updated (v̂ bias-corrected), then projected and written:
+
+    output_dir/gradian_capture/step-000001/     settings.json, ids.json (dataset indices), shard files
+    output_dir/gradian_capture/step-000001-rank-1/   under torchrun, every other rank's rows of that step
+
+A step's store is written whole at its optimizer step; a kill leaves the steps before it complete and at most one
+store whose rows are not all flagged done (`captured_steps` names it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gradian.errors import InputError
+from gradian.gradients.extract import make_projector
+from gradian.gradients.hooks import LoraMatrix, capture_gradients, lora_matrices
+from gradian.gradients.settings import GradientSettings
+from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
+
+CAPTURE_DIR = "gradian_capture"
+
+
+class StepCapture:
+    """Per-example gradients of the rows each micro-batch fed, gathered over a step and written at its update."""
+
+    def __init__(self, model: torch.nn.Module, out_dir: str | Path, settings: GradientSettings, *, rank: int = 0,
+                 loss_scale: float = 1.0) -> None:
+        self.matrices: list[LoraMatrix] = lora_matrices(model)
+        self.projector = make_projector(model, settings, self.matrices)
+        self.settings, self.root, self.rank, self.loss_scale = settings, Path(out_dir) / CAPTURE_DIR, rank, loss_scale
+        self.batch: list[torch.Tensor | None] = [None] * len(self.matrices)  # (B, out, in) of the micro-batch
+        self.step: list[list[torch.Tensor]] = [[] for _ in self.matrices]  # micro-batches of the current step
+        self.kappa: float | None = None  # d(training loss) / d(summed token NLL) of the current micro-batch
+        self.problem: str | None = None
+        self.hooks = ExitStack()
+
+    def attach(self, model: torch.nn.Module) -> None:
+        self.hooks.enter_context(capture_gradients(self.matrices, self._on_grad))
+        self.hooks.callback(model.register_forward_hook(self._outputs).remove)
+
+    def detach(self) -> None:
+        self.hooks.close()
+
+    def _on_grad(self, index: int, grads: torch.Tensor) -> None:
+        """One LoRA matrix's per-example gradients of the training loss, (B, out, in); a module used twice adds."""
+        grads = grads.detach()
+        previous = self.batch[index]
+        self.batch[index] = grads if previous is None else previous + grads
+
+    def micro_batch(self, inputs: dict[str, Any]) -> None:
+        """A micro-batch is about to be fed: close the previous one, note this one's `num_items_in_batch`."""
+        self._close_batch()
+        items = inputs.get("num_items_in_batch")
+        self.kappa = self.loss_scale / float(items) if items is not None else None
+
+    def _outputs(self, module: torch.nn.Module, args: Any, outputs: Any) -> None:
+        """TRL's loss is −Σ log_probs · κ: the gradient reaching `log_probs` is −κ at every supervised token."""
+        log_probs, mask = getattr(outputs, "log_probs", None), getattr(outputs, "label_mask", None)
+        if not module.training or self.kappa is not None or log_probs is None or mask is None:
+            return
+        if isinstance(log_probs, torch.Tensor) and log_probs.requires_grad:
+            log_probs.register_hook(lambda grad: self._kappa_from(grad, mask.bool()))
+
+    def _kappa_from(self, grad: torch.Tensor, mask: torch.Tensor) -> None:
+        values = -grad[mask]  # (supervised tokens,)
+        if values.numel() and not torch.allclose(values, values[0].expand_as(values)):
+            self.problem = "the training loss weights tokens unequally (not summed NLL), so no row gradient is its NLL's"
+        self.kappa = float(values[0]) if values.numel() else None
+
+    def _close_batch(self) -> None:
+        if all(part is None for part in self.batch):
+            return
+        if not self.kappa:
+            self.problem = self.problem or ("the training loss's scale per row is unknown (no num_items_in_batch "
+                                            "handed to the model, no per-token log_probs): capture needs TRL's "
+                                            "SFTTrainer or a model that takes loss kwargs")
+        factor = 1.0 / self.kappa if self.kappa else 0.0  # the row's summed token NLL, as `extract` stores it
+        for index, part in enumerate(self.batch):
+            if part is not None:
+                self.step[index].append(part * factor)
+        self.batch = [None] * len(self.matrices)
+
+    def optimizer_stepped(self, global_step: int, rows: list[int | None], optimizer: Any) -> Path | None:
+        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order)."""
+        self._close_batch()
+        grads, self.step = self.step, [[] for _ in self.matrices]
+        if self.problem is not None or not grads[0] or any(i is None for i in rows):
+            return None
+        lr, adam = _learning_rate(optimizer), _adam_scales(optimizer, self.matrices)
+        parts = []
+        for index, pieces in enumerate(grads):
+            g = torch.cat(pieces)  # (N, out, in): the step's rows, micro-batch after micro-batch
+            scale = lr * adam[index].to(g) if adam is not None else torch.tensor(lr, dtype=g.dtype, device=g.device)
+            parts.append(self.projector.project(index, g * scale))  # (N, k_m)
+        features = torch.cat(parts, dim=1).cpu().numpy()  # (N, dim)
+        if features.shape[0] != len(rows):
+            self.problem = f"step {global_step} fed {len(rows)} rows but its backward gave {features.shape[0]}"
+            return None
+        return self._write(global_step, [str(i) for i in rows], features, lr, adam is not None)
+
+    def _write(self, step: int, ids: list[str], features: np.ndarray, lr: float, adam: bool) -> Path:
+        name = f"step-{step:06d}" + (f"-rank-{self.rank}" if self.rank else "")
+        meta = {"version": 1, "layout": LAYOUT_VERSION, "gradient": self.settings.to_dict(),
+                "projection": self.projector.to_dict(), "scale": "adam" if adam else "identity",
+                "captured": {"step": step, "learning_rate": lr, "loss": "summed token NLL per row",
+                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"},
+                "n_rows": len(ids), "matrices": [m.name for m in self.matrices],
+                "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest()}
+        writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
+        writer.write(list(range(len(ids))), features)
+        return self.root / name
+
+
+def _learning_rate(optimizer: Any) -> float:
+    return float(optimizer.param_groups[0]["lr"])
+
+
+def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tensor] | None:
+    """1 / (√v̂ + ε) per LoRA matrix from the optimizer state after this step; None when it is not Adam."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    group = inner.param_groups[0]
+    if "betas" not in group or "eps" not in group:
+        return None
+    beta2, eps = group["betas"][1], group["eps"]
+    scales = []
+    for matrix in matrices:
+        state = inner.state.get(matrix.module.weight, {})
+        if "exp_avg_sq" not in state:
+            return None
+        step = float(state["step"])
+        v_hat = state["exp_avg_sq"] / (1.0 - beta2**step)
+        scales.append(1.0 / (v_hat.sqrt() + eps))
+    return scales
+
+
+def captured_steps(run_dir: str | Path) -> list[FeatureStore]:
+    """The complete step stores of a captured run, in step order.
+
+    Raises `InputError` in one sentence when a store was cut short by a kill: the run must resume from its last
+    checkpoint with capture on (which rewrites that step), or the store be removed to use the steps before it.
+    """
+    root = Path(run_dir) / CAPTURE_DIR
+    if not root.is_dir():
+        raise InputError(f"holds no {CAPTURE_DIR}/; train with GradianCallback(capture=True) first.", run_dir)
+    stores = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")):
+        store = FeatureStore(folder)
+        if not store.complete:
+            written = int(store.done.sum())
+            raise InputError(f"was cut short by a kill ({written} of {store.n_rows} rows written); resume training "
+                             f"from the last checkpoint with GradianCallback(capture=True), or delete this folder to "
+                             f"use the steps before it.", folder)
+        stores.append(store)
+    return stores
+
+
+def tracin_features(run_dir: str | Path, n_rows: int) -> np.ndarray:
+    """(n_rows, dim) float64: each dataset row's captured features summed over the steps it trained at: with the
+    final query q, the TracIn effect of row i is qᵀ of its row (learning rates and Adam scaling inside)."""
+    stores = captured_steps(run_dir)
+    if not stores:
+        raise InputError(f"holds no captured step in {CAPTURE_DIR}/.", run_dir)
+    total = np.zeros((n_rows, stores[0].dim), np.float64)
+    for store in stores:
+        rows = np.asarray([int(i) for i in store.ids], dtype=np.int64)
+        np.add.at(total, rows, store.rows(0, store.n_rows).astype(np.float64))
+    return total

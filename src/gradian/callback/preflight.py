@@ -1,0 +1,166 @@
+"""Preflight: the audit on the trainer's own objects, before step one. No config file, no guessing, no model pass.
+
+The rows are the trainer's tokenized train dataset, each row's labels what its collator returns for it in a real
+batch (`trainer_rows`); the settings are its args; the tokenizer its processing class. Every registered check
+runs on them (`audit.run_audit`), plus one only the tokens can show: rows a pre-tokenizing pipeline cut at its
+max length and then ended with EOS (`eos_after_cut`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradian.audit.context import AuditContext
+from gradian.audit.finding import Finding, by_severity
+from gradian.audit.registry import run_audit
+from gradian.audit.truncation import CRITICAL_SHARE, json_depth
+from gradian.audit.wording import id_list, share
+from gradian.callback.record import collator_pad_id, package_version
+from gradian.callback.trainer_rows import TrainerRows, collated_labels, token_columns, trainer_rows
+from gradian.data.render import IGNORE, Rendered
+from gradian.data.run_folder import RunInfo
+from gradian.data.setup import TrainingSetup
+
+BATCH_ROWS = 64  # rows per collator call: a real batch's worth, and enough that padding shows
+
+
+class PreflightError(RuntimeError):
+    """A critical finding, raised at `on_train_begin` so training stops before its first step."""
+
+
+@dataclass
+class PreflightResult:
+    findings: list[Finding]
+    setup: TrainingSetup
+    rows: TrainerRows
+    seconds: float
+
+    @property
+    def critical(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "critical"]
+
+
+def training_setup(args: Any, tokenizer: Any, collator: Any, trainer_class: str = "") -> TrainingSetup:
+    """The rendering settings of the run, read from its args (an `SFTConfig` or `TrainingArguments`)."""
+    trl = hasattr(args, "completion_only_loss") or "trl" in trainer_class.lower()
+    version = package_version("trl" if trl else "transformers")
+    pad_id = collator_pad_id(collator)
+    return TrainingSetup(
+        framework="trl" if trl else "transformers", framework_version=version,
+        version_source="recorded by GradianCallback in the running trainer",
+        max_length=getattr(args, "max_length", None), truncation_mode=getattr(args, "truncation_mode", "keep_start"),
+        completion_only_loss=getattr(args, "completion_only_loss", None),
+        assistant_only_loss=bool(getattr(args, "assistant_only_loss", False)),
+        packing=bool(getattr(args, "packing", False)), padding_free=bool(getattr(args, "padding_free", False)),
+        dataset_text_field=getattr(args, "dataset_text_field", None) or "text",
+        eos_token=getattr(args, "eos_token", None),
+        pad_token=tokenizer.convert_ids_to_tokens(pad_id) if pad_id is not None else None,
+        learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        source="the running trainer (GradianCallback)", assumed=[],
+    )
+
+
+def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_config: Any = None,
+              adapter_config: dict[str, Any] | None = None, texts: Sequence[dict[str, Any]] | None = None,
+              ids: Sequence[str] | None = None, trainer_class: str = "") -> PreflightResult:
+    """Audit a trainer's dataset (as tokenized), collator, tokenizer and args; findings most severe first."""
+    start = time.perf_counter()
+    setup = training_setup(args, tokenizer, collator, trainer_class)
+    features = token_columns(dataset)
+    labels = collated_labels(collator, features, max(BATCH_ROWS, args.per_device_train_batch_size))
+    rows = trainer_rows(features, labels, tokenizer, setup, texts=texts, ids=ids, pad_id=collator_pad_id(collator))
+    setup.collator_masks_pad = rows.masks_pad
+    run = RunInfo(path=None, adapter_config=adapter_config or {}, setup=setup)
+    ctx = AuditContext(rows.examples, rows.rendered, tokenizer, setup, run, base_config=model_config)
+    cut = eos_after_cut(ctx, rows)
+    findings = run_audit(ctx)
+    if cut:
+        findings = _without_rows(findings, "cut_in_data", set(cut[0].example_ids)) + cut
+    return PreflightResult(by_severity(findings), setup, rows, time.perf_counter() - start)
+
+
+def eos_after_cut(ctx: AuditContext, rows: TrainerRows) -> list[Finding]:
+    """Rows exactly as long as the longest, ending in a supervised EOS, whose answer before it is cut mid-JSON:
+    the pipeline tokenized with `truncation=True, max_length=N` and appended EOS after the cut."""
+    trained = [r for r in ctx.rendered if not r.dropped]
+    if not trained or ctx.eos_id is None:
+        return []
+    cap = max(len(r.input_ids) for r in trained)
+    hits = [r for r in trained if len(r.input_ids) == cap and _ends_in_eos(r, ctx.eos_id)
+            and _cut_json(ctx.tokenizer.decode(r.input_ids[_answer_start(r) : -1]))]
+    if not hits:
+        return []
+    ids = [r.example_id for r in hits]
+    longest = _longest_untruncated(rows)
+    values = {"length": cap, "rows": len(hits), "longest_untruncated": longest}
+    title = (f"{share(len(hits), len(trained))} are exactly {cap} tokens and end in EOS right after an answer cut "
+             f"mid-object: the data was tokenized with truncation at {cap} and EOS appended after the cut, so the "
+             f"model learns to stop mid-answer")
+    if longest is not None:
+        fix = f"raise max_length to ≥ {longest} (the longest untruncated row) where the rows are tokenized"
+    else:
+        fix = ("raise max_length where the rows are tokenized to ≥ the longest untruncated row (the dataset holds "
+               "only the cut tokens, so Gradian cannot tell how long that is: tokenize once without truncation and "
+               "take the longest)")
+    fix += f", and append EOS only to rows that were not cut; rows {id_list(ids)}"
+    severity = "critical" if len(hits) >= 2 or len(hits) >= CRITICAL_SHARE * len(trained) else "warning"
+    return [Finding("eos_after_cut", severity, title, fix, ids, values, category="setup")]
+
+
+def _ends_in_eos(row: Rendered, eos_id: int) -> bool:
+    return row.input_ids[-1] == eos_id and row.labels[-1] != IGNORE
+
+
+def _answer_start(row: Rendered) -> int:
+    return next((i for i, label in enumerate(row.labels) if label != IGNORE), 0)
+
+
+def _cut_json(text: str) -> bool:
+    """An answer that opens a JSON object or list and stops before closing it."""
+    body = text.strip()
+    start = min((i for i in (body.find("{"), body.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return False
+    try:
+        json.loads(body[start:])
+        return False
+    except json.JSONDecodeError:
+        depth, in_string = json_depth(body[start:])
+        return depth > 0 or in_string
+
+
+def _longest_untruncated(rows: TrainerRows) -> int | None:
+    """The longest row before any cut, when every row's own text was there to measure; else None."""
+    lengths = rows.untruncated
+    return max(lengths) if lengths and all(n is not None for n in lengths) else None  # type: ignore[type-var]
+
+
+def _without_rows(findings: list[Finding], check: str, ids: set[str]) -> list[Finding]:
+    """`findings` with the rows `ids` taken out of `check`'s finding (they are explained by another one)."""
+    out = []
+    for finding in findings:
+        if finding.check == check:
+            kept = [i for i in finding.example_ids if i not in ids]
+            if not kept:
+                continue
+            finding.example_ids = kept
+        out.append(finding)
+    return out
+
+
+def stop_message(findings: list[Finding]) -> str:
+    """What a stopped run says: the first critical finding's sentence and fix, in its own words."""
+    first = findings[0]
+    more = f" ({len(findings) - 1} more critical finding(s) printed above)" if len(findings) > 1 else ""
+    return f"Gradian preflight stopped training before step one: {first.title}. Fix: {first.fix}.{more}"
+
+
+def finding_lines(findings: list[Finding]) -> list[str]:
+    """One line per finding, most severe first, as the callback prints them."""
+    return [f"[{f.severity}] {f.check}: {f.title}. Fix: {f.fix}." for f in findings]

@@ -1,0 +1,182 @@
+"""`gradian_run.json`: what `GradianCallback` recorded inside training, read back. The format's one owner.
+
+The callback writes the record into the trainer's `output_dir` and into every `checkpoint-N/` it saves. It holds
+what no framework writes down (schema version 1, every key always present, `null` when unknown):
+
+- `trainer`: `class` (qualified name) and `versions` (transformers, trl, peft, accelerate, torch);
+- `collator`: `class`, `attributes` (the ones that decide labels: `pad_token_id`, `mlm`, `padding_free`,
+  `completion_only_loss`, `ignore_index`, ...) and `masks_pad` (whether one real batch showed the collator
+  setting the label of pad ids to -100; null when no pad id sits inside a row);
+- `tokenizer`: `class`, `bos` / `eos` / `pad` as `{"token", "id"}`, `padding_side`, `truncation_side`;
+- `rendering`: `max_length`, `truncation_mode`, `packing`, `padding_free`, `completion_only_loss`,
+  `assistant_only_loss`, `dataset_text_field`, `eos_token`, `pad_token` (the `SFTConfig` fields; null under a
+  plain `Trainer`);
+- `seeds`: `seed`, `data_seed`; `world_size`, `per_device_train_batch_size`, `gradient_accumulation_steps`,
+  `num_train_epochs`, `learning_rate` (the configured peak), `lr_scheduler_type`;
+- `dataset`: `rows` (rows of the trainer's tokenized train dataset) and `ids` (its `id` column, else null);
+- `steps`: one entry per optimizer step, in order: `step` (1-based global step), `epoch` (0-based),
+  `learning_rate` (the rate that step's update used), `rows` (dataset indices of every row its micro-batches fed
+  the model, in order; null where a row matched no dataset row) and `hashes` (`row_hash` of each row's tokens);
+- `preflight`: the findings preflight printed (`Finding.to_dict()` each); `complete`: true once training ended.
+
+Indices are into the trainer's own train dataset (`trainer.train_dataset`, after TRL tokenized, filtered and,
+with `shuffle_dataset`, shuffled it), so a replay feeds that dataset; the hashes tie a row to its tokens whatever
+the index. Rows with identical tokens are interchangeable to training; the record names the first of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from packaging.version import InvalidVersion, Version
+
+from gradian.data.framework_version import VersionRange
+from gradian.errors import InputError
+
+RECORD_NAME = "gradian_run.json"
+RECORD_FORMAT = "gradian_run"
+RECORD_VERSION = 1
+SETUP_FIELDS = ("max_length", "truncation_mode", "packing", "padding_free", "completion_only_loss",
+                "assistant_only_loss", "dataset_text_field", "eos_token", "pad_token")
+
+
+def row_hash(input_ids: Sequence[int] | np.ndarray) -> str:
+    """The content hash of one row: the first 16 hex digits of SHA-256 over its token ids as little-endian int64."""
+    return hashlib.sha256(np.asarray(input_ids, dtype="<i8").tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class RunRecord:
+    """A read `gradian_run.json`: `data` is the JSON object as written, `path` the file it came from."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return list(self.data.get("steps") or [])
+
+    @property
+    def order(self) -> list[list[int]]:
+        """Dataset indices of the rows each optimizer step trained on, step by step."""
+        return [[int(i) for i in step.get("rows") or [] if i is not None] for step in self.steps]
+
+    @property
+    def learning_rates(self) -> list[float]:
+        """The learning rate of every optimizer step, in order."""
+        return [float(step["learning_rate"]) for step in self.steps if step.get("learning_rate") is not None]
+
+    @property
+    def collator_masks_pad(self) -> bool | None:
+        value = (self.data.get("collator") or {}).get("masks_pad")
+        return value if isinstance(value, bool) else None
+
+    def setup_fields(self) -> dict[str, Any]:
+        """The `TrainingSetup` fields the record states, by their `TrainingSetup` names (absent when unknown)."""
+        rendering = self.data.get("rendering") or {}
+        out = {name: rendering[name] for name in SETUP_FIELDS if rendering.get(name) is not None}
+        for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
+            if name in rendering:
+                out[name] = rendering[name]
+        if self.collator_masks_pad is not None:
+            out["collator_masks_pad"] = self.collator_masks_pad
+        for name in ("learning_rate", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps"):
+            if isinstance(self.data.get(name), (int, float)) and not isinstance(self.data.get(name), bool):
+                out[name] = self.data[name]
+        return out
+
+    def framework(self) -> tuple[str, str | None]:
+        """("trl" | "transformers", that package's recorded version)."""
+        versions = (self.data.get("trainer") or {}).get("versions") or {}
+        if versions.get("trl") and "trl" in str((self.data.get("trainer") or {}).get("class", "")).lower():
+            return "trl", versions["trl"]
+        return "transformers", versions.get("transformers")
+
+    def version_range(self) -> VersionRange | None:
+        """The recorded framework version as the exact range `data.framework_version` reasons with."""
+        try:
+            version = Version(self.framework()[1] or "")
+        except InvalidVersion:
+            return None
+        following = Version(f"{version.major}.{version.minor}.{version.micro + 1}")
+        return VersionRange(version, following, f"recorded in {RECORD_NAME} by GradianCallback")
+
+    def describe(self) -> str:
+        """One line for a command's output: what was read from the record."""
+        collator = (self.data.get("collator") or {}).get("class") or "unknown"
+        masks = {True: "masks pad ids", False: "pads labels by position", None: "pad masking not seen"}
+        return (f"read {self.path} (recorded by GradianCallback): collator {collator.rsplit('.', 1)[-1]} "
+                f"({masks[self.collator_masks_pad]}), {len(self.steps)} optimizer steps with their rows and "
+                f"learning rates")
+
+
+def find_record(run_dir: str | Path) -> Path | None:
+    """The record a run folder holds: its own, else the newest checkpoint's (the run was killed before it ended)."""
+    root = Path(run_dir)
+    if (root / RECORD_NAME).is_file():
+        return root / RECORD_NAME
+    from gradian.data.run_folder import checkpoint_folders
+
+    for folder in reversed(checkpoint_folders(root) if root.is_dir() else []):
+        if (folder / RECORD_NAME).is_file():
+            return folder / RECORD_NAME
+    return None
+
+
+def read_run_record(run_dir: str | Path) -> RunRecord | None:
+    """The run's `gradian_run.json`, or None when the run was trained without `GradianCallback`.
+
+    Raises `InputError` naming the file when it is not a record this version of Gradian reads.
+    """
+    path = find_record(run_dir)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"is not a readable run record ({type(error).__name__}); delete it or retrain with "
+                         f"GradianCallback.", path) from None
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        raise InputError("is not a gradian_run.json written by GradianCallback; remove it from the run folder.", path)
+    if data.get("version") != RECORD_VERSION:
+        raise InputError(f"is a run record of version {data.get('version')!r}; this Gradian reads version "
+                         f"{RECORD_VERSION}: upgrade Gradian.", path)
+    return RunRecord(path.resolve(), data)
+
+
+def recorded_order(run_dir: str | Path) -> list[list[int]] | None:
+    """Dataset indices per optimizer step, as the run trained them; None without a record."""
+    record = read_run_record(run_dir)
+    return record.order if record is not None else None
+
+
+def checkpoint_weights(run_dir: str | Path, checkpoint_steps: Sequence[int]) -> list[float] | None:
+    """TracIn-CP's weight of each checkpoint: the summed learning rate of the steps it stands for, those after the
+    checkpoint before it up to its own step (steps are 1-based global steps, `checkpoint-N` holds step N's weights).
+    None without a record; raises `InputError` when the record lacks a step a checkpoint needs."""
+    record = read_run_record(run_dir)
+    if record is None:
+        return None
+    rates = {int(step["step"]): float(step["learning_rate"]) for step in record.steps
+             if step.get("step") is not None and step.get("learning_rate") is not None}
+    weights, previous = [], 0
+    for step in checkpoint_steps:
+        missing = [s for s in range(previous + 1, step + 1) if s not in rates]
+        if missing:
+            raise InputError(f"records no learning rate for step {missing[0]}, which checkpoint-{step} stands for; "
+                             f"the run was recorded only in part.", record.path)
+        weights.append(sum(rates[s] for s in range(previous + 1, step + 1)))
+        previous = step
+    return weights
+
+
+def recorded_learning_rates(run_dir: str | Path) -> list[float] | None:
+    """The learning rate of each optimizer step, in order; None without a record."""
+    record = read_run_record(run_dir)
+    return record.learning_rates if record is not None else None

@@ -1,0 +1,110 @@
+"""GradianCallback(capture=True) on a real TRL SFTTrainer run in float64: each step's stored features equal a naive
+per-row `torch.autograd.grad` of the row's summed token NLL at that step's weights, times the step's learning rate
+and Adam's 1/(√v̂ + ε); a store cut short refuses in one sentence.
+
+SFTConfig turns bf16 autocast on by default (on a CPU too): the run here turns it off so the step is float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from callback_runs import sft_trainer, tickets
+from gradian import GradianCallback
+from gradian.callback.capture import CAPTURE_DIR, captured_steps, tracin_features
+from gradian.errors import InputError
+from gradian.gradients.extract import summed_nll
+from gradian.gradients.hooks import lora_matrices
+from gradian.gradients.settings import GradientSettings
+
+
+class Snapshots(TrainerCallback):
+    """The LoRA weights each step starts from, and Adam's state and rate right after its update."""
+
+    def __init__(self):
+        self.weights, self.adam = {}, {}
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.weights[state.global_step + 1] = [m.module.weight.detach().clone() for m in lora_matrices(model)]
+
+    def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
+        inner = getattr(optimizer, "optimizer", optimizer)
+        group = inner.param_groups[0]
+        states = [inner.state[m.module.weight] for m in lora_matrices(model)]
+        self.adam[state.global_step + 1] = (group["lr"], group["betas"][1], group["eps"],
+                                            [(s["exp_avg_sq"].clone(), float(s["step"])) for s in states])
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capture")
+    snapshots = Snapshots()
+    exact = GradientSettings(proj_dim=None, store_dtype="float32")
+    trainer = sft_trainer(out, tickets(8), dtype=torch.float64, bf16=False, per_device_train_batch_size=2,
+                          gradient_accumulation_steps=2, callbacks=[snapshots, GradianCallback(
+                              capture=True, capture_settings=exact, echo=lambda _: None)])
+    trainer.train()
+    return out, trainer, snapshots
+
+
+def naive_features(trainer, snapshots, step, rows) -> np.ndarray:
+    """Row by row: autograd of the summed token NLL at the step's weights, scaled as Adam's update scales it."""
+    model = trainer.model
+    matrices = lora_matrices(model)
+    saved = [m.module.weight.detach().clone() for m in matrices]
+    lr, beta2, eps, states = snapshots.adam[step]
+    out = []
+    with torch.no_grad():
+        for matrix, weight in zip(matrices, snapshots.weights[step], strict=True):
+            matrix.module.weight.copy_(weight)
+    for index in rows:
+        row = trainer.train_dataset[index]
+        ids, labels = torch.tensor([row["input_ids"]]), torch.tensor([row["labels"]])
+        loss = summed_nll(model(input_ids=ids).logits, labels)
+        grads = torch.autograd.grad(loss, [m.module.weight for m in matrices])
+        scaled = [g * lr / ((v / (1 - beta2**t)).sqrt() + eps) for g, (v, t) in zip(grads, states, strict=True)]
+        out.append(torch.cat([s.flatten() for s in scaled]).detach().numpy())
+    with torch.no_grad():
+        for matrix, weight in zip(matrices, saved, strict=True):
+            matrix.module.weight.copy_(weight)
+    return np.stack(out)
+
+
+def test_captured_features_equal_a_float64_reference(captured):
+    out, trainer, snapshots = captured
+    stores = captured_steps(out)
+    assert len(stores) == trainer.state.global_step == 2
+    for step, store in enumerate(stores, start=1):
+        rows = [int(i) for i in store.ids]
+        assert len(rows) == 4 and store.meta["captured"]["step"] == step and store.meta["scale"] == "adam"
+        reference = naive_features(trainer, snapshots, step, rows)
+        features = store.rows(0, store.n_rows)
+        assert np.abs(reference).max() > 0
+        np.testing.assert_allclose(features, reference, rtol=1e-5, atol=1e-7 * np.abs(reference).max())
+
+
+def test_tracin_features_sum_each_rows_steps(captured):
+    out, _, _ = captured
+    total = tracin_features(out, 8)
+    expected = np.zeros_like(total)
+    for store in captured_steps(out):
+        for position, index in enumerate(store.ids):
+            expected[int(index)] += store.rows(position, position + 1)[0]
+    np.testing.assert_allclose(total, expected)
+    assert (np.abs(total).sum(1) > 0).all()  # one epoch: every row trained once, so every row has a feature
+
+
+def test_a_store_cut_short_refuses_in_one_sentence(captured, tmp_path):
+    out, _, _ = captured
+    copy = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(out / CAPTURE_DIR, copy / CAPTURE_DIR)
+    (done,) = (copy / CAPTURE_DIR / "step-000002").glob("*.done.npy")
+    flags = np.load(done, mmap_mode="r+")
+    flags[1:] = False  # what a kill between the features and their flags leaves
+    flags.flush()
+    with pytest.raises(InputError, match=r"step-000002: was cut short by a kill \(1 of 4 rows written\); resume"):
+        captured_steps(copy)
