@@ -14,7 +14,7 @@ from gradian import GradianCallback
 from gradian.callback.record import fed_rows
 from gradian.callback.replay import RecordedOrderSampler
 from gradian.data.run_record import (
-    checkpoint_weights,
+    recorded_checkpoint_weights,
     read_run_record,
     recorded_learning_rates,
     recorded_order,
@@ -145,12 +145,12 @@ def test_readers_without_or_with_a_bad_record(tmp_path):
         read_run_record(tmp_path)
 
 
-def test_checkpoint_weights_sum_the_rates_they_stand_for(recorded):
+def test_recorded_checkpoint_weights_sum_the_rates_they_stand_for(recorded):
     out, _, _ = recorded
     rates = recorded_learning_rates(out)
-    assert checkpoint_weights(out, [3, 6]) == [sum(rates[:3]), sum(rates[3:])]
+    assert recorded_checkpoint_weights(out, [3, 6]) == [sum(rates[:3]), sum(rates[3:])]
     with pytest.raises(InputError, match="records no learning rate for step 7"):
-        checkpoint_weights(out, [3, 8])
+        recorded_checkpoint_weights(out, [3, 8])
 
 
 def test_padding_free_batches_split_back_into_rows():

@@ -216,3 +216,24 @@ def test_checkpoint_of_another_adapter_is_refused_and_weights_restored(run, tiny
               str(folder / "checkpoint-8" / "adapter_model.safetensors"))  # lora_B missing
     with pytest.raises(InputError, match="lacks the adapter weight"):
         load_checkpoint(model, checkpoints[1])
+
+
+def test_a_run_record_weighs_each_checkpoint_by_the_learning_rates_it_recorded(run, tmp_path):
+    """With gradian_run.json, η_c is the sum of the recorded rates of the steps checkpoint c stands for, not the
+    interpolation of log_history."""
+    import json
+
+    from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION
+
+    _, _, folder = run
+    rates = [1e-3 * (1 + (step % 3)) for step in range(1, STEPS[-1] + 1)]  # no schedule log_history could give
+    steps = [{"step": step, "epoch": 0, "learning_rate": rate, "rows": []} for step, rate in enumerate(rates, 1)]
+    (folder / RECORD_NAME).write_text(json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION,
+                                                  "steps": steps}))
+    try:
+        weights = [c.weight for c in checkpoint_weights(folder)]
+    finally:
+        (folder / RECORD_NAME).unlink()
+    bounds = [0, *STEPS]
+    assert weights == pytest.approx([sum(rates[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)])
+    assert weights != pytest.approx([c.weight for c in checkpoint_weights(folder)])

@@ -55,21 +55,21 @@ def adapter(folder) -> dict[str, torch.Tensor]:
     return load_file(folder / "adapter_model.safetensors")
 
 
-def plain_trl_run(root, base, rows) -> dict[str, torch.Tensor]:
-    """The run as a user trains it: TRL SFTTrainer with the recipe, no Gradian class in the loop."""
+def plain_trl_run(root, base, rows, callbacks=(), out="plain") -> dict[str, torch.Tensor]:
+    """The run as a user trains it: TRL SFTTrainer with the recipe, no Gradian class in the loop (but `callbacks`)."""
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    config = SFTConfig(output_dir=str(root / "plain"), report_to="none", save_strategy="no", seed=RECIPE.seed,
+    config = SFTConfig(output_dir=str(root / out), report_to="none", save_strategy="no", seed=RECIPE.seed,
                        use_cpu=True, disable_tqdm=True, **training_kwargs(RECIPE))
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32), args=config,
                          train_dataset=datasets.Dataset.from_list([e.fields for e in rows]),
                          processing_class=AutoTokenizer.from_pretrained(base.path),
-                         peft_config=LoraConfig(task_type="CAUSAL_LM", **RECIPE.lora))
+                         peft_config=LoraConfig(task_type="CAUSAL_LM", **RECIPE.lora), callbacks=list(callbacks))
     trainer.train()
-    trainer.save_model(str(root / "plain"))
-    return adapter(root / "plain")
+    trainer.save_model(str(root / out))
+    return adapter(root / out)
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +150,18 @@ def test_rows_removed_match_a_float64_loop_that_masks_their_loss(world, nothing_
     moved = max(float((ours[k] - full[k]).abs().max()) for k in ours)
     assert gap < 1e-5, gap
     assert moved > 1e-3, "removing 7 of 27 rows must change the adapter far beyond the tolerance"
+
+
+def test_the_order_a_gradian_callback_recorded_replays_the_run_bit_for_bit(world):
+    """verify's retrains replay gradian_run.json's order: the recorded run's adapter, to the bit."""
+    from gradian import GradianCallback
+    from gradian.data.run_record import recorded_order
+
+    root, base, rows = world
+    with one_thread():
+        recorded = plain_trl_run(root, base, rows, [GradianCallback(on_critical="warn")], out="recorded")
+        order = recorded_order(root / "recorded")
+        assert order is not None and sorted(i for step in order[:5] for i in step) == list(range(ROWS))
+        replayed, _ = retrain(Retrain("from-record", rows, RECIPE.seed, order=order), RECIPE, base, root / "verify")
+    assert json.loads((replayed / ORDER).read_text()) == order
+    assert all(torch.equal(adapter(replayed)[k], v) for k, v in recorded.items())

@@ -156,7 +156,7 @@ def recorded_order(run_dir: str | Path) -> list[list[int]] | None:
     return record.order if record is not None else None
 
 
-def checkpoint_weights(run_dir: str | Path, checkpoint_steps: Sequence[int]) -> list[float] | None:
+def recorded_checkpoint_weights(run_dir: str | Path, checkpoint_steps: Sequence[int]) -> list[float] | None:
     """TracIn-CP's weight of each checkpoint: the summed learning rate of the steps it stands for, those after the
     checkpoint before it up to its own step (steps are 1-based global steps, `checkpoint-N` holds step N's weights).
     None without a record; raises `InputError` when the record lacks a step a checkpoint needs."""

@@ -8,7 +8,8 @@ checkpoints c, each standing for the steps since the previous one:
 
 η_c = Σ_{t ∈ (step_{c−1}, step_c]} lr(t) = mean lr over those steps × their number: with every row visited
 equally often per step, that is proportional to the learning rate row i saw while θ moved from c−1 to c.
-lr(t) is linearly interpolated between the `learning_rate` entries of the final trainer_state.json's
+With a run record (`gradian_run.json`, written by `GradianCallback`) lr(t) is each step's recorded learning rate;
+without one it is linearly interpolated between the `learning_rate` entries of the final trainer_state.json's
 `log_history` (held flat before the first and after the last), exact for linear and constant schedules.
 Dividing by Σ η_c keeps effects on the scale of a single checkpoint's, so the verdict reads them the same way.
 
@@ -33,6 +34,7 @@ from torch import nn
 
 from gradian.data.render import Rendered
 from gradian.data.run_folder import CHECKPOINT, checkpoint_folders, newest_with
+from gradian.data.run_record import recorded_checkpoint_weights
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import extract_train_features
 from gradian.gradients.hooks import lora_fingerprint
@@ -69,6 +71,11 @@ def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
                          "(save_strategy), or run without --checkpoints.", root)
     for _, folder in found:
         _check_adapter_file(folder)
+    recorded = recorded_checkpoint_weights(root, [step for step, _ in found])  # gradian_run.json: each step's lr
+    if recorded is not None:
+        return [Checkpoint(folder, step, step - previous, weight / (step - previous), weight)
+                for (step, folder), previous, weight in zip(found, [0] + [s for s, _ in found[:-1]], recorded,
+                                                           strict=True)]
     state = _final_state(root, [folder for _, folder in found])
     steps, lrs = _logged_lrs(state)
     checkpoints, previous = [], 0

@@ -98,13 +98,14 @@ class Plan:
 class Removals:
     """Builds the retrains that remove rows, by zero weight (or by dropping them where a recipe has no rows to weight)."""
 
-    def __init__(self, examples: list[Example], seed: int, zero_weight: bool) -> None:
-        self.examples, self.seed, self.zero_weight = examples, seed, zero_weight
+    def __init__(self, examples: list[Example], seed: int, zero_weight: bool,
+                 order: list[list[int]] | None = None) -> None:
+        self.examples, self.seed, self.zero_weight, self.order = examples, seed, zero_weight, order
 
     def without(self, name: str, ids: set[str] | list[str]) -> Retrain:
         drop = frozenset(ids)
         if self.zero_weight:
-            return Retrain(name, self.examples, self.seed, zero_ids=drop)
+            return Retrain(name, self.examples, self.seed, zero_ids=drop, order=self.order)
         return Retrain(name, [e for e in self.examples if e.id not in drop], self.seed)
 
     def dropped(self, name: str, ids: set[str] | list[str]) -> Retrain:
@@ -113,13 +114,15 @@ class Removals:
 
 
 def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleaned: list[Example] | None,
-         tokenizer: Any, *, controls: int, groups: int, seed: int, curve: bool = False, report_dir: Any = None) -> Plan:
+         tokenizer: Any, *, controls: int, groups: int, seed: int, curve: bool = False, report_dir: Any = None,
+         order: list[list[int]] | None = None) -> Plan:
     """The retrains for `report` (report.json as a dict, `examples` the rows of examples.jsonl); `cleaned` is
-    train.cleaned.jsonl read, when present."""
+    train.cleaned.jsonl read, when present; `order` the run's recorded rows per optimizer step (gradian_run.json),
+    replayed by every retrain that keeps the run's rows and seed."""
     verdict = report["verdict"]
     culprits = set(verdict.get("culprit_ids") or [])
     scheme_note = zero_weight_note(recipe)
-    remove = Removals(examples, recipe.seed, scheme_note is None)
+    remove = Removals(examples, recipe.seed, scheme_note is None, order)
     jobs: list[tuple[str, Retrain]] = []
     primary, removed, fix, note, named = None, 0, None, None, set()
     candidates = candidate_groups(report)
@@ -132,7 +135,8 @@ def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleane
     elif verdict["kind"] == "setup":
         fix, note = setup_fix(verdict.get("evidence", {}).get("finding", {}), recipe, tokenizer)
         if fix is not None:
-            job = remove.without("fix", fix.drop_ids) if fix.drop_ids else Retrain("fix", examples, recipe.seed)
+            job = remove.without("fix", fix.drop_ids) if fix.drop_ids else Retrain("fix", examples, recipe.seed,
+                                                                                    order=order)
             job.changes = fix.changes
             jobs.append(("fix", job))
             primary = "fix"

@@ -16,6 +16,7 @@ from typing import Any
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
+from gradian.data.run_record import recorded_order
 from gradian.errors import InputError
 from gradian.lock import output_lock
 from gradian.regression.capabilities import get_capability
@@ -84,9 +85,12 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
     seed = int(used.get("seed", 0))
     rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
+    order = recorded_order(run.path) if run.path is not None else None
+    if order is not None:
+        say(f"verify: replaying the order of {len(order)} optimizer steps recorded in gradian_run.json")
     todo = plan({**report, "examples": rows}, recipe, examples, cleaned, load_tokenizer(base),
                 controls=settings.controls, groups=settings.groups, seed=seed, curve=settings.curve,
-                report_dir=folder / EXAMPLES_FILE)
+                report_dir=folder / EXAMPLES_FILE, order=order)
     if todo.scheme_note:
         say(f"verify: {todo.scheme_note}")
     if todo.primary is None and todo.fix_note:
