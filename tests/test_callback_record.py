@@ -14,8 +14,8 @@ from gradian import GradianCallback
 from gradian.callback.record import fed_rows
 from gradian.callback.replay import RecordedOrderSampler
 from gradian.data.run_record import (
-    recorded_checkpoint_weights,
     read_run_record,
+    recorded_checkpoint_weights,
     recorded_learning_rates,
     recorded_order,
     row_hash,
