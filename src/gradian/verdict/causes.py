@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
-from gradian.verdict.rules import explains, stop_fault, taught
+from gradian.verdict.rules import explains, stop_fault, taught, taught_by
 from gradian.verdict.thresholds import (
     MAX_CAUSE_OVERLAP,
     MIN_CAUSE_CI_LOW_OVER_SIZE,
@@ -55,7 +54,7 @@ def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, s
                   findings: list[Finding]) -> Cause:
     """A gradient cluster as a cause, naming `rows` (its flagged or outlying rows); `check` is its mechanism."""
     symptom = symptoms.dominant if symptoms is not None and check is not None and symptoms.dominant \
-        in teaches(check) else None
+        in taught_by(check) else None
     return Cause("rows", f"cluster {cluster.id}", "gradients", rows, symptom,
                  explains((symptom,), symptoms) if symptom else None, cluster.size_share, cluster.harm_share,
                  cluster.harm_share_ci, cluster.lift, fix_of(check, findings) if check else "")

@@ -111,9 +111,12 @@ def never_stops_finding(
 def taught(group: FindingGroup) -> tuple[str, ...]:
     """The symptoms a group's rows teach: a sub-group's own; else its check's (ANY_SYMPTOM: every symptom a
     target can show, which is all but never stopping)."""
-    if group.symptom is not None:
-        return (group.symptom,)
-    symptoms = teaches(group.check)
+    return (group.symptom,) if group.symptom is not None else taught_by(group.check)
+
+
+def taught_by(check: str) -> tuple[str, ...]:
+    """The symptoms the rows a check flags teach, ANY_SYMPTOM expanded."""
+    symptoms = teaches(check)
     return tuple(s for s in SYMPTOMS if s != "never-stops") if ANY_SYMPTOM in symptoms else symptoms
 
 
