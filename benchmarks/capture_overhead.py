@@ -7,11 +7,12 @@ shape (30 layers, hidden 576, 9 heads / 3 KV heads, vocabulary 49,152). Each tra
 8,192 floats per row, float16 store), alternating `REPEATS` times. The ratio is the median of the capture run's
 `train_runtime` over the plain run's (goal ≤ 1.20). Prints a table and writes benchmarks/results/capture_overhead.json.
 
-    PYTHONPATH=src:tests python benchmarks/capture_overhead.py
+    PYTHONPATH=src:tests python benchmarks/capture_overhead.py [--repeats 3] [--shapes tiny smollm2_135m_shape]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import tempfile
@@ -59,13 +60,18 @@ def run(shape: dict, tokenizer, capture: bool) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    options = parser.parse_args()
     tokenizer = build_tokenizer(WORDS)
     results = {}
-    for name, shape in SHAPES.items():
+    for name in options.shapes:
         plain, captured = [], []
-        for _ in range(REPEATS):
-            plain.append(run(shape, tokenizer, capture=False))
-            captured.append(run(shape, tokenizer, capture=True))
+        for _ in range(options.repeats):
+            plain.append(run(SHAPES[name], tokenizer, capture=False))
+            captured.append(run(SHAPES[name], tokenizer, capture=True))
+            print(f"{name}: plain {plain[-1]:.2f} s, capture {captured[-1]:.2f} s", flush=True)
         ratio = statistics.median(c / p for c, p in zip(captured, plain, strict=True))
         results[name] = {"steps": STEPS, "plain_s": plain, "capture_s": captured, "ratio": round(ratio, 3)}
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
