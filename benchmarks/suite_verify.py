@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import jobs
-from gradian.attribute import attribute
+from gradian import attribute
 from gradian.data.examples import read_dataset
 from gradian.regression.capabilities import get_capability
 from gradian.report.verdict import pct

@@ -15,7 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from gradian.attribute import attribute
+from gradian import attribute
 from gradian.report.verdict import pct
 from gradian.scenarios import build, built_before
 from gradian.scenarios.base import one_thread

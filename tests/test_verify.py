@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gradian.attribute import attribute
+from gradian import attribute
 from gradian.cli.main import _register, cli
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings

@@ -55,7 +55,7 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     Over N processes: `torchrun --nproc-per-node N --no-python -- gradian attribute ...` (extraction is
     sharded over them; rank 0 scores and reports).
     """
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.gradients.distributed import join, leave
 
     try:

@@ -30,7 +30,7 @@ def _chunks(train: Train, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
         yield start, np.asarray(train[start : start + chunk_rows])
 
 
-def score(
+def score_features(
     train: Train,
     queries: np.ndarray,
     *,
