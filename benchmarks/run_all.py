@@ -36,10 +36,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from gradian import __version__, attribute
 from gradian.audit import diagnose
+from gradian.capabilities import get_capability
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
 from gradian.gradients.factors import fit_factors
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.report.rows import read_examples

@@ -185,9 +185,9 @@ class _GradientRun:
 
     def __init__(self, settings: Any, work: Path, clock: Clock) -> None:
         from gradian.audit import diagnose
+        from gradian.capabilities import get_capability
         from gradian.gradients.energy import share_budget
         from gradian.gradients.extract import GradientSettings, extract_train_features
-        from gradian.regression.capabilities import get_capability
         from gradian.regression.loading import load_models
         from gradian.regression.measure import measure_regression
         from gradian.scores.tracin import checkpoint_weights

@@ -22,8 +22,8 @@ from typing import Any
 
 import jobs
 from gradian import attribute
+from gradian.capabilities import get_capability
 from gradian.data.examples import read_dataset
-from gradian.regression.capabilities import get_capability
 from gradian.report.verdict import pct
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings

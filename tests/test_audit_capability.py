@@ -8,9 +8,9 @@ import pytest
 
 from gradian.audit import diagnose
 from gradian.audit.capability import CRITICAL_SHARE, target_text
+from gradian.capabilities import get_capability
 from gradian.cli.main import _register, cli
 from gradian.data.examples import Example
-from gradian.regression.capabilities import get_capability
 
 
 def audit(folder, capability):

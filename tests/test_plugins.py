@@ -21,7 +21,7 @@ from gradian.audit.registry import run_audit
 from gradian.data.examples import Example
 from gradian.data.render import render_dataset
 from gradian.data.setup import TrainingSetup
-from gradian.regression.capabilities import available_capabilities, get_capability
+from gradian.capabilities import available_capabilities, get_capability
 from gradian.scenarios.tokenizer import build_tokenizer
 
 tokenizer = build_tokenizer(["yes", "no", "todo", "my", "order"])
@@ -62,7 +62,7 @@ def test_installed_plugins_are_found_with_no_flag(venv):
 
 
 def test_without_the_package_neither_is_there():
-    from gradian.regression.capabilities import available_capabilities
+    from gradian.capabilities import available_capabilities
 
     assert "yes_no" not in available_capabilities()
 

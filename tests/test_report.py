@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from gradian.audit.finding import Finding
+from gradian.capabilities import get_capability
 from gradian.clusters.cluster import cluster_examples
 from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.examples import read_dataset
-from gradian.regression.capabilities import get_capability
 from gradian.regression.generation import Generation
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures

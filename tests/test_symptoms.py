@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.regression.capabilities import get_capability
+from gradian.capabilities import get_capability
 from gradian.regression.generation import Generation
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import (

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gradian.audit import DiagnoseResult, diagnose
+from gradian.capabilities import get_capability
 from gradian.clusters.cluster import Embedding, fit_clusters
 from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
@@ -53,7 +54,6 @@ from gradian.gradients.factors import fit_factors
 from gradian.gradients.sides import position_harms_of, repsim_of
 from gradian.gradients.store import FeatureStore
 from gradian.lock import output_lock
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, measure_regression
 from gradian.regression.symptoms import classify_failures

@@ -25,7 +25,7 @@ from gradian.data.tokens import apply_training_tokens
 from gradian.errors import InputError
 
 if TYPE_CHECKING:
-    from gradian.regression.capabilities import Capability
+    from gradian.capabilities import Capability
 
 Progress = Callable[[str], None]
 COMPARED_TOKENS = ("eos_token", "pad_token", "bos_token")
@@ -160,7 +160,7 @@ def _adopt_saved_tokens(setup: TrainingSetup, tokenizer: Any, source: TokenizerS
 def _capability(capability: str | Capability | None) -> Capability | None:
     if capability is None or not isinstance(capability, str):
         return capability
-    from gradian.regression.capabilities import get_capability
+    from gradian.capabilities import get_capability
 
     return get_capability(capability)
 

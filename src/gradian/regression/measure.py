@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from gradian.capabilities import Capability, get_capability, passed
 from gradian.data.examples import Example
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.hooks import lora_fingerprint
-from gradian.regression.capabilities import Capability, get_capability, passed
 from gradian.regression.generation import Generation, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
 

@@ -181,8 +181,9 @@ def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any]
     """(N, Q) RepSim of each training row as trained to each failing prompt with the fine-tuned model's own answer
     (`queries`: regression rows, with `prompt_ids` and `finetuned.ids`); `attribute` takes the same from its
     extraction's forward instead (`gradients.sides`, given `query.query_states`)."""
+    from gradian.gradients.sides import cosine
     from gradian.scores.query import query_states
-    from gradian.scores.relevance import cosine, mean_hidden_states
+    from gradian.scores.relevance import mean_hidden_states
 
     return cosine(mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size),
                   query_states(model, queries, batch_size=batch_size))

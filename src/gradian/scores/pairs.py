@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradian.capabilities import Capability, passed
 from gradian.data.examples import Example
 from gradian.data.render import render_with_answer
 from gradian.data.setup import TrainingSetup
-from gradian.regression.capabilities import Capability, passed
 from gradian.regression.measure import RegressionResult, RegressionRow
 from gradian.scores.departure import departure_answers
 from gradian.scores.queries import QueryPair
