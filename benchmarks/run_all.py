@@ -37,16 +37,16 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from gradian import __version__, attribute
 from gradian.audit import diagnose
 from gradian.capabilities import get_capability
+from gradian.curvature import adam, make_preconditioner
+from gradian.curvature.factors import fit_factors
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
-from gradian.gradients.factors import fit_factors
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.report.rows import read_examples
 from gradian.scenarios import SCENARIOS, build
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
-from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score_features, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from gradian import attribute
+from gradian.curvature import make_preconditioner
+from gradian.curvature.factors import fit_factors
 from gradian.gradients.extract import make_projector
-from gradian.gradients.factors import fit_factors
 from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
-from gradian.scores.preconditioners import make_preconditioner
 from gradian.scores.queries import query_features
 from gradian.scores.scoring import score_features, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects

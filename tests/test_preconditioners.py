@@ -8,10 +8,11 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from conftest import make_tiny_model
+from gradian.curvature import Identity, adam
+from gradian.curvature.gauss_newton import GaussNewton
 from gradian.data.render import IGNORE
 from gradian.errors import InputError
 from gradian.gradients.extract import collate, per_example_gradients
-from gradian.scores.preconditioners import GaussNewton, Identity, adam
 from gradian.scores.scoring import score_features, total_effect
 
 torch.set_num_threads(2)

@@ -8,9 +8,9 @@ from sklearn.metrics import adjusted_rand_score
 
 from gradian.clusters.cluster import fit_clusters
 from gradian.clusters.summary import harm_share_ci, harm_shares
+from gradian.curvature.gauss_newton import GaussNewton
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter
-from gradian.scores.preconditioners import GaussNewton
 from gradian.scores.scoring import effects_file, publish, score_features, total_effect
 from test_clusters import planted_texts
 

@@ -38,19 +38,14 @@ from gradian.clusters.cluster import Embedding, fit_clusters
 from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import ClusterSummary, summarize_clusters
+from gradian.curvature import fit_preconditioner
+from gradian.curvature import parameter_scale as scale_of
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.energy import share_budget
-from gradian.gradients.extract import (
-    GradientSettings,
-    ParameterScale,
-    extract_train_features,
-    make_projector,
-    project_sample,
-)
-from gradian.gradients.factors import fit_factors
+from gradian.gradients.extract import GradientSettings, ParameterScale, extract_train_features, project_sample
 from gradian.gradients.sides import position_harms_of, repsim_of
 from gradian.gradients.store import FeatureStore
 from gradian.lock import output_lock
@@ -63,7 +58,6 @@ from gradian.report.verdict import Verdict, decide
 from gradian.report.writers import write_report
 from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import base_kind, query_pairs
-from gradian.scores.preconditioners import Preconditioner, adam, make_preconditioner
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.query import Query, failing_queries, query_direction, query_states
 from gradian.scores.scoring import effects_file, publish, score_features, total_effect
@@ -280,7 +274,8 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
                           stores=extraction.checkpoint_stores, out=effects)
     else:
         features = query_features(model, pairs, kind=kind, settings=extraction.gradient)
-        preconditioner = preconditioner_of(settings, model, audit, extraction.gradient, bar)
+        preconditioner = fit_preconditioner(settings.preconditioner, model, audit.rendered, extraction.gradient,
+                                            damping=settings.damping, progress=wrap(bar, "curvature"))
         score_features(store, features, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
                        out=effects)
     effects = publish(effects, out / "scores.npy")
@@ -373,22 +368,9 @@ def harm_tokens(settings: AttributeSettings, audit: DiagnoseResult, direction: A
 
 def parameter_scale(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult,
                     model: Any) -> ParameterScale | None:
-    if settings.preconditioner != "adam":
-        return None
-    if audit.run is None or audit.run.optimizer_path is None:
-        raise InputError("the adam preconditioner needs the run's optimizer.pt; pass --run with a checkpoint folder.",
-                         settings.run or settings.adapter)
-    return adam(audit.run.optimizer_path, model)
-
-
-def preconditioner_of(settings: AttributeSettings, model: Any, audit: DiagnoseResult, gradient: GradientSettings,
-                      bar: Bar | None) -> Preconditioner:
-    """The scoring-side P; K-FAC and EK-FAC first fit their Kronecker factors in one pass over the training rows."""
-    factors = projector = None
-    if settings.preconditioner in ("kfac", "ekfac"):
-        projector = make_projector(model, gradient)
-        factors = fit_factors(model, audit.rendered, projector, gradient, progress=wrap(bar, "curvature"))
-    return make_preconditioner(settings.preconditioner, factors=factors, projector=projector, damping=settings.damping)
+    """Adam's scale from the run's optimizer.pt for `--preconditioner adam` (`curvature.adam`), else None."""
+    return scale_of(settings.preconditioner, audit.run.optimizer_path if audit.run is not None else None, model,
+                    settings.run or settings.adapter)
 
 
 def tracin_checkpoints(settings: AttributeSettings | ExtractSettings,
