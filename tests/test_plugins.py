@@ -17,7 +17,7 @@ EXAMPLE = ROOT / "examples" / "gradian-example-checks"
 PROBE = """
 import json
 from gradian.audit import AuditContext
-from gradian.audit.registry import run_audit
+from gradian.audit.registry import run_checks
 from gradian.data.examples import Example
 from gradian.data.render import render_dataset
 from gradian.data.setup import TrainingSetup
@@ -28,7 +28,7 @@ tokenizer = build_tokenizer(["yes", "no", "todo", "my", "order"])
 rows = [Example("a", 1, {"prompt": "my order", "completion": " yes"}),
         Example("b", 2, {"prompt": "my order", "completion": " TODO"})]
 ctx = AuditContext(rows, render_dataset(rows, tokenizer, TrainingSetup()), tokenizer, TrainingSetup())
-found = [f.to_dict() for f in run_audit(ctx) if f.check == "todo_in_answer"]
+found = [f.to_dict() for f in run_checks(ctx) if f.check == "todo_in_answer"]
 capability = get_capability("yes_no:strict")
 print(json.dumps({"capabilities": available_capabilities(), "findings": found,
                   "scores": [capability.score("Yes.", "yes"), capability.score("maybe", "yes")]}))

@@ -7,8 +7,9 @@ stays cheap for the CLI):
     result = attribute(AttributeSettings(base_model=..., adapter=..., dataset=..., eval_dataset=...,
                                          capability="json_formatting", out="report/"))
 
-and the stages `attribute` runs, in order, one call each (`gradian.stages`): `run_audit`, `load`, `prepare`,
-`regression`, `queries`, `extract`, `score`, `rank`, `cluster`, `report`.
+a plug-in's contract (`Capability` and `register_capability`; `check`, `AuditContext` and `Finding` for an audit
+check), `verify` and its settings, and the stages `attribute` runs, in order, one call each (`gradian.stages`):
+`run_audit`, `load`, `prepare`, `regression`, `queries`, `extract`, `score`, `rank`, `cluster`, `report`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,28 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "diagnose": "gradian.audit",
     "attribute": "gradian.pipeline",
+    "verify": "gradian.verify",
     "AttributeResult": "gradian.stages",
     "AttributeSettings": "gradian.settings",
     "ExtractSettings": "gradian.settings",
+    "VerifySettings": "gradian.verify",
+    "Capability": "gradian.capabilities",
+    "register_capability": "gradian.capabilities",
+    "get_capability": "gradian.capabilities",
+    "check": "gradian.audit",
+    "AuditContext": "gradian.audit",
+    "Finding": "gradian.audit",
 }
-__all__ = ["AttributeResult", "AttributeSettings", "ExtractSettings", "attribute", "diagnose"]
+__all__ = ["AttributeResult", "AttributeSettings", "AuditContext", "Capability", "ExtractSettings", "Finding",
+           "VerifySettings", "attribute", "check", "diagnose", "get_capability", "register_capability", "verify"]
 
 if TYPE_CHECKING:
-    from gradian.audit import diagnose
+    from gradian.audit import AuditContext, Finding, check, diagnose
+    from gradian.capabilities import Capability, get_capability, register_capability
     from gradian.pipeline import attribute
     from gradian.settings import AttributeSettings, ExtractSettings
     from gradian.stages import AttributeResult
+    from gradian.verify import VerifySettings, verify
 
 
 def __getattr__(name: str) -> Any:

@@ -71,7 +71,7 @@ def load_built_in() -> dict[str, Check]:
     return CHECKS
 
 
-def run_audit(ctx: AuditContext, only: list[str] | None = None) -> list[Finding]:
+def run_checks(ctx: AuditContext, only: list[str] | None = None) -> list[Finding]:
     """Every registered check (or those in `only`) over `ctx`, most severe finding first, each finding tagged with
     its check's category."""
     findings: list[Finding] = []
