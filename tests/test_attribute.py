@@ -151,7 +151,6 @@ def test_the_stages_one_by_one_give_what_attribute_gives(truncated, tmp_path):
     """`gradian.stages` called in order (the docstring's recipe) write the same report.json and examples.jsonl as
     `attribute` with its defaults: the ranking, the harm tokens and the TracIn-CP record included."""
     from gradian import stages
-    from gradian.settings import ExtractSettings
 
     folder, out, report, _ = truncated
     settings = AttributeSettings(
@@ -165,7 +164,7 @@ def test_the_stages_one_by_one_give_what_attribute_gives(truncated, tmp_path):
         measured = stages.regression(settings, audit, model, tokenizer)
         assert stages.attributes(settings, measured)
         query = stages.queries(settings, audit, measured, model, tokenizer, prepared)
-        extraction = stages.extract(ExtractSettings.of(settings), audit, model, prepared=prepared, query=query)
+        extraction = stages.extract(settings, audit, model, prepared=prepared, query=query)
         scores = stages.score(settings, extraction, model, audit, query)
         ranking = stages.rank(settings, scores, extraction, model, audit, query)
         clusters = stages.cluster(settings, audit, extraction.store, ranking.effects)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from gradian.gradients.distributed import Ranks, join
-from gradian.settings import AttributeSettings, ExtractSettings
+from gradian.settings import AttributeSettings
 from gradian.stages import (
     AttributeResult,
     attributes,
@@ -62,7 +62,7 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
             + (f", {ranks.world} processes" if ranks.world > 1 else "")
             + (", with their harmful positions" if query.harm_direction is not None else "")
             + (", with their RepSim" if query.states is not None else ""))
-        extraction = extract(ExtractSettings.of(settings), audit, model, ranks=ranks, bar=bar, prepared=prepared,
+        extraction = extract(settings, audit, model, ranks=ranks, bar=bar, prepared=prepared,
                              query=query)
         if not ranks.is_main:
             return None  # rank 0 scores, ranks, clusters and reports

@@ -6,7 +6,7 @@
         prepared = prepare(settings, audit, model)  # optimizer.pt and checkpoints, read before anything long
         measured = regression(settings, audit, model, tokenizer)  # generations.jsonl
         query = queries(settings, audit, measured, model, tokenizer, prepared)  # failing rows' pairs, v, states
-        extraction = extract(ExtractSettings.of(settings), audit, model, prepared=prepared, query=query)  # gradients/
+        extraction = extract(settings, audit, model, prepared=prepared, query=query)  # gradients/
         scores = score(settings, extraction, model, audit, query)  # scores.npy (memory map)
         ranking = rank(settings, scores, extraction, model, audit, query)  # ranking.json
         clusters = cluster(settings, audit, extraction.store, ranking.effects)
@@ -115,7 +115,7 @@ class AttributeResult:
 
 
 @contextmanager
-def output_folder(settings: AttributeSettings | ExtractSettings, ranks: Ranks | None = None) -> Iterator[Path]:
+def output_folder(settings: ExtractSettings, ranks: Ranks | None = None) -> Iterator[Path]:
     """The output folder, created and locked for the run: rank 0 holds its lock, and a refusal there stops every
     rank (an unwritable folder fails at the lock)."""
     ranks = ranks or Ranks()
@@ -129,7 +129,7 @@ def output_folder(settings: AttributeSettings | ExtractSettings, ranks: Ranks | 
         yield out
 
 
-def run_audit(settings: AttributeSettings | ExtractSettings, *, write: bool = True) -> DiagnoseResult:
+def run_audit(settings: ExtractSettings, *, write: bool = True) -> DiagnoseResult:
     """The audit (renders every row as trained); findings.json when `write`."""
     audit = diagnose(settings.dataset, base_model=settings.base_model,
                      eval_dataset=getattr(settings, "eval_dataset", None), run=settings.run, config=settings.config,
@@ -145,13 +145,13 @@ def tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
     return audit.tokenizer_source.to_dict() if audit.tokenizer_source is not None else None
 
 
-def load(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult,
+def load(settings: ExtractSettings, audit: DiagnoseResult,
          ranks: Ranks | None = None) -> tuple[Any, Any]:
     """(the fine-tuned model, its tokenizer) on this process's device."""
     return load_models(audit.base_ref, adapter_dir(settings, audit), device=(ranks or Ranks()).device(settings.device))
 
 
-def adapter_dir(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult) -> str:
+def adapter_dir(settings: ExtractSettings, audit: DiagnoseResult) -> str:
     if settings.adapter:
         return settings.adapter
     if audit.run is not None and audit.run.adapter_dir is not None:
@@ -159,7 +159,7 @@ def adapter_dir(settings: AttributeSettings | ExtractSettings, audit: DiagnoseRe
     raise InputError("no adapter given; pass --adapter DIR (the folder with adapter_config.json).")
 
 
-def prepare(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult, model: Any) -> Prepared:
+def prepare(settings: ExtractSettings, audit: DiagnoseResult, model: Any) -> Prepared:
     """The run files extraction reads (optimizer.pt, checkpoints), read early so a damaged one stops the run early."""
     return Prepared(parameter_scale(settings, audit, model), *tracin_checkpoints(settings, audit))
 
@@ -366,14 +366,14 @@ def harm_tokens(settings: AttributeSettings, audit: DiagnoseResult, direction: A
     return {row.example_id: harm_token(tokenizer, row, harm) for row, harm in zip(rows, harms, strict=True)}
 
 
-def parameter_scale(settings: AttributeSettings | ExtractSettings, audit: DiagnoseResult,
+def parameter_scale(settings: ExtractSettings, audit: DiagnoseResult,
                     model: Any) -> ParameterScale | None:
     """Adam's scale from the run's optimizer.pt for `--preconditioner adam` (`curvature.adam`), else None."""
     return scale_of(settings.preconditioner, audit.run.optimizer_path if audit.run is not None else None, model,
                     settings.run or settings.adapter)
 
 
-def tracin_checkpoints(settings: AttributeSettings | ExtractSettings,
+def tracin_checkpoints(settings: ExtractSettings,
                        audit: DiagnoseResult) -> tuple[list[Checkpoint], str | None]:
     """The checkpoints TracIn-CP sums over, and why none are used when `auto` falls back to the final adapter.
 
