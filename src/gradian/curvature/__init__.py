@@ -10,7 +10,7 @@ One swappable role per file:
 - `kfac.py`: K-FAC and EK-FAC, block-diagonal over LoRA matrices, in the Kronecker eigenbasis.
 
 A new preconditioner is one file with a class that has `name`, `fit` and `apply`, a branch in
-`make_preconditioner`, and its name in `settings.PRECONDITIONERS`.
+`make_preconditioner`, and its name in `settings.PreconditionerName`.
 """
 
 from __future__ import annotations
