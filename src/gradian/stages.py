@@ -292,14 +292,14 @@ def rank(settings: AttributeSettings, scores: Scores, extraction: Extraction, mo
     combined` by their relevance to the failing eval rows too; ranking.json."""
     repsim = repsim_of(extraction.store, query.states) if query.states is not None else None  # (N, Q)
     ranking = rank_rows(settings.rank, scores.effects, model, audit, query.failing,
-                        harm=row_harm(settings, query, extraction, model, audit, bar), row_harm=query.row_harm,
+                        harm=harm_of_rows(settings, query, extraction, model, audit, bar), row_harm=query.row_harm,
                         repsim=repsim, batch_size=settings.batch_size)
     write_json(settings.out_dir / "ranking.json", ranking.to_dict())
     return ranking
 
 
-def row_harm(settings: AttributeSettings, query: Query, extraction: Extraction, model: Any, audit: DiagnoseResult,
-             bar: Bar | None = None) -> np.ndarray | None:
+def harm_of_rows(settings: AttributeSettings, query: Query, extraction: Extraction, model: Any,
+                 audit: DiagnoseResult, bar: Bar | None = None) -> np.ndarray | None:
     """(N,) each row's harm as `query.row_harm` names it: its harmful positions (from extraction's backward), its
     harmful tokens (one forward-mode pass, `scores.token_harm`); None for `sum`, the harm then −(mean effect)."""
     if query.row_harm == "sum" or query.direction is None:
