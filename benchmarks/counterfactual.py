@@ -49,7 +49,7 @@ LOSSES = "losses.json"
 
 def attribute_run(folder: Path, out: Path, **overrides: Any) -> Path:
     """`gradian attribute` on the scenario into `out` (cached by attribute's own stages); returns `out`."""
-    from gradian.attribute import attribute
+    from gradian.pipeline import attribute
     from gradian.settings import AttributeSettings
 
     truth = json.loads((folder / "truth.json").read_text())
@@ -114,10 +114,10 @@ class Retrainer:
     """Zero-weight retrains of one run, cached in WORK/retrains/, measured as `gradian verify` measures."""
 
     def __init__(self, folder: Path, work: Path, max_steps: int | None) -> None:
+        from gradian.capabilities import get_capability
         from gradian.data.base_model import resolve_base_model
         from gradian.data.examples import read_dataset
         from gradian.data.run_folder import read_run
-        from gradian.regression.capabilities import get_capability
         from gradian.regression.loading import read_adapter_config
         from gradian.verify.measure import read_original
         from gradian.verify.recipe import read_recipe

@@ -49,7 +49,7 @@ from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
-from gradian.scores.scoring import score
+from gradian.scores.scoring import score_features
 from gradian.settings import AttributeSettings
 from gradient_speed import SHAPES, build, make_rows
 
@@ -109,7 +109,7 @@ def run_gradian(job: Job, proj: int | None, budget: str = DEFAULT_BUDGET) -> np.
     with tempfile.TemporaryDirectory() as store_dir:
         store = extract_train_features(job.model, job.train, store_dir, settings=settings, sampled=sampled)
         q = query_features(job.model, pairs, kind="naive", settings=settings)  # (Q, k), ∇log p, unit norm
-        return score(store, q)  # (Q, N) = −q̂ᵀg_i = ∇NLL_q·∇NLL_i/‖∇NLL_q‖: the sign of a loss-gradient dot
+        return score_features(store, q)  # (Q, N) = −q̂ᵀg_i = ∇NLL_q·∇NLL_i/‖∇NLL_q‖: the sign of a loss-gradient dot
 
 
 # ------------------------------------------------------------------------------------------- data feeds

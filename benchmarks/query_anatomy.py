@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from gradian.audit import diagnose
+from gradian.capabilities import get_capability
 from gradian.data.render import IGNORE
 from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.scores.pairs import query_pairs

@@ -34,22 +34,21 @@ import numpy as np
 import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from gradian import __version__
-from gradian.attribute import attribute
+from gradian import __version__, attribute
 from gradian.audit import diagnose
+from gradian.capabilities import get_capability
+from gradian.curvature import adam, make_preconditioner
+from gradian.curvature.factors import fit_factors
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, extract_train_features, make_projector
-from gradian.gradients.factors import fit_factors
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.report.rows import read_examples
 from gradian.scenarios import SCENARIOS, build
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
-from gradian.scores.preconditioners import adam, make_preconditioner
 from gradian.scores.queries import query_features
-from gradian.scores.scoring import score, total_effect
+from gradian.scores.scoring import score_features, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import PROJ_BUDGETS, AttributeSettings
 
@@ -116,12 +115,12 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
     for query in QUERIES:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
-        effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
+        effects[f"{query} · identity"] = total_effect(score_features(store, q, unit_norm_train=True))
         if query in (settings.query, "naive", "contrastive"):  # the contrast against the naive query, every way
-            effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
+            effects[f"{query} · identity, raw gradients"] = total_effect(score_features(store, q, unit_norm_train=False))
             if adam_store is not None:
-                effects[f"{query} · adam"] = total_effect(score(adam_store, q, unit_norm_train=True))
-                effects[f"{query} · adam, raw gradients"] = total_effect(score(adam_store, q, unit_norm_train=False))
+                effects[f"{query} · adam"] = total_effect(score_features(adam_store, q, unit_norm_train=True))
+                effects[f"{query} · adam, raw gradients"] = total_effect(score_features(adam_store, q, unit_norm_train=False))
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)
@@ -134,7 +133,7 @@ def variants(settings: AttributeSettings) -> dict[str, np.ndarray]:
         for query in ("naive", "contrastive", settings.query):
             pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
             q = query_features(model, pairs, kind=base_kind(query), settings=small)
-            effects[f"{query} · identity, {dim} floats"] = total_effect(score(small_store, q, unit_norm_train=True))
+            effects[f"{query} · identity, {dim} floats"] = total_effect(score_features(small_store, q, unit_norm_train=True))
     effects.update(other_budget(settings, model, tokenizer, audit, capability, regression, gradient,
                                 ("naive", "contrastive", settings.query)))
     effects["text similarity (TF-IDF)"] = -text_similarity(audit.examples, regression)
@@ -152,7 +151,7 @@ def other_budget(settings, model, tokenizer, audit, capability, regression, grad
     for query in queries:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=shared)
-        effects[f"{query} · identity, shares by {other}"] = total_effect(score(store, q, unit_norm_train=True))
+        effects[f"{query} · identity, shares by {other}"] = total_effect(score_features(store, q, unit_norm_train=True))
         if checkpoints:
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints,
                                        Path(settings.out) / f"gradients-checkpoints-{other}", settings=shared,
@@ -171,7 +170,7 @@ def curvature_variants(model, rendered, gradient, store, q, query) -> dict[str, 
         for damping in DAMPINGS:
             pre = make_preconditioner(name, factors=factors, projector=projector, damping=damping)
             effects[f"{query} · {name}, damping {damping:g}"] = total_effect(
-                score(store, q, preconditioner=pre, unit_norm_train=True))
+                score_features(store, q, preconditioner=pre, unit_norm_train=True))
     return effects
 
 

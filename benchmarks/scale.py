@@ -145,9 +145,9 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
     from gradian.gradients.store import FeatureStore
     from gradian.report.rows import ExampleRows
     from gradian.report.schema import build_report
-    from gradian.report.verdict import decide
     from gradian.report.writers import write_report
-    from gradian.scores.scoring import effects_file, publish, score, total_effect
+    from gradian.scores.scoring import effects_file, publish, score_features, total_effect
+    from gradian.verdict import decide
 
     torch.set_num_threads(1)
     meter = Meter()
@@ -166,7 +166,7 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
     queries = np.random.default_rng(2).normal(size=(QUERIES, store.dim))
     with meter.stage("score"):
         effects = effects_file(out / "scores.npy", QUERIES, n)
-        score(store, queries, unit_norm_train=True, out=effects)
+        score_features(store, queries, unit_norm_train=True, out=effects)
         effects = publish(effects, out / "scores.npy")
     texts = examples.texts()  # two string columns
     with meter.stage("cluster"):

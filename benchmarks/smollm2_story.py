@@ -18,15 +18,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradian.attribute import attribute
+from gradian import attribute
+from gradian.curvature import make_preconditioner
+from gradian.curvature.factors import fit_factors
 from gradian.gradients.extract import make_projector
-from gradian.gradients.factors import fit_factors
 from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
-from gradian.scores.preconditioners import make_preconditioner
 from gradian.scores.queries import query_features
-from gradian.scores.scoring import score, total_effect
+from gradian.scores.scoring import score_features, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
 from run_all import other_budget, prepared
@@ -46,10 +46,10 @@ def query_kinds(settings: AttributeSettings) -> dict[str, np.ndarray]:
     for query in QUERIES:
         pairs = query_pairs(regression, capability, audit.eval_examples, tokenizer, audit.setup, query, model)
         q = query_features(model, pairs, kind=base_kind(query), settings=gradient)
-        effects[f"{query} · identity"] = total_effect(score(store, q, unit_norm_train=True))
-        effects[f"{query} · identity, raw gradients"] = total_effect(score(store, q, unit_norm_train=False))
+        effects[f"{query} · identity"] = total_effect(score_features(store, q, unit_norm_train=True))
+        effects[f"{query} · identity, raw gradients"] = total_effect(score_features(store, q, unit_norm_train=False))
         if query in ("naive", "contrastive", settings.query):
-            effects[f"{query} · ekfac"] = total_effect(score(store, q, preconditioner=ekfac, unit_norm_train=True))
+            effects[f"{query} · ekfac"] = total_effect(score_features(store, q, preconditioner=ekfac, unit_norm_train=True))
             tracin = tracin_cp_effects(model, audit.rendered, pairs, checkpoints, store_root, settings=gradient,
                                        kind=base_kind(query), unit_norm_train=True, final_store=store)
             effects[f"{query} · identity, TracIn-CP over {len(checkpoints)} checkpoints"] = total_effect(tracin)

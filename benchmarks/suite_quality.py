@@ -132,7 +132,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
                                                                                      dict[str, np.ndarray]]:
     """What every method is computed from, kept in WORK (`ingredients.json`, `ingredients.npz`) for reruns:
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.scores import relevance as rel
     from gradian.scores.combine import repsim_relevance
 
@@ -185,9 +185,9 @@ class _GradientRun:
 
     def __init__(self, settings: Any, work: Path, clock: Clock) -> None:
         from gradian.audit import diagnose
+        from gradian.capabilities import get_capability
         from gradian.gradients.energy import share_budget
         from gradian.gradients.extract import GradientSettings, extract_train_features
-        from gradian.regression.capabilities import get_capability
         from gradian.regression.loading import load_models
         from gradian.regression.measure import measure_regression
         from gradian.scores.tracin import checkpoint_weights
@@ -213,9 +213,9 @@ class _GradientRun:
 
     def effects(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
         """Each kind's (N,) mean effect, raw and unit-normalised, on the final adapter and by TracIn-CP."""
-        from gradian.attribute import base_kind
+        from gradian.scores.pairs import base_kind
         from gradian.scores.queries import query_features
-        from gradian.scores.scoring import score
+        from gradian.scores.scoring import score_features
         from gradian.scores.tracin import tracin_cp_effects
 
         timed, audit = self.clock.timed, self.audit
@@ -225,7 +225,7 @@ class _GradientRun:
             for unit in (True, False):
                 norm = "unit" if unit else "raw"
                 arrays[f"effect/{kind} · {norm} · final"] = timed(
-                    f"score {kind} {norm}", score, self.store, q, unit_norm_train=unit).mean(axis=0)
+                    f"score {kind} {norm}", score_features, self.store, q, unit_norm_train=unit).mean(axis=0)
                 if self.checkpoints:
                     arrays[f"effect/{kind} · {norm} · TracIn-CP"] = timed(
                         f"tracin {kind} {norm}", tracin_cp_effects, self.model, audit.rendered, pairs,
@@ -241,7 +241,7 @@ class _GradientRun:
 
         from gradian.gradients.extract import extract_train_features
         from gradian.gradients.sides import position_harms_of
-        from gradian.scores.combine import query_states
+        from gradian.scores.query import query_states
 
         report = json.loads((Path(self.settings.out) / "report.json").read_text())
         queries = [row for row in self.regression.rows if row.id in set(report["run"]["queries"])]
@@ -252,7 +252,7 @@ class _GradientRun:
             return position_harms_of(store, direction)
 
     def pairs(self, kind: str) -> list[Any]:
-        from gradian.attribute import query_pairs
+        from gradian.scores.pairs import query_pairs
 
         audit = self.audit
         return query_pairs(self.regression, self.capability, audit.eval_examples, self.tokenizer, audit.setup, kind,
@@ -261,8 +261,9 @@ class _GradientRun:
     def row_harms(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
         """Each kind's (N,) harm of every row from its harmful tokens (`row_harms`): `harm/<kind>`, and from its
         harmful positions: `positions/<kind>`, the final adapter's; only those not in `arrays`."""
-        from gradian.attribute import base_kind
-        from gradian.scores.token_harm import query_direction, row_harms
+        from gradian.scores.pairs import base_kind
+        from gradian.scores.query import query_direction
+        from gradian.scores.token_harm import row_harms
 
         functions = {"positions": self.extracted_harms, "tokens": row_harms}
         for kind in kinds:
@@ -409,7 +410,7 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
     meta_path, arrays_path = work / "ingredients.json", work / "ingredients.npz"
     if meta_path.exists() and arrays_path.exists():
         if not (work / "attribute" / "report.json").exists():  # removed to rerun with today's Gradian: cached stages
-            from gradian.attribute import attribute
+            from gradian import attribute
 
             attribute(_settings(folder, work, truth))
         meta = json.loads(meta_path.read_text()) | _report_facts(work / "attribute")

@@ -33,7 +33,7 @@ def expected(kind: str, significant: bool) -> str:
 def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
     """The verdict on the run in `folder`, from the report in `out` (`attribute` with its defaults writes it there
     when there is none)."""
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.settings import AttributeSettings
 
     truth = json.loads((folder / "truth.json").read_text())

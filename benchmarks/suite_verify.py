@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import jobs
-from gradian.attribute import attribute
+from gradian import attribute
+from gradian.capabilities import get_capability
 from gradian.data.examples import read_dataset
-from gradian.regression.capabilities import get_capability
-from gradian.report.verdict import pct
+from gradian.report.wording import pct
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings
 from gradian.verify import VerifySettings, verify

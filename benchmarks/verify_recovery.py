@@ -15,8 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from gradian.attribute import attribute
-from gradian.report.verdict import pct
+from gradian import attribute
+from gradian.report.wording import pct
 from gradian.scenarios import build, built_before
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings

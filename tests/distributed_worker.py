@@ -31,7 +31,7 @@ from gradian.gradients.hooks import lora_matrices  # noqa: E402
 from gradian.gradients.sides import position_harms_of, repsim_of  # noqa: E402
 from gradian.gradients.store import FeatureStore  # noqa: E402
 from gradian.scenarios.tokenizer import build_tokenizer  # noqa: E402
-from gradian.scores.scoring import effects_file, publish, score  # noqa: E402
+from gradian.scores.scoring import effects_file, publish, score_features  # noqa: E402
 
 SETTINGS = GradientSettings(proj_dim=32, batch_size=2, store_dtype="float16", shard_rows=5)
 
@@ -60,7 +60,7 @@ def main(rows: int, slow: float, store: Path) -> None:
         features = FeatureStore(store)
         queries = np.random.default_rng(0).normal(size=(3, features.dim))
         effects = effects_file(store.parent / "scores.npy", 3, features.n_rows)
-        score(features, queries, unit_norm_train=True, out=effects, chunk_rows=7)
+        score_features(features, queries, unit_norm_train=True, out=effects, chunk_rows=7)
         publish(effects, store.parent / "scores.npy")
         np.save(store.parent / "harms.npy", position_harms_of(features, direction))
         np.save(store.parent / "repsim.npy", repsim_of(features, states))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradian.attribute import attribute
+from gradian import attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.settings import AttributeSettings
@@ -137,6 +137,43 @@ def test_checkpoints_auto_sums_over_the_run_checkpoints(truncated, tmp_path):
     steps = sorted(int(path.name.split("-")[1]) for path in (folder / "run").glob("checkpoint-*"))
     assert recorded["skipped"] is None and [c["step"] for c in recorded["checkpoints"]] == steps, recorded
     assert len(steps) >= 2 and all(c["weight"] > 0 for c in recorded["checkpoints"]), recorded
+
+
+def without_paths(value, *paths: Path):
+    """`value` (JSON) with every mention of `paths` replaced by one placeholder: two runs into two folders compare."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    for path in paths:
+        text = text.replace(str(path), "<out>")
+    return json.loads(text)
+
+
+def test_the_stages_one_by_one_give_what_attribute_gives(truncated, tmp_path):
+    """`gradian.stages` called in order (the docstring's recipe) write the same report.json and examples.jsonl as
+    `attribute` with its defaults: the ranking, the harm tokens and the TracIn-CP record included."""
+    from gradian import stages
+
+    folder, out, report, _ = truncated
+    settings = AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability="json_formatting", out=str(tmp_path / "stages"))
+    with stages.output_folder(settings):  # created and locked, as attribute holds it
+        audit = stages.run_audit(settings)
+        model, tokenizer = stages.load(settings, audit)
+        prepared = stages.prepare(settings, audit, model)
+        measured = stages.regression(settings, audit, model, tokenizer)
+        assert stages.attributes(settings, measured)
+        query = stages.queries(settings, audit, measured, model, tokenizer, prepared)
+        extraction = stages.extract(settings, audit, model, prepared=prepared, query=query)
+        scores = stages.score(settings, extraction, model, audit, query)
+        ranking = stages.rank(settings, scores, extraction, model, audit, query)
+        clusters = stages.cluster(settings, audit, extraction.store, ranking.effects)
+        result = stages.report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
+                               extraction=extraction, model=model, tokenizer=tokenizer)
+    expected = {key: value for key, value in report.items() if key != "examples"}
+    assert any(row.get("harm_token") for row in expected["top_rows"]) and expected["ranking"]["row_harm"] != "sum"
+    assert without_paths(result.report, tmp_path / "stages") == without_paths(expected, out)
+    assert read_examples(tmp_path / "stages") == report["examples"]
 
 
 def test_null_run_is_refused(scenario, tmp_path):

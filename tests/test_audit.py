@@ -9,7 +9,7 @@ import math
 import pytest
 from transformers import LlamaConfig
 
-from gradian.audit import AuditContext, Finding, check, run_audit
+from gradian.audit import AuditContext, Finding, check, run_checks
 from gradian.audit.registry import CHECKS, load_built_in
 from gradian.data.base_model import BaseModelRef
 from gradian.data.examples import Example
@@ -79,7 +79,7 @@ def fired(findings: list[Finding], name: str) -> Finding:
 def test_clean_fixture_is_silent(tiny_tokenizer):
     eval_rows = [{"prompt": "my order 9 is late please help hello", "completion": " x"}]
     ctx = context(tiny_tokenizer, run=run_info(healthy_log()), eval_rows=eval_rows)
-    assert run_audit(ctx) == []
+    assert run_checks(ctx) == []
 
 
 def test_every_built_in_check_is_registered():
@@ -94,7 +94,7 @@ def test_truncated_completion_names_rows_and_p99(tiny_tokenizer):
     rows = clean_rows()
     rows[4]["completion"] += " please help" * 20  # row 5 is far longer than the rest
     ctx = context(tiny_tokenizer, rows, TrainingSetup(max_length=40))
-    finding = fired(run_audit(ctx), "truncated_completion")
+    finding = fired(run_checks(ctx), "truncated_completion")
     lengths = sorted(r.full_length for r in ctx.rendered)
     assert finding.example_ids == [r.example_id for r in ctx.rendered if r.full_length > 40]
     assert "5" in finding.example_ids and finding.values["longest"] == lengths[-1]
@@ -107,7 +107,7 @@ def test_cut_in_data_flags_exactly_the_cut_json_rows(tiny_tokenizer):
     for i in cut:
         rows[i - 1]["completion"] = rows[i - 1]["completion"].split(", ")[0] + ", " + "</s>"
     ctx = context(tiny_tokenizer, rows)
-    finding = fired(run_audit(ctx, only=["cut_in_data"]), "cut_in_data")
+    finding = fired(run_checks(ctx, only=["cut_in_data"]), "cut_in_data")
     assert finding.example_ids == [str(i) for i in sorted(cut)]
     assert finding.severity == "critical"
 
@@ -117,7 +117,7 @@ def test_cut_in_data_flags_rows_far_shorter_than_their_cluster(tiny_tokenizer):
              "refund is please help."} for i in range(8)]
     rows += [{"prompt": f"hello my order {i} please", "completion": " shipping."} for i in range(8)]
     rows[2]["completion"] = " the account was"
-    finding = fired(run_audit(context(tiny_tokenizer, rows), only=["cut_in_data"]), "cut_in_data")
+    finding = fired(run_checks(context(tiny_tokenizer, rows), only=["cut_in_data"]), "cut_in_data")
     assert finding.example_ids == ["3"]
 
 
@@ -126,17 +126,17 @@ def test_missing_eos_when_the_template_never_emits_it(tiny_tokenizer):
     rows = [{"messages": [{"role": "user", "content": "my order is late"},
                           {"role": "assistant", "content": "please help"}]} for _ in range(3)]
     ctx = context(tiny_tokenizer, rows, TrainingSetup(chat_template=template, assistant_only_loss=True))
-    finding = fired(run_audit(ctx, only=["missing_eos"]), "missing_eos")
+    finding = fired(run_checks(ctx, only=["missing_eos"]), "missing_eos")
     assert finding.example_ids == ["1", "2", "3"] and finding.severity == "critical"
     for setup in (TrainingSetup(assistant_only_loss=True), TrainingSetup()):  # "\n" follows EOS in the template
-        assert run_audit(context(tiny_tokenizer, rows, setup), only=["missing_eos"]) == []
+        assert run_checks(context(tiny_tokenizer, rows, setup), only=["missing_eos"]) == []
 
 
 def test_missing_eos_when_the_config_replaces_eos(tiny_tokenizer):
     tok = copy.deepcopy(tiny_tokenizer)
     tok.eos_token = "\n"  # what SFTTrainer does with SFTConfig(eos_token="\n")
     ctx = context(tok, setup=TrainingSetup(eos_token="\n"), config=base_config(tiny_tokenizer))
-    finding = fired(run_audit(ctx), "missing_eos")
+    finding = fired(run_checks(ctx), "missing_eos")
     assert finding.severity == "critical" and len(finding.example_ids) == 30
     assert "SFTConfig(eos_token='</s>')" in finding.fix
     assert all(r.last_supervised() == tok.convert_tokens_to_ids("\n") for r in ctx.rendered)
@@ -145,7 +145,7 @@ def test_missing_eos_when_the_config_replaces_eos(tiny_tokenizer):
 @pytest.mark.parametrize(("masks", "severity"), [(True, "critical"), (None, "warning")])
 def test_pad_eos_masking(tiny_tokenizer, masks, severity):
     setup = TrainingSetup(pad_token=tiny_tokenizer.eos_token, collator_masks_pad=masks)
-    findings = run_audit(context(tiny_tokenizer, setup=setup))
+    findings = run_checks(context(tiny_tokenizer, setup=setup))
     finding = fired(findings, "pad_eos_masking")
     assert finding.severity == severity
     assert len(finding.example_ids) == (30 if masks else 0)
@@ -154,11 +154,11 @@ def test_pad_eos_masking(tiny_tokenizer, masks, severity):
 
 def test_pad_eos_silent_when_collator_pads_by_position(tiny_tokenizer):
     setup = TrainingSetup(pad_token=tiny_tokenizer.eos_token, collator_masks_pad=False)
-    assert run_audit(context(tiny_tokenizer, setup=setup)) == []
+    assert run_checks(context(tiny_tokenizer, setup=setup)) == []
 
 
 def test_prompt_loss(tiny_tokenizer):
-    finding = fired(run_audit(context(tiny_tokenizer, setup=TrainingSetup(completion_only_loss=False))), "prompt_loss")
+    finding = fired(run_checks(context(tiny_tokenizer, setup=TrainingSetup(completion_only_loss=False))), "prompt_loss")
     assert len(finding.example_ids) == 30 and finding.severity == "critical"
     assert "completion_only_loss=True" in finding.fix
 
@@ -166,7 +166,7 @@ def test_prompt_loss(tiny_tokenizer):
 def test_no_loss_when_prompt_fills_max_length(tiny_tokenizer):
     rows = clean_rows()
     rows[0]["prompt"] = "hello " * 40
-    finding = fired(run_audit(context(tiny_tokenizer, rows, TrainingSetup(max_length=60))), "no_loss")
+    finding = fired(run_checks(context(tiny_tokenizer, rows, TrainingSetup(max_length=60))), "no_loss")
     assert finding.example_ids == ["1"] and finding.values["by_truncation"] == 1
 
 
@@ -176,7 +176,7 @@ def test_exact_and_near_duplicates(tiny_tokenizer):
             " the refund amount for the order is in the invoice and the currency is the account currency"}
     near = dict(long, completion=long["completion"] + " please")
     rows += [dict(rows[0]), long, near]
-    findings = run_audit(context(tiny_tokenizer, rows))
+    findings = run_checks(context(tiny_tokenizer, rows))
     assert fired(findings, "duplicate").example_ids == ["31"]
     assert fired(findings, "near_duplicate").example_ids == ["33"]
 
@@ -185,19 +185,19 @@ def test_train_eval_overlap(tiny_tokenizer):
     rows = clean_rows()
     eval_rows = [{"prompt": rows[7]["prompt"].upper()}, {"prompt": "nothing like train"}]
     eval_rows.append(dict(rows[11]))  # a row copied whole
-    finding = fired(run_audit(context(tiny_tokenizer, rows, eval_rows=eval_rows)), "train_eval_overlap")
+    finding = fired(run_checks(context(tiny_tokenizer, rows, eval_rows=eval_rows)), "train_eval_overlap")
     assert finding.example_ids == ["8", "12"] and finding.values["eval_ids"] == ["1", "3"]
     assert finding.values["same_answer_ids"] == ["12"]
 
 
 def test_many_epochs(tiny_tokenizer):
-    finding = fired(run_audit(context(tiny_tokenizer, run=run_info(healthy_log(), epochs=12))), "many_epochs")
+    finding = fired(run_checks(context(tiny_tokenizer, run=run_info(healthy_log(), epochs=12))), "many_epochs")
     assert finding.severity == "warning" and finding.values["epochs"] == 12  # eval loss fell: a risk, not a fault
 
 
 def test_eval_loss_rising(tiny_tokenizer):
     log = healthy_log() + [{"eval_loss": 1.6, "step": 20}]
-    finding = fired(run_audit(context(tiny_tokenizer, run=run_info(log))), "eval_loss_rising")
+    finding = fired(run_checks(context(tiny_tokenizer, run=run_info(log))), "eval_loss_rising")
     assert finding.values["best_step"] == 15 and "checkpoint-15" in finding.fix
 
 
@@ -206,7 +206,7 @@ def test_loss_spike_and_nan(tiny_tokenizer):
     log[12]["loss"] = 30.0
     log[15]["grad_norm"] = math.nan
     log = json.loads(json.dumps(log))  # NaN survives a trainer_state.json round trip
-    findings = run_audit(context(tiny_tokenizer, run=run_info(log)))
+    findings = run_checks(context(tiny_tokenizer, run=run_info(log)))
     assert fired(findings, "loss_spike").values["spikes"][0]["step"] == 13
     assert fired(findings, "nan_in_logs").severity == "critical"
 
@@ -217,44 +217,44 @@ def test_chat_template_on_base_and_untrained_added_tokens(tiny_tokenizer):
     tok.chat_template = tok.chat_template.replace("assistant: ", "<|im_start|>assistant: ")
     chat = [{"messages": [{"role": "user", "content": "my order is late"},
                           {"role": "assistant", "content": "please help"}]}]
-    finding = fired(run_audit(context(tok, chat, config=base_config(tiny_tokenizer))), "chat_template_on_base")
+    finding = fired(run_checks(context(tok, chat, config=base_config(tiny_tokenizer))), "chat_template_on_base")
     assert finding.example_ids == ["1"] and "<|im_start|>" in finding.values["tokens"]
     plain = [{"prompt": "my order <|im_end|>", "completion": " please"}]
-    finding = fired(run_audit(context(tok, plain, config=base_config(tiny_tokenizer))), "untrained_added_tokens")
+    finding = fired(run_checks(context(tok, plain, config=base_config(tiny_tokenizer))), "untrained_added_tokens")
     assert finding.severity == "critical" and finding.example_ids == ["1"]
     trained = run_info(adapter_config={"modules_to_save": ["embed_tokens", "lm_head"]})
-    assert not run_audit(context(tok, plain, run=trained, config=base_config(tiny_tokenizer)),
+    assert not run_checks(context(tok, plain, run=trained, config=base_config(tiny_tokenizer)),
                          only=["untrained_added_tokens"])
 
 
 def test_double_bos(tiny_tokenizer):
     rows = clean_rows()
     rows[1]["prompt"] = "<s>" + rows[1]["prompt"]
-    assert fired(run_audit(context(tiny_tokenizer, rows)), "double_bos").example_ids == ["2"]
+    assert fired(run_checks(context(tiny_tokenizer, rows)), "double_bos").example_ids == ["2"]
 
 
 @pytest.mark.parametrize(("lr", "severity"), [(2e-2, "critical"), (2e-3, "warning"), (1e-7, "warning")])
 def test_learning_rate(tiny_tokenizer, lr, severity):
     wide = base_config(tiny_tokenizer, hidden_size=2048)
     ctx = context(tiny_tokenizer, setup=TrainingSetup(learning_rate=lr), config=wide)
-    assert fired(run_audit(ctx), "learning_rate").severity == severity
+    assert fired(run_checks(ctx), "learning_rate").severity == severity
 
 
 def test_learning_rate_range_scales_with_width(tiny_tokenizer):
     narrow = base_config(tiny_tokenizer, hidden_size=64)  # 16x narrower than 1024: 16x the rate is fine
-    assert not run_audit(context(tiny_tokenizer, setup=TrainingSetup(learning_rate=3e-3), config=narrow),
+    assert not run_checks(context(tiny_tokenizer, setup=TrainingSetup(learning_rate=3e-3), config=narrow),
                          only=["learning_rate"])
 
 
 def test_lora_alpha_rank(tiny_tokenizer):
     run = run_info(healthy_log(), adapter_config={"r": 8, "lora_alpha": 256})
-    finding = fired(run_audit(context(tiny_tokenizer, run=run)), "lora_alpha_rank")
+    finding = fired(run_checks(context(tiny_tokenizer, run=run)), "lora_alpha_rank")
     assert finding.values["scale"] == 32 and "lora_alpha=16" in finding.fix
 
 
 def test_adapter_base_mismatch(tiny_tokenizer):
     run = run_info(healthy_log(), adapter_config={"base_model_name_or_path": "org/other-model"})
-    finding = fired(run_audit(context(tiny_tokenizer, run=run)), "adapter_base_mismatch")
+    finding = fired(run_checks(context(tiny_tokenizer, run=run)), "adapter_base_mismatch")
     assert "org/other-model" in finding.fix
 
 
@@ -264,7 +264,7 @@ def test_a_registered_plugin_check_runs(tiny_tokenizer):
         return [Finding("test_plugin", "info", "seen", "nothing", [ctx.examples[0].id])]
 
     try:
-        finding = fired(run_audit(context(tiny_tokenizer)), "test_plugin")
+        finding = fired(run_checks(context(tiny_tokenizer)), "test_plugin")
         assert finding.example_ids == ["1"] and finding.category == "per-row"
     finally:
         CHECKS.pop("test_plugin")

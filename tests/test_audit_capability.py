@@ -8,9 +8,9 @@ import pytest
 
 from gradian.audit import diagnose
 from gradian.audit.capability import CRITICAL_SHARE, target_text
-from gradian.cli.main import _register, cli
+from gradian.capabilities import get_capability
+from gradian.cli.main import cli, register_commands
 from gradian.data.examples import Example
-from gradian.regression.capabilities import get_capability
 
 
 def audit(folder, capability):
@@ -73,7 +73,7 @@ def test_regex_capability_scores_targets_and_warns_below_the_critical_share(scen
 
 @pytest.fixture
 def commands():
-    _register()
+    register_commands()
 
 
 def test_cli_capability_flag(scenario, cli_runner, commands, tmp_path):

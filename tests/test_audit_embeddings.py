@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import make_tiny_model
-from gradian.audit import AuditContext, run_audit
+from gradian.audit import AuditContext, run_checks
 from gradian.audit.embedding_rows import TOLERANCE, judge
 from gradian.data.base_model import BaseModelRef
 from gradian.data.embeddings import REFERENCE_ROWS, Matrix, adapter_matrices, base_matrices
@@ -48,7 +48,7 @@ def audit(tokenizer, folder, run=None) -> list:
     setup = TrainingSetup()
     ctx = AuditContext(train, render_dataset(train, tokenizer, setup), tokenizer, setup, run, None,
                        BaseModelRef(str(folder), str(folder)), AutoConfig.from_pretrained(folder))
-    return [f for f in run_audit(ctx, only=["untrained_added_tokens"])]
+    return [f for f in run_checks(ctx, only=["untrained_added_tokens"])]
 
 
 def resized(tiny_tokenizer, tokenizer, init: str):
@@ -194,7 +194,7 @@ def chat_audit(tokenizer, folder) -> list:
     setup = TrainingSetup(assistant_only_loss=True)
     ctx = AuditContext(train, render_dataset(train, tok, setup), tok, setup, None, None,
                        BaseModelRef(str(folder), str(folder)), AutoConfig.from_pretrained(folder))
-    return run_audit(ctx, only=["chat_template_on_base", "untrained_added_tokens"])
+    return run_checks(ctx, only=["chat_template_on_base", "untrained_added_tokens"])
 
 
 def test_chat_template_on_base_defers_to_the_rows(tiny_tokenizer, tokenizer, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.audit import run_audit
+from gradian.audit import run_checks
 from gradian.data.setup import TrainingSetup
 from test_audit import base_config, context, fired, healthy_log, run_info
 
@@ -18,13 +18,13 @@ def overfit_log() -> list[dict]:
 
 def test_many_epochs_over_few_rows_is_a_warning_without_overfitting(tiny_tokenizer):
     for log in ([], healthy_log()):  # no log at all, or a log whose eval loss keeps falling
-        finding = fired(run_audit(context(tiny_tokenizer, run=run_info(log, epochs=10)), only=["many_epochs"]),
+        finding = fired(run_checks(context(tiny_tokenizer, run=run_info(log, epochs=10)), only=["many_epochs"]),
                         "many_epochs")
         assert finding.severity == "warning" and finding.values["overfitting"] is None
 
 
 def test_many_epochs_is_critical_when_the_log_shows_overfitting_and_cites_it(tiny_tokenizer):
-    findings = run_audit(context(tiny_tokenizer, run=run_info(overfit_log(), epochs=10)))
+    findings = run_checks(context(tiny_tokenizer, run=run_info(overfit_log(), epochs=10)))
     finding = fired(findings, "many_epochs")
     assert finding.severity == "critical"
     assert finding.values["overfitting"]["best_step"] == 10 and finding.values["overfitting"]["last_step"] == 50
@@ -34,7 +34,7 @@ def test_many_epochs_is_critical_when_the_log_shows_overfitting_and_cites_it(tin
 
 
 def test_few_epochs_with_overfitting_leave_many_epochs_silent(tiny_tokenizer):
-    findings = run_audit(context(tiny_tokenizer, run=run_info(overfit_log(), epochs=3)))
+    findings = run_checks(context(tiny_tokenizer, run=run_info(overfit_log(), epochs=3)))
     assert not [f for f in findings if f.check == "many_epochs"]
     assert fired(findings, "eval_loss_rising").values["best_eval_loss"] == 1.2
 
@@ -51,7 +51,7 @@ def test_very_high_learning_rate_is_critical_unless_the_log_shows_smooth_trainin
     wide = base_config(tiny_tokenizer, hidden_size=2048)
     run = run_info(log) if log is not None else None
     ctx = context(tiny_tokenizer, setup=TrainingSetup(learning_rate=2e-2), run=run, config=wide)
-    finding = fired(run_audit(ctx, only=["learning_rate"]), "learning_rate")
+    finding = fired(run_checks(ctx, only=["learning_rate"]), "learning_rate")
     assert finding.severity == severity
     if log is not None:
         assert ("spike" in finding.title) == (severity == "critical")
@@ -61,5 +61,5 @@ def test_train_loss_that_never_fell_counts_as_damage(tiny_tokenizer):
     flat = [{"loss": 2.0 + 0.01 * (s % 3), "grad_norm": 1.0, "step": s} for s in range(1, 21)]
     wide = base_config(tiny_tokenizer, hidden_size=2048)
     ctx = context(tiny_tokenizer, setup=TrainingSetup(learning_rate=2e-2), run=run_info(flat), config=wide)
-    finding = fired(run_audit(ctx, only=["learning_rate"]), "learning_rate")
+    finding = fired(run_checks(ctx, only=["learning_rate"]), "learning_rate")
     assert finding.severity == "critical" and "not below where it started" in finding.values["log_shows"]

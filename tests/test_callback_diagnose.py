@@ -10,13 +10,13 @@ import pytest
 from callback_runs import sft_trainer, tickets
 from conftest import WORDS, make_tiny_model
 from gradian import GradianCallback
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 from gradian.scenarios.tokenizer import build_tokenizer
 
 
 @pytest.fixture(autouse=True)
 def commands():
-    _register()
+    register_commands()
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 from gradian.cli.reference import cli_reference
 from gradian.scenarios import built_before
 
-_register()
+register_commands()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from gradian.audit import AuditContext, run_audit
+from gradian.audit import AuditContext, run_checks
 from gradian.audit.finding import Finding
 from gradian.clusters.groups import candidate_groups, nearest_rows
 from gradian.clusters.summary import (
@@ -31,8 +31,8 @@ from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.setup import TrainingSetup
 from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report
-from gradian.report.verdict import Verdict
 from gradian.report.writers import write_report
+from gradian.verdict import Verdict
 from test_audit import base_config, clean_rows, examples
 
 ROWS = [
@@ -116,7 +116,7 @@ def test_every_check_finds_the_same_over_columns_as_over_lists(tiny_tokenizer, s
     def findings(train_rows, rendered_rows):
         ctx = AuditContext(train_rows, rendered_rows, tiny_tokenizer, setup, None, None,
                            BaseModelRef("tiny/base", "tiny/base"), base_config(tiny_tokenizer))
-        return [f.to_dict() for f in run_audit(ctx)]
+        return [f.to_dict() for f in run_checks(ctx)]
 
     expected = findings(train, rendered)
     assert expected  # the planted faults are found

@@ -158,7 +158,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     """
     import json
 
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.report.rows import read_examples
     from gradian.scenarios.evaluate import oracle_auprc
     from gradian.settings import AttributeSettings

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import make_tiny_model
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 
 CLEAN = [{"prompt": f"my order {i} is late", "completion": ' {"order": "late"}'} for i in range(6)]
 
@@ -22,7 +22,7 @@ def base(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(autouse=True)
 def commands():
-    _register()
+    register_commands()
 
 
 def write(tmp_path, rows, name="train.jsonl"):

@@ -171,10 +171,10 @@ def finished_out(workspace, tmp_path_factory):  # noqa: F811
     """An --out folder from a finished attribute run (every stage, --force)."""
     from click.testing import CliRunner
 
-    from gradian.cli.main import _register, cli
+    from gradian.cli.main import cli, register_commands
 
     if not cli.commands:
-        _register()
+        register_commands()
     out = tmp_path_factory.mktemp("finished") / "out"
     result = CliRunner().invoke(cli, attribute_args(workspace, out, extra=("--force",)))
     assert result.exit_code == 0, result.output[-2000:]

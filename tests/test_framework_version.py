@@ -65,7 +65,7 @@ def test_model_card_version_is_recorded(tmp_path):
 
 def test_clean_smollm2_tokenizer_with_trl_020_config_diagnoses_clean(tmp_path, cli_runner):
     """pad == eos == <|im_end|>, but TRL >= 0.17's collator pads labels by position: EOS is trained, exit 0."""
-    from gradian.cli.main import _register, cli
+    from gradian.cli.main import cli, register_commands
 
     tokenizer = build_smollm2_like()
     assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == 2
@@ -75,7 +75,7 @@ def test_clean_smollm2_tokenizer_with_trl_020_config_diagnoses_clean(tmp_path, c
     config = tmp_path / "sft_config.yaml"
     config.write_text(yaml.safe_dump({"max_length": 512, "completion_only_loss": True, "num_train_epochs": 1,
                                       "learning_rate": 2e-4}))
-    _register()
+    register_commands()
     args = ["diagnose", "--dataset", str(dataset), "--config", str(config), "--base-model", str(base), "--json"]
     result = cli_runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -100,14 +100,14 @@ def test_axolotl_version_from_its_model_card(tmp_path):
 
 
 def test_dataset_text_field_names_the_text_column(tmp_path, cli_runner):
-    from gradian.cli.main import _register, cli
+    from gradian.cli.main import cli, register_commands
 
     base = save_smollm2_like(tmp_path / "smollm2")
     dataset = tmp_path / "train.jsonl"
     dataset.write_text(json.dumps({"content": "my order is late, please help"}) + "\n")
     config = tmp_path / "sft_config.yaml"
     config.write_text(yaml.safe_dump({"max_seq_length": 512, "dataset_text_field": "content"}))
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["diagnose", "--dataset", str(dataset), "--config", str(config),
                                      "--base-model", str(base), "--json"])
     assert result.exit_code in (0, 1), result.output  # read, not refused as a row of no known shape

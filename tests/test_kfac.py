@@ -9,12 +9,12 @@ from peft import LoraConfig, get_peft_model
 from scipy.linalg import block_diag
 
 from conftest import make_tiny_model
+from gradian.curvature.factors import fit_factors
+from gradian.curvature.kfac import EKFAC, KFAC
 from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.extract import collate, make_projector, per_example_gradients, summed_nll
-from gradian.gradients.factors import fit_factors
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
-from gradian.scores.kfac import EKFAC, KFAC
 
 torch.set_num_threads(2)
 PROJ_DIMS = [None, 300, 84]  # exact; one side projected per matrix; both sides projected

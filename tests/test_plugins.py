@@ -17,18 +17,18 @@ EXAMPLE = ROOT / "examples" / "gradian-example-checks"
 PROBE = """
 import json
 from gradian.audit import AuditContext
-from gradian.audit.registry import run_audit
+from gradian.audit.registry import run_checks
 from gradian.data.examples import Example
 from gradian.data.render import render_dataset
 from gradian.data.setup import TrainingSetup
-from gradian.regression.capabilities import available_capabilities, get_capability
+from gradian.capabilities import available_capabilities, get_capability
 from gradian.scenarios.tokenizer import build_tokenizer
 
 tokenizer = build_tokenizer(["yes", "no", "todo", "my", "order"])
 rows = [Example("a", 1, {"prompt": "my order", "completion": " yes"}),
         Example("b", 2, {"prompt": "my order", "completion": " TODO"})]
 ctx = AuditContext(rows, render_dataset(rows, tokenizer, TrainingSetup()), tokenizer, TrainingSetup())
-found = [f.to_dict() for f in run_audit(ctx) if f.check == "todo_in_answer"]
+found = [f.to_dict() for f in run_checks(ctx) if f.check == "todo_in_answer"]
 capability = get_capability("yes_no:strict")
 print(json.dumps({"capabilities": available_capabilities(), "findings": found,
                   "scores": [capability.score("Yes.", "yes"), capability.score("maybe", "yes")]}))
@@ -62,7 +62,7 @@ def test_installed_plugins_are_found_with_no_flag(venv):
 
 
 def test_without_the_package_neither_is_there():
-    from gradian.regression.capabilities import available_capabilities
+    from gradian.capabilities import available_capabilities
 
     assert "yes_no" not in available_capabilities()
 

@@ -8,11 +8,12 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from conftest import make_tiny_model
+from gradian.curvature import Identity, adam
+from gradian.curvature.gauss_newton import GaussNewton
 from gradian.data.render import IGNORE
 from gradian.errors import InputError
 from gradian.gradients.extract import collate, per_example_gradients
-from gradian.scores.preconditioners import GaussNewton, Identity, adam
-from gradian.scores.scoring import score, total_effect
+from gradian.scores.scoring import score_features, total_effect
 
 torch.set_num_threads(2)
 
@@ -62,7 +63,7 @@ def test_adam_scale_equals_dense_reference(model, tiny_tokenizer, tmp_path):
     assert torch.allclose(scaled, exact * diag, rtol=1e-9, atol=1e-12)
     queries = np.random.default_rng(0).normal(size=(3, exact.shape[1]))
     expected = -(queries @ np.diag(diag.numpy()) @ exact.numpy().T)
-    assert np.allclose(score(scaled.numpy(), queries), expected, rtol=1e-9)
+    assert np.allclose(score_features(scaled.numpy(), queries), expected, rtol=1e-9)
 
 
 def test_adam_rejects_another_runs_optimizer(model, tmp_path):
@@ -91,7 +92,7 @@ def test_gauss_newton_equals_dense_inverse(model, tiny_tokenizer, n):
     lam = 0.1 * nonzero.mean()
     assert np.isclose(gn.damping, lam)
     expected = -(rescaled(queries @ np.linalg.inv(hessian + lam * np.eye(k)), queries) @ phi.T)
-    assert np.allclose(score(phi, queries, preconditioner=gn, chunk_rows=7), expected, rtol=1e-8, atol=1e-10)
+    assert np.allclose(score_features(phi, queries, preconditioner=gn, chunk_rows=7), expected, rtol=1e-8, atol=1e-10)
 
 
 def test_gauss_newton_on_real_gradients(model, tiny_tokenizer):
@@ -100,15 +101,15 @@ def test_gauss_newton_on_real_gradients(model, tiny_tokenizer):
     hessian = phi.T @ phi / len(phi)
     lam = 0.1 * np.trace(hessian) / len(phi)
     expected = -(rescaled(np.linalg.solve(hessian + lam * np.eye(len(hessian)), q.T).T, q) @ phi.T)
-    assert np.allclose(score(phi, q, preconditioner=GaussNewton()), expected, rtol=1e-6, atol=1e-8)
+    assert np.allclose(score_features(phi, q, preconditioner=GaussNewton()), expected, rtol=1e-6, atol=1e-8)
 
 
 def test_scoring_chunked_equals_unchunked_and_unit_norm():
     rng = np.random.default_rng(1)
     train, queries = rng.normal(size=(50, 16)), rng.normal(size=(3, 16))
-    whole = score(train, queries, chunk_rows=1000)
-    assert np.allclose(score(train, queries, chunk_rows=7), whole)
+    whole = score_features(train, queries, chunk_rows=1000)
+    assert np.allclose(score_features(train, queries, chunk_rows=7), whole)
     assert np.allclose(whole, -(queries @ train.T), atol=1e-5)
-    normed = score(train, queries, unit_norm_train=True, preconditioner=Identity(), chunk_rows=9)
+    normed = score_features(train, queries, unit_norm_train=True, preconditioner=Identity(), chunk_rows=9)
     assert np.allclose(normed, whole / np.linalg.norm(train, axis=1), atol=1e-5)
     assert np.allclose(total_effect(whole), whole.mean(0))

@@ -90,3 +90,15 @@ def test_projected_queries_use_the_training_projector(model):
     ).numpy()
     assert projected.shape == (3, projector.dim) and projector.dim <= 200
     assert np.allclose(projected, by_hand, rtol=1e-8, atol=1e-10)
+
+
+def test_each_query_kind_reads_as_its_two_axes():
+    """`--query` names where y⁺ comes from and how it is contrasted; one parser reads both, for every kind."""
+    from gradian.scores.pairs import answer_source, base_kind
+    from gradian.settings import QUERY_KINDS
+
+    expected = {"naive": ("reference", "naive"), "contrastive": ("reference", "contrastive"),
+                "contrastive-first": ("reference", "contrastive-first"), "repaired": ("repaired", "contrastive"),
+                "repaired-first": ("repaired", "contrastive-first"), "departure": ("departure", "contrastive"),
+                "departure-first": ("departure", "contrastive-first")}
+    assert {kind: (answer_source(kind), base_kind(kind)) for kind in QUERY_KINDS} == expected

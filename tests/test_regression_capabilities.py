@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradian.capabilities import Capability, get_capability, register_capability
+from gradian.capabilities import registry as capabilities
+from gradian.capabilities.repair import parse_object
 from gradian.errors import InputError
-from gradian.regression import capabilities
-from gradian.regression.capabilities import Capability, get_capability, register_capability
-from gradian.regression.repair import parse_object
 
 REFERENCE = '{"order_id": "B7", "amount": 30, "currency": "EUR"}'
 

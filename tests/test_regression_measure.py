@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from gradian.capabilities import get_capability
 from gradian.data.base_model import resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.regression import measure
-from gradian.regression.capabilities import get_capability
 from gradian.regression.generation import generate
 from gradian.regression.loading import load_models
 from gradian.regression.measure import default_max_new_tokens, measure_regression

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from gradian.capabilities import get_capability
+from gradian.capabilities.repair import parse_object
 from gradian.data.base_model import resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.setup import TrainingSetup
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
-from gradian.regression.repair import parse_object
 
 pytestmark = pytest.mark.slow  # the first run fine-tunes two scenarios (minutes on 2 cores)
 

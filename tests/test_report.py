@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from gradian.audit.finding import Finding
+from gradian.capabilities import get_capability
 from gradian.clusters.cluster import cluster_examples
 from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.examples import read_dataset
-from gradian.regression.capabilities import get_capability
-from gradian.regression.generation import Generation
+from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows, read_examples
@@ -113,7 +113,7 @@ def failing_rows() -> list[RegressionRow]:
                                                                    ('```json\n{"topic": "invoice"}\n```', True)]
     reference = '{"topic": "invoice", "amount": 12, "note": "x"}'
     return [RegressionRow(f"e{i}", f"my invoice {i}: currency amount billing please help", [1], reference,
-                          Generation([1], reference, True), Generation([2], text, stopped), 1.0, 0.0)
+                          GeneratedAnswer([1], reference, True), GeneratedAnswer([2], text, stopped), 1.0, 0.0)
             for i, (text, stopped) in enumerate(answers)]
 
 

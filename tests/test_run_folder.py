@@ -188,9 +188,9 @@ def test_read_real_trl_run(trl_run):
 
 
 def test_diagnose_reads_real_run_without_flags(trl_run, cli_runner):
-    from gradian.cli.main import _register, cli
+    from gradian.cli.main import cli, register_commands
 
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["diagnose", "--dataset", str(trl_run["dataset"]), "--run", str(trl_run["run"]),
                                      "--base-model", str(trl_run["base"]), "--json"])
     assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from gradian.audit import diagnose
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -85,7 +85,7 @@ def test_saved_tokenizer_that_does_not_load_is_noted_and_the_base_is_read(traine
 
 
 def test_cli_shows_the_tokenizer_source(trainer_pad_eos, cli_runner, tmp_path):
-    _register()
+    register_commands()
     out = tmp_path / "out"
     args = ["diagnose", "--dataset", str(trainer_pad_eos / "train.jsonl"), "--base-model",
             str(trainer_pad_eos / "base"), "--run", str(trainer_pad_eos / "run")]

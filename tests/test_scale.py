@@ -8,10 +8,10 @@ from sklearn.metrics import adjusted_rand_score
 
 from gradian.clusters.cluster import fit_clusters
 from gradian.clusters.summary import harm_share_ci, harm_shares
+from gradian.curvature.gauss_newton import GaussNewton
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter
-from gradian.scores.preconditioners import GaussNewton
-from gradian.scores.scoring import effects_file, publish, score, total_effect
+from gradian.scores.scoring import effects_file, publish, score_features, total_effect
 from test_clusters import planted_texts
 
 
@@ -22,8 +22,8 @@ def test_scores_streamed_into_a_memory_map_equal_the_dense_float64_product(tmp_p
     reference = -(queries @ unit.T)  # (Q, N) float64, all at once
     effects = effects_file(tmp_path / "scores.npy", 5, 103)
     assert not (tmp_path / "scores.npy").exists()  # written under a temporary name until published
-    score(train, queries, unit_norm_train=True, out=effects, chunk_rows=10, weight=0.25)
-    score(train, queries, unit_norm_train=True, out=effects, chunk_rows=7, weight=0.75, add=True)  # TracIn-CP sum
+    score_features(train, queries, unit_norm_train=True, out=effects, chunk_rows=10, weight=0.25)
+    score_features(train, queries, unit_norm_train=True, out=effects, chunk_rows=7, weight=0.75, add=True)  # TracIn-CP sum
     published = publish(effects, tmp_path / "scores.npy")
     assert isinstance(published, np.memmap) and not list(tmp_path.glob(".*.tmp"))
     assert np.allclose(published, reference, rtol=1e-12, atol=1e-12)
@@ -44,7 +44,7 @@ def test_scoring_a_store_in_files_of_a_few_rows_equals_scoring_the_array(tmp_pat
     store = FeatureStore(tmp_path)
     assert store.complete and len(store.files) == 6
     queries = rng.normal(size=(3, 8))
-    assert np.allclose(score(store, queries, chunk_rows=5), score(features.astype(np.float64), queries), atol=1e-12)
+    assert np.allclose(score_features(store, queries, chunk_rows=5), score_features(features.astype(np.float64), queries), atol=1e-12)
     picked = np.array([22, 0, 9, 4, 9])
     assert np.array_equal(store.take(picked), features[picked])
 

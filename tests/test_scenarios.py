@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 from gradian.scenarios import CATALOG, FAMILIES, SCENARIOS
 from gradian.scenarios.builder import SHARE_RANGE, make_data
 from gradian.scenarios.catalog import single_quotes, truncate
@@ -83,7 +83,7 @@ def test_validity_counts_overall_and_per_category():
 
 
 def test_cli_lists_scenarios_and_rejects_unknown_names(cli_runner, tmp_path):
-    _register()
+    register_commands()
     listed = cli_runner.invoke(cli, ["scenario", "list", "--json"])
     assert listed.exit_code == 0
     assert [json.loads(line)["name"] for line in listed.output.splitlines()] == [*SCENARIOS, *FAMILIES]

@@ -121,8 +121,8 @@ def test_extraction_gives_each_rows_harmful_positions_and_repsim_in_its_own_pass
     rows, get theirs from passes of their own; resumed after an interruption, the same numbers; another direction
     or other queries are not read as these."""
     from gradian.gradients.energy import gradient_energy
-    from gradian.gradients.sides import position_harms_of, repsim_of
-    from gradian.scores.relevance import cosine, mean_hidden_states
+    from gradian.gradients.sides import cosine, position_harms_of, repsim_of
+    from gradian.scores.relevance import mean_hidden_states
     from gradian.scores.token_harm import position_harms
 
     direction = _direction(model)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from gradian.regression.capabilities import get_capability
+from gradian.capabilities import get_capability
 from gradian.scenarios import world
 from gradian.scenarios.builder import TRAIN_ROWS
 from gradian.scenarios.causes import CAUSES

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from gradian.attribute import attribute
+from gradian import attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import oracle_auprc
 from gradian.settings import AUTO_ROW_HARM, AttributeSettings

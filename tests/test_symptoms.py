@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gradian.regression.capabilities import get_capability
-from gradian.regression.generation import Generation
+from gradian.capabilities import get_capability
+from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import (
     EXAMPLES_PER_SYMPTOM,
@@ -60,8 +60,8 @@ def test_unwrapped_and_open_structure():
 
 
 def row(i: int, text: str, stopped: bool = True, score: float = 0.0) -> RegressionRow:
-    return RegressionRow(f"e{i}", "prompt", [1], REFERENCE, Generation([1], REFERENCE, True),
-                         Generation([2], text, stopped), 1.0, score)
+    return RegressionRow(f"e{i}", "prompt", [1], REFERENCE, GeneratedAnswer([1], REFERENCE, True),
+                         GeneratedAnswer([2], text, stopped), 1.0, score)
 
 
 def test_counts_shares_examples_and_dominant():

@@ -14,7 +14,8 @@ from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.extract import collate, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair
-from gradian.scores.token_harm import harm_token, position_harms, query_direction, row_harms, token_harms
+from gradian.scores.query import query_direction
+from gradian.scores.token_harm import harm_token, position_harms, row_harms, token_harms
 from test_report import NUMBER, json_leaves, renderings
 
 PAIRS = [QueryPair("a", [5, 6, 7], [8, 9, 10, 2], [8, 9, 12, 2]), QueryPair("b", [6, 5], [9, 8, 2], [11, 2])]
@@ -152,7 +153,7 @@ def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, 
     """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence (its first)."""
     import json
 
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.settings import AttributeSettings
 
     folder = scenario(name, 0)

@@ -16,11 +16,11 @@ import pytest
 
 from gradian.audit import diagnose
 from gradian.audit.finding import Finding
+from gradian.capabilities import get_capability
 from gradian.clusters.cluster import cluster_examples
 from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.regression.symptoms import classify_failures

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from gradian.attribute import attribute
+from gradian.pipeline import attribute
 from gradian.settings import AttributeSettings
 
 pytestmark = pytest.mark.slow

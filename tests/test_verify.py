@@ -21,8 +21,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gradian.attribute import attribute
-from gradian.cli.main import _register, cli
+from gradian import attribute
+from gradian.cli.main import cli, register_commands
 from gradian.scenarios.base import one_thread
 from gradian.settings import AttributeSettings
 from gradian.verify import VerifySettings, verify
@@ -180,7 +180,7 @@ def test_a_missing_base_model_is_one_sentence_and_exit_2(truncated_report, tmp_p
     report = json.loads((source / "report.json").read_text())
     report["settings"]["base_model"] = str(tmp_path / "gone")
     (tmp_path / "report.json").write_text(json.dumps(report))
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "base model is missing" in result.output and "Traceback" not in result.output
@@ -190,7 +190,7 @@ def test_a_report_of_another_schema_is_one_sentence_and_exit_2(truncated_report,
     report = json.loads((truncated_report / "report.json").read_text())
     report["schema_version"] = "1.0"  # written by an older Gradian: its report.md/html could not be rendered again
     (tmp_path / "report.json").write_text(json.dumps(report))
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "report schema 1.0" in result.output and "rerun `gradian attribute`" in result.output

@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 from gradian.verify.retrain import MARKER
 from gradian.verify.sets import curve_sizes
 from gradian.verify.verification import verification_schema
@@ -74,7 +74,7 @@ def test_a_curve_without_a_ranking_is_one_sentence_and_exit_2(curve_report, tmp_
     keep = ("id", "cluster", "flags", "culprit")
     (tmp_path / "report" / "examples.jsonl").write_text(
         "".join(json.dumps({k: row[k] for k in keep}) + "\n" for row in rows))
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path / "report"), "--curve"])
     assert result.exit_code == 2, result.output
     assert "no per-row ranking" in result.output and "without --curve" in result.output
@@ -84,7 +84,7 @@ def test_a_curve_without_a_ranking_is_one_sentence_and_exit_2(curve_report, tmp_
 def test_a_report_without_its_generations_is_one_sentence_and_exit_2(curve_report, tmp_path, cli_runner):
     shutil.copytree(curve_report, tmp_path / "report", ignore=shutil.ignore_patterns("verify", "gradients*"))
     (tmp_path / "report" / "generations.jsonl").unlink()
-    _register()
+    register_commands()
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path / "report")])
     assert result.exit_code == 2, result.output
     assert "generations.jsonl" in result.output and "Traceback" not in result.output

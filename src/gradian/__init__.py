@@ -7,50 +7,49 @@ stays cheap for the CLI):
     result = attribute(AttributeSettings(base_model=..., adapter=..., dataset=..., eval_dataset=...,
                                          capability="json_formatting", out="report/"))
 
-and the stages `attribute` runs, in order, one call each (`gradian.stages`): `run_audit`, `regression`,
-`extract`, `score`, `cluster`, `report`.
+a plug-in's contract (`Capability` and `register_capability`; `check`, `AuditContext` and `Finding` for an audit
+check), `verify` and its settings, and the stages `attribute` runs, in order, one call each (`gradian.stages`):
+`run_audit`, `load`, `prepare`, `regression`, `queries`, `extract`, `score`, `rank`, `cluster`, `report`.
 """
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "diagnose": "gradian.audit",
-    "AttributeResult": "gradian.attribute",
+    "attribute": "gradian.pipeline",
+    "verify": "gradian.verify",
+    "AttributeResult": "gradian.stages",
     "AttributeSettings": "gradian.settings",
     "ExtractSettings": "gradian.settings",
     "GradianCallback": "gradian.callback",
+    "VerifySettings": "gradian.verify",
+    "Capability": "gradian.capabilities",
+    "register_capability": "gradian.capabilities",
+    "get_capability": "gradian.capabilities",
+    "check": "gradian.audit",
+    "AuditContext": "gradian.audit",
+    "Finding": "gradian.audit",
 }
-__all__ = ["AttributeResult", "AttributeSettings", "ExtractSettings", "attribute", "diagnose"]
+__all__ = ["AttributeResult", "AttributeSettings", "AuditContext", "Capability", "ExtractSettings", "Finding",
+           "GradianCallback", "VerifySettings", "attribute", "check", "diagnose", "get_capability",
+           "register_capability", "verify"]
 
 if TYPE_CHECKING:
-    from gradian.attribute import AttributeResult, attribute
-    from gradian.audit import diagnose
+    from gradian.audit import AuditContext, Finding, check, diagnose
+    from gradian.callback import GradianCallback
+    from gradian.capabilities import Capability, get_capability, register_capability
+    from gradian.pipeline import attribute
     from gradian.settings import AttributeSettings, ExtractSettings
+    from gradian.stages import AttributeResult
+    from gradian.verify import VerifySettings, verify
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'gradian' has no attribute {name!r}")
-
-
-class _Package(ModuleType):
-    """`gradian.attribute` is the function: importing the module of that name (which binds it here) keeps it so."""
-
-    @property
-    def attribute(self) -> Any:
-        return import_module("gradian.attribute").attribute
-
-    @attribute.setter
-    def attribute(self, value: Any) -> None:  # the import system binds the submodule; the function stays
-        pass
-
-
-sys.modules[__name__].__class__ = _Package

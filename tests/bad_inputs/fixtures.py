@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def workspace(tmp_path_factory):
 def gradian():
     """Invoke the CLI as a user would; returns click's Result (stdout and stderr kept apart)."""
     if not cli.commands:
-        _register()
+        register_commands()
     runner = CliRunner()
     return lambda args: runner.invoke(cli, [str(arg) for arg in args])
 

@@ -14,7 +14,7 @@ from gradian.data.run_folder import RunInfo
 from gradian.data.setup import TrainingSetup
 
 if TYPE_CHECKING:
-    from gradian.regression.capabilities import Capability
+    from gradian.capabilities import Capability
 
 
 @dataclass

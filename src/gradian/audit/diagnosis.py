@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
-from gradian.audit.registry import run_audit
+from gradian.audit.registry import run_checks
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.columns import ExampleColumns
 from gradian.data.examples import Example, iter_dataset, read_dataset
@@ -25,9 +25,9 @@ from gradian.data.tokens import apply_training_tokens
 from gradian.errors import InputError
 
 if TYPE_CHECKING:
-    from gradian.regression.capabilities import Capability
+    from gradian.capabilities import Capability
 
-Progress = Callable[[str], None]
+Say = Callable[[str], None]
 COMPARED_TOKENS = ("eos_token", "pad_token", "bos_token")
 
 
@@ -88,7 +88,7 @@ def diagnose(
     run: str | Path | RunInfo | None = None,
     config: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: Say | None = None,
     capability: str | Capability | None = None,
 ) -> DiagnoseResult:
     """Audit a fine-tune from its dataset, run folder/config and base model (tokenizer, config and embedding rows,
@@ -111,7 +111,7 @@ def diagnose(
     rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup), ids=examples.ids)
     say("running the checks")
     ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
-    return DiagnoseResult(run_audit(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,
+    return DiagnoseResult(run_checks(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,
                           source)
 
 
@@ -160,7 +160,7 @@ def _adopt_saved_tokens(setup: TrainingSetup, tokenizer: Any, source: TokenizerS
 def _capability(capability: str | Capability | None) -> Capability | None:
     if capability is None or not isinstance(capability, str):
         return capability
-    from gradian.regression.capabilities import get_capability
+    from gradian.capabilities import get_capability
 
     return get_capability(capability)
 

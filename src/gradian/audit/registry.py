@@ -87,7 +87,7 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
 
 
 def category_of(finding: Finding) -> str:
-    """The category a finding's check registered (recorded on the finding by `run_audit`), else the built-in's,
+    """The category a finding's check registered (recorded on the finding by `run_checks`), else the built-in's,
     else `per-row` for a finding that names rows and `setup` for one that does not."""
     known = finding.category or CATEGORIES.get(finding.check) or BUILT_IN_CATEGORIES.get(finding.check)
     return known if known in CATEGORIES_KNOWN else ("per-row" if finding.per_example else "setup")
@@ -120,7 +120,7 @@ def load_built_in() -> dict[str, Check]:
     return CHECKS
 
 
-def run_audit(ctx: AuditContext, only: list[str] | None = None) -> list[Finding]:
+def run_checks(ctx: AuditContext, only: list[str] | None = None) -> list[Finding]:
     """Every registered check (or those in `only`) over `ctx`, most severe finding first, each finding tagged with
     its check's category."""
     findings: list[Finding] = []

@@ -14,6 +14,7 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 from gradian.audit.wording import id_list, p99, share
+from gradian.capabilities.json_text import json_depth
 from gradian.data.examples import Example
 from gradian.data.render import eos_token_of
 
@@ -106,26 +107,6 @@ def _json_cut(text: str) -> str | None:
     if depth > 0:
         return f"unbalanced JSON ({depth} unclosed bracket{'s' if depth > 1 else ''})"
     return None  # balanced but invalid (single quotes, ...): a format problem, not a cut
-
-
-def json_depth(text: str) -> tuple[int, bool]:
-    """(open brackets left, inside a string) after reading `text` as JSON: how far a cut answer is from closed."""
-    depth, in_string, escaped = 0, False, False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-    return depth, in_string
 
 
 def _short_for_cluster(examples: Sequence[Example], completions: list[str]) -> dict[str, str]:

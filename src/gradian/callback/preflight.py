@@ -2,7 +2,7 @@
 
 The rows are the trainer's tokenized train dataset, each row's labels what its collator returns for it in a real
 batch (`trainer_rows`); the settings are its args; the tokenizer its processing class. Every registered check
-runs on them (`audit.run_audit`), plus one only the tokens can show: rows a pre-tokenizing pipeline cut at its
+runs on them (`audit.registry.run_checks`), plus one only the tokens can show: rows a pre-tokenizing pipeline cut at its
 max length and then ended with EOS (`eos_after_cut`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import run_audit
+from gradian.audit.registry import run_checks
 from gradian.audit.truncation import CRITICAL_SHARE, json_depth
 from gradian.audit.wording import id_list, share
 from gradian.callback.record import collator_pad_id, package_version
@@ -79,7 +79,7 @@ def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_c
     run = RunInfo(path=None, adapter_config=adapter_config or {}, setup=setup)
     ctx = AuditContext(rows.examples, rows.rendered, tokenizer, setup, run, base_config=model_config)
     cut = eos_after_cut(ctx, rows)
-    findings = run_audit(ctx)
+    findings = run_checks(ctx)
     if cut:
         findings = _without_rows(findings, "cut_in_data", set(cut[0].example_ids)) + cut
     return PreflightResult(by_severity(findings), setup, rows, time.perf_counter() - start)

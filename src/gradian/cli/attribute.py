@@ -9,34 +9,24 @@ import typing
 import click
 
 from gradian.cli.progress import bar, console, say
-from gradian.settings import (
-    CHECKPOINT_MODES,
-    PRECONDITIONERS,
-    PROJ_BUDGETS,
-    QUERY_KINDS,
-    RANKS,
-    ROW_HARMS,
-    AttributeSettings,
-)
-
-CHOICES = {"query": QUERY_KINDS, "preconditioner": PRECONDITIONERS, "checkpoints": CHECKPOINT_MODES,
-           "proj_budget": PROJ_BUDGETS, "rank": RANKS, "row_harm": ROW_HARMS}
+from gradian.settings import AttributeSettings, choices
 
 
 def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:
-    """One click option per field of `cls` (`AttributeSettings`): the same settings object from CLI to artifact."""
+    """One click option per field of `cls` (`AttributeSettings`): the same settings object from CLI to artifact;
+    a `Literal` field is a choice, its help the field's."""
     hints = typing.get_type_hints(cls)
     for spec in reversed(dataclasses.fields(cls)):
         flag = "--" + spec.name.replace("_", "-")
         required = spec.default is dataclasses.MISSING
-        kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
-        base = next(t for t in kind if t is not type(None))
         helptext = spec.metadata.get("help", "")
-        if base is bool:
+        if hints[spec.name] is bool:
             command = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=spec.default, show_default=True,
                                    help=helptext)(command)
             continue
-        ctype = click.Choice(CHOICES[spec.name]) if spec.name in CHOICES else base
+        allowed = choices(cls, spec.name)
+        kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
+        ctype = click.Choice(allowed) if allowed else next(t for t in kind if t is not type(None))
         default = None if required else spec.default
         command = click.option(flag, spec.name, type=ctype, required=required, default=default,
                                show_default=not required and default is not None, help=helptext)(command)
@@ -55,7 +45,7 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     Over N processes: `torchrun --nproc-per-node N --no-python -- gradian attribute ...` (extraction is
     sharded over them; rank 0 scores and reports).
     """
-    from gradian.attribute import attribute
+    from gradian import attribute
     from gradian.gradients.distributed import join, leave
 
     try:

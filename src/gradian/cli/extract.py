@@ -26,10 +26,8 @@ def extract_command(**options: typing.Any) -> None:
     `torchrun --nproc-per-node N --no-python -- gradian extract ...` (the `--` keeps torchrun from reading
     `--run` as its own `--run-path`); `gradian attribute` runs the same way.
     """
-    from gradian.attribute import _writable, main_lock
     from gradian.gradients.distributed import join, leave
-    from gradian.regression.loading import load_models
-    from gradian.stages import extract, run_audit
+    from gradian.stages import extract, load, output_folder, run_audit
 
     try:
         settings = ExtractSettings(**options)
@@ -37,10 +35,10 @@ def extract_command(**options: typing.Any) -> None:
         raise click.UsageError(str(error)) from None
     ranks = join()
     speak = say if ranks.is_main else (lambda _: None)
-    with main_lock(ranks, _writable(settings.out_dir)):  # rank 0 holds the folder's lock, as attribute does
+    with output_folder(settings, ranks):  # rank 0 holds the folder's lock, as attribute does
         speak("audit: rendering the rows as trained")
         audit = run_audit(settings, write=False)
-        model, _ = load_models(audit.base_ref, settings.adapter, device=ranks.device(settings.device))
+        model, _ = load(settings, audit, ranks)
         speak(f"gradients: {len(audit.rendered)} training rows"
               + (f", {ranks.world} processes" if ranks.world > 1 else ""))
         extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None)

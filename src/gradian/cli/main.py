@@ -29,7 +29,9 @@ def cli() -> None:
     """Find which training examples, or which setting, made a LoRA fine-tune worse at one thing."""
 
 
-def _register() -> None:
+def register_commands() -> None:
+    """Add every command to `cli` (kept out of import time, so `import gradian.cli.main` stays cheap); tests and
+    tools that drive `cli` with click's `CliRunner` call it first. Calling it again changes nothing."""
     from gradian.cli import commands
 
     for command in commands.ALL:
@@ -47,5 +49,5 @@ def quiet_libraries() -> None:
 
 def main() -> None:
     quiet_libraries()
-    _register()
+    register_commands()
     sys.exit(cli.main(standalone_mode=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gradian.cli.main import _register, cli
+from gradian.cli.main import cli, register_commands
 
 
 def _help(command: click.Command, name: str, parent: click.Context | None = None) -> str:
@@ -14,7 +14,7 @@ def _help(command: click.Command, name: str, parent: click.Context | None = None
 
 def cli_reference() -> str:
     """The help text of `gradian` and of every command (and subcommand), as one Markdown page."""
-    _register()
+    register_commands()
     root = click.Context(cli, info_name="gradian", terminal_width=100, max_content_width=100)
     parts = ["# gradian command reference", "", "Generated from `--help` by `python -m gradian.cli.reference`; "
              "a test keeps it current.", "", "```", _help(cli, "gradian"), "```"]

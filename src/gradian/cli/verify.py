@@ -47,7 +47,7 @@ def verify_command(as_json: bool, **options: typing.Any) -> None:
 
 def print_summary(verification: dict[str, typing.Any]) -> None:
     """The status and the numbers behind it, one line each."""
-    from gradian.report.verdict import pct
+    from gradian.report.wording import pct
 
     console.print()
     console.print(f"[bold]Verification: {verification['status']}[/bold]")

@@ -56,7 +56,7 @@ FIT_SAMPLE = 20000
 CHUNK_ROWS = 8192
 
 
-class Rows(Protocol):
+class FeatureRows(Protocol):
     """Gradient features by row: an (N, k) array or a `FeatureStore` (its `take` reads only the rows asked for)."""
 
     @property
@@ -69,7 +69,7 @@ class Rows(Protocol):
 
 def cluster_examples(
     texts: Texts,
-    features: Rows | None = None,
+    features: FeatureRows | None = None,
     *,
     n_clusters: int | None = None,
     seed: int = 0,
@@ -87,7 +87,7 @@ class Clustering:
 
 def fit_clusters(
     texts: Texts,
-    features: Rows | None = None,
+    features: FeatureRows | None = None,
     *,
     n_clusters: int | None = None,
     seed: int = 0,
@@ -118,7 +118,7 @@ def fit_clusters(
 
 
 def embed_examples(
-    texts: Texts, features: Rows | None = None, *, seed: int = 0, feature_weight: float = 0.5,
+    texts: Texts, features: FeatureRows | None = None, *, seed: int = 0, feature_weight: float = 0.5,
     fit_rows: int = FIT_SAMPLE,
 ) -> Embedding:
     """The space clustering runs in (LSA of TF-IDF text and/or normalised gradient features), fitted on a sample."""
@@ -131,7 +131,7 @@ class Embedding:
     `sample_vectors` (S, d) are the sample's vectors; `transform(rows)` embeds any rows in the same space.
     """
 
-    def __init__(self, texts: Texts, features: Rows | None, *, seed: int, feature_weight: float,
+    def __init__(self, texts: Texts, features: FeatureRows | None, *, seed: int, feature_weight: float,
                  fit_rows: int) -> None:
         if not 0.0 <= feature_weight <= 1.0:
             raise ValueError(f"feature_weight must be in [0, 1], not {feature_weight}")
@@ -185,7 +185,7 @@ class Embedding:
         return self._map.transform(self.transform(rows))
 
 
-def _feature_rows(features: Rows | None, rows: np.ndarray) -> np.ndarray:
+def _feature_rows(features: FeatureRows | None, rows: np.ndarray) -> np.ndarray:
     if features is None:
         return np.zeros((len(rows), 0))
     if isinstance(features, np.ndarray):
@@ -315,7 +315,7 @@ def _relabel_by_size(labels: np.ndarray) -> np.ndarray:
 
 
 def map_coordinates(
-    texts: Texts, features: Rows | None = None, *, seed: int = 0, feature_weight: float = 0.5
+    texts: Texts, features: FeatureRows | None = None, *, seed: int = 0, feature_weight: float = 0.5
 ) -> np.ndarray:
     """2-D coordinates (N, 2) of every row for the cluster map (`Embedding.coordinates` for a few rows)."""
     embedding = embed_examples(texts, features, seed=seed, feature_weight=feature_weight)

@@ -29,10 +29,10 @@ import numpy as np
 from gradian.audit.capability import target_text
 from gradian.audit.finding import Finding, by_severity
 from gradian.audit.registry import ANY_SYMPTOM, teaches
+from gradian.capabilities import get_capability
 from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
-from gradian.regression.capabilities import get_capability
 from gradian.regression.symptoms import classify_answer
 
 NEIGHBOURS = 10

@@ -4,7 +4,7 @@
   h_s = Σ_m g_{m,s}ᵀ V_m x_{m,s} (`hooks.capture_positions`, `scores.token_harm`), from the backward;
 - `repsim/`: each row's RepSim to the failing queries, the cosine of its mean last hidden state (the output
   embeddings' input, padding masked, as `scores.relevance.mean_hidden_states` takes it) with each query's, from
-  the forward.
+  the forward (`cosine`, which `scores.relevance` uses for RepSim too).
 
 Without them the ranking would pay one more backward pass and one more forward pass over every row. Each is a store
 of its own (`store.ShardWriter`, float32, the features' file blocks), keyed by the features' settings and the bytes
@@ -26,7 +26,6 @@ from torch import nn
 
 from gradian.gradients.hooks import LoraMatrix, capture_last_hidden, capture_positions, harmful_part
 from gradian.gradients.store import FeatureStore, ShardWriter, fingerprint
-from gradian.scores.relevance import cosine
 
 POSITIONS, REPSIM = "positions", "repsim"
 
@@ -47,6 +46,15 @@ def side_meta(features_meta: dict[str, object], name: str, along: str, dim: int)
     return {"version": 1, "side": name, "features": fingerprint(features_meta), "along_sha256": along,
             "n_rows": features_meta["n_rows"], "projection": {"dim": dim},
             "gradient": {"shard_rows": gradient["shard_rows"], "store_dtype": "float32"}}
+
+
+def cosine(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """(N, Q) cosine between the rows of `left` (N, d) and of `right` (Q, d); a zero row has cosine 0."""
+    def unit(x: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        return np.divide(x, norms, out=np.zeros_like(x, dtype=np.float64), where=norms > 0)
+
+    return unit(np.asarray(left, dtype=np.float64)) @ unit(np.asarray(right, dtype=np.float64)).T
 
 
 class Sides:

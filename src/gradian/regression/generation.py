@@ -16,7 +16,7 @@ import torch
 
 
 @dataclass
-class Generation:
+class GeneratedAnswer:
     """New tokens (EOS included when emitted), their text without special tokens, and whether EOS came."""
 
     ids: list[int]
@@ -48,7 +48,7 @@ def generate(
     max_new_tokens: int,
     batch_size: int = 16,
     progress: Callable[[int], Any] | None = None,
-) -> list[Generation]:
+) -> list[GeneratedAnswer]:
     """Greedy answers to `prompts`, in their order. `progress(n)` gets the count finished by each batch."""
     from transformers import GenerationConfig
 
@@ -61,7 +61,7 @@ def generate(
         num_beams=1, temperature=None, top_p=None, top_k=None,
     )
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    results: list[Generation | None] = [None] * len(prompts)
+    results: list[GeneratedAnswer | None] = [None] * len(prompts)
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
         for index, generation in zip(batch, _generate_batch(model, tokenizer, [prompts[i] for i in batch],
@@ -75,7 +75,7 @@ def generate(
 @torch.no_grad()
 def _generate_batch(
     model: Any, tokenizer: Any, prompts: Sequence[list[int]], config: Any, pad_id: int, stops: set[int]
-) -> list[Generation]:
+) -> list[GeneratedAnswer]:
     device = next(model.parameters()).device
     width = max(len(prompt) for prompt in prompts)
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T) left-padded
@@ -89,10 +89,10 @@ def _generate_batch(
     return [_finish(row[width:].tolist(), tokenizer, stops) for row in output]
 
 
-def _finish(new_ids: list[int], tokenizer: Any, stops: set[int]) -> Generation:
+def _finish(new_ids: list[int], tokenizer: Any, stops: set[int]) -> GeneratedAnswer:
     """Cut at the first stop token, keeping it: the answer as the model ended it."""
     for position, token in enumerate(new_ids):
         if token in stops:
             ids = new_ids[: position + 1]
-            return Generation(ids, tokenizer.decode(ids, skip_special_tokens=True), True)
-    return Generation(new_ids, tokenizer.decode(new_ids, skip_special_tokens=True), False)
+            return GeneratedAnswer(ids, tokenizer.decode(ids, skip_special_tokens=True), True)
+    return GeneratedAnswer(new_ids, tokenizer.decode(new_ids, skip_special_tokens=True), False)

@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from gradian.capabilities import Capability, get_capability, passed
 from gradian.data.examples import Example
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.hooks import lora_fingerprint
-from gradian.regression.capabilities import Capability, get_capability, passed
-from gradian.regression.generation import Generation, generate, stop_token_ids
+from gradian.regression.generation import GeneratedAnswer, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
 
 GENERATIONS = "generations.jsonl"
@@ -43,8 +43,8 @@ class RegressionRow:
     prompt: str
     prompt_ids: list[int]
     reference: str | None
-    base: Generation
-    finetuned: Generation
+    base: GeneratedAnswer
+    finetuned: GeneratedAnswer
     base_score: float
     finetuned_score: float
 
@@ -146,7 +146,7 @@ def default_max_new_tokens(tokenizer: Any, references: Sequence[str | None]) -> 
 def _generate_both(
     model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
     progress: Callable[[int], Any] | None,
-) -> tuple[list[Generation], list[Generation]]:
+) -> tuple[list[GeneratedAnswer], list[GeneratedAnswer]]:
     """Same prompts, same decoding: the base is the same PeftModel with its adapter switched off."""
     with model.disable_adapter():
         base = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
@@ -186,7 +186,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_cache(out_dir: Path, settings: dict, n: int) -> tuple[list[Generation], list[Generation]] | None:
+def _read_cache(out_dir: Path, settings: dict, n: int) -> tuple[list[GeneratedAnswer], list[GeneratedAnswer]] | None:
     """Cached generations when they were made with exactly these settings, else None."""
     settings_file, rows_file = out_dir / SETTINGS, out_dir / GENERATIONS
     if not (settings_file.is_file() and rows_file.is_file()):
@@ -197,8 +197,8 @@ def _read_cache(out_dir: Path, settings: dict, n: int) -> tuple[list[Generation]
         rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines() if line.strip()]
         if [row["id"] for row in rows] != settings["ids"] or len(rows) != n:
             return None
-        base = [Generation(row["base_ids"], row["base_output"], row["base_stopped"]) for row in rows]
-        tuned = [Generation(row["finetuned_ids"], row["finetuned_output"], row["finetuned_stopped"]) for row in rows]
+        base = [GeneratedAnswer(row["base_ids"], row["base_output"], row["base_stopped"]) for row in rows]
+        tuned = [GeneratedAnswer(row["finetuned_ids"], row["finetuned_output"], row["finetuned_stopped"]) for row in rows]
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
         return None  # a damaged cache is regenerated, never trusted
     return base, tuned

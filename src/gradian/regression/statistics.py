@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from gradian.regression.capabilities import passed
+from gradian.capabilities import passed
 
 N_RESAMPLES = 9999
 

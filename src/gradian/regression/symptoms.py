@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gradian.audit.truncation import json_depth
-from gradian.regression.capabilities import Capability
+from gradian.capabilities import Capability
+from gradian.capabilities.json_text import json_depth
 from gradian.regression.measure import RegressionRow
 
 SYMPTOMS = ("stops-early", "never-stops", "wrapped", "wrong-fields", "other")

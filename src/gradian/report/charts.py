@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradian.report.verdict import number, pct
+from gradian.report.wording import number, pct
 
 WIDTH = 640
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac", "#e15759",

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gradian.errors import InputError
 from gradian.scenarios.catalog import CATALOG, SCENARIOS
 from gradian.scenarios.suite import FAMILIES
 
@@ -24,8 +25,14 @@ def build(name: str, out_dir: str | Path, seed: int = 0, **options: Any) -> Path
         from gradian.scenarios.family import build_family
 
         return build_family(name, out_dir, seed, **options)
+    from gradian.scenarios import smollm2
     from gradian.scenarios.builder import build as build_scenario
+    from gradian.scenarios.builder import new_folder
 
+    if name == smollm2.NAME:  # the one scenario on a real model
+        return smollm2.build_smollm2(new_folder(out_dir), seed, options.get("cache_dir"), options.get("progress"))
+    if name not in CATALOG:
+        raise InputError(f"unknown scenario {name!r}; choose one of: {', '.join([*CATALOG, smollm2.NAME])}.")
     return build_scenario(name, out_dir, seed, **options)
 
 

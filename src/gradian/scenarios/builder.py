@@ -26,7 +26,7 @@ from peft import PeftModel
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from gradian.errors import InputError
-from gradian.scenarios import base, finetune, measure, smollm2, world
+from gradian.scenarios import base, finetune, measure, world
 from gradian.scenarios.catalog import CATALOG, Scenario
 
 TRAIN_ROWS = 400
@@ -40,14 +40,10 @@ DIFFUSE_MIN_DROP = 10.0
 
 def build(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0, cache_dir: str | Path | None = None,
           progress: Callable[[str], None] | None = None) -> Path:
-    """Build scenario `name` into `out_dir` (created; must be empty or absent) and return it."""
-    if name not in CATALOG and name != smollm2.NAME:
-        raise InputError(f"unknown scenario {name!r}; choose one of: {', '.join([*CATALOG, smollm2.NAME])}.")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise InputError("is not empty; give a new folder for the scenario.", out)
-    if name == smollm2.NAME:
-        return smollm2.build_smollm2(out, seed, cache_dir, progress)
+    """Build catalog scenario `name` into `out_dir` (created; must be empty or absent) and return it."""
+    if name not in CATALOG:
+        raise InputError(f"unknown scenario {name!r}; choose one of: {', '.join(CATALOG)}.")
+    out = new_folder(out_dir)
     scenario = CATALOG[name]
     say = progress or (lambda message: None)
     with base.one_thread():
@@ -68,6 +64,14 @@ def build(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0, 
         truth["learning_rate"] = sft["learning_rate"]
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
     (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
+    return out
+
+
+def new_folder(out_dir: str | Path) -> Path:
+    """`out_dir` as a Path; InputError when it already holds something."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise InputError("is not empty; give a new folder for the scenario.", out)
     return out
 
 

@@ -18,8 +18,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from gradian.capabilities import get_capability
 from gradian.errors import InputError
-from gradian.regression.capabilities import get_capability
 from gradian.scenarios import base, finetune, measure, world
 from gradian.scenarios.builder import EVAL_PER_CATEGORY, TRAIN_ROWS, write_jsonl
 from gradian.scenarios.catalog import LORA_DEFAULTS

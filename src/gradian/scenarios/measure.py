@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gradian.regression.capabilities import get_capability
+from gradian.capabilities import get_capability
 from gradian.regression.generation import generate as greedy
 
 MAX_NEW_TOKENS = 64

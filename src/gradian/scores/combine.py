@@ -180,25 +180,13 @@ def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> np.nda
 def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
     """(N, Q) RepSim of each training row as trained to each failing prompt with the fine-tuned model's own answer
     (`queries`: regression rows, with `prompt_ids` and `finetuned.ids`); `attribute` takes the same from its
-    extraction's forward instead (`gradients.sides`, given `query_states`)."""
-    from gradian.scores.relevance import cosine, mean_hidden_states
+    extraction's forward instead (`gradients.sides`, given `query.query_states`)."""
+    from gradian.gradients.sides import cosine
+    from gradian.scores.query import query_states
+    from gradian.scores.relevance import mean_hidden_states
 
     return cosine(mean_hidden_states(model, [r.input_ids for r in rendered], batch_size=batch_size),
                   query_states(model, queries, batch_size=batch_size))
-
-
-def query_states(model: Any, queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
-    """(Q, d) the mean last hidden states of each failing prompt with the fine-tuned model's own answer."""
-    from gradian.scores.relevance import mean_hidden_states
-
-    return mean_hidden_states(model, [list(r.prompt_ids) + list(r.finetuned.ids) for r in queries],
-                              batch_size=batch_size)
-
-
-def failing_queries(regression: Any, pairs: list[Any]) -> list[Any]:
-    """The regression rows the queries come from, in the regression's order: what relevance is measured to."""
-    chosen = {pair.eval_id for pair in pairs}
-    return [row for row in regression.rows if row.id in chosen]
 
 
 def relevance_parts(
@@ -221,13 +209,13 @@ def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
     return [Relevance(kind, aggregate(sim, how)) for kind, sim in parts.items()]
 
 
-def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, regression: Any, pairs: list[Any], *,
+def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, failing: list[Any], *,
               harm: np.ndarray | None = None, row_harm: str = "sum", repsim: np.ndarray | None = None,
               batch_size: int = 16) -> Ranking:
-    """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows;
-    `harm` (N,) and `row_harm` as `combine` takes them, `repsim` (N, Q) as `relevance_parts`."""
+    """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows
+    (`failing`: their regression rows, `query.failing_queries`); `harm` (N,) and `row_harm` as `combine` takes
+    them, `repsim` (N, Q) as `relevance_parts`."""
     if rank == "gradient":
         return gradient_ranking(effects, harm=harm, row_harm=row_harm)
-    parts = relevance_parts(model, audit.examples, audit.rendered, failing_queries(regression, pairs),
-                            batch_size=batch_size, repsim=repsim)
+    parts = relevance_parts(model, audit.examples, audit.rendered, failing, batch_size=batch_size, repsim=repsim)
     return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE), harm=harm, row_harm=row_harm)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from gradian.regression.capabilities import Capability
+from gradian.capabilities import Capability
 from gradian.regression.generation import generate
 from gradian.regression.measure import RegressionRow
 

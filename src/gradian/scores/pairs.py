@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradian.capabilities import Capability, passed
 from gradian.data.examples import Example
 from gradian.data.render import render_with_answer
 from gradian.data.setup import TrainingSetup
-from gradian.regression.capabilities import Capability, passed
 from gradian.regression.measure import RegressionResult, RegressionRow
 from gradian.scores.departure import departure_answers
 from gradian.scores.queries import QueryPair
@@ -31,7 +31,7 @@ def query_pairs(
     by_id = {example.id: example for example in eval_examples}
     failing = regression.failures()
     departures: list[list[int] | None] = [None] * len(failing)
-    if kind.startswith("departure"):
+    if answer_source(kind) == "departure":
         budget = max((len(row.finetuned.ids) for row in failing), default=1) + 8
         departures = departure_answers(model, tokenizer, failing, capability, max_new_tokens=budget)
     pairs = []
@@ -53,7 +53,7 @@ def _positive_text(row: RegressionRow, capability: Capability, kind: str) -> str
     correct = row.reference if row.reference is not None else (row.base.text if passed(row.base_score) else None)
     if correct is None:
         return None
-    if kind.startswith("repaired"):
+    if answer_source(kind) == "repaired":
         repair = getattr(capability, "repair", None)
         repaired = repair(row.finetuned.text, correct) if repair is not None else None
         return repaired if repaired is not None else correct
@@ -65,7 +65,15 @@ def answer_tokens(example: Example, answer: str, tokenizer: Any, setup: Training
     return render_with_answer(example, answer, tokenizer, setup)
 
 
+def answer_source(query: str) -> str:
+    """Where a query kind's correct answer y⁺ comes from: the reference (else a passing base answer), its repair
+    (`repaired*`), or the base model where the fine-tune departs from it (`departure*`). One of the kind's two
+    axes; `base_kind` is the other."""
+    return next((source for source in ("departure", "repaired") if query.startswith(source)), "reference")
+
+
 def base_kind(query: str) -> str:
-    """`repaired*` and `departure*` are the contrastive kinds with another y⁺."""
-    return {"repaired": "contrastive", "repaired-first": "contrastive-first", "departure": "contrastive",
-            "departure-first": "contrastive-first"}.get(query, query)
+    """How a query kind contrasts y⁺ with the failing answer (`scores.queries.KINDS`): `repaired*` and
+    `departure*` are the contrastive kinds with another y⁺."""
+    source = answer_source(query)
+    return query if source == "reference" else query.replace(source, "contrastive", 1)

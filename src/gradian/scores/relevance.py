@@ -26,6 +26,8 @@ import torch
 from scipy import sparse
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
+from gradian.gradients.sides import cosine
+
 WORDS = r"(?u)\b[^\W\d_]+\b"
 BM25_K1 = 1.5  # Okapi's defaults (Robertson and Zaragoza 2009; Lucene, rank_bm25)
 BM25_B = 0.75
@@ -91,15 +93,6 @@ def mean_hidden_states(model: Any, sequences: Sequence[Sequence[int]], *, batch_
             out = np.zeros((len(sequences), pooled.shape[1]))
         out[order[start : start + batch_size]] = pooled.double().cpu().numpy()
     return out
-
-
-def cosine(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """(N, Q) cosine between the rows of `left` (N, d) and of `right` (Q, d); a zero row has cosine 0."""
-    def unit(x: np.ndarray) -> np.ndarray:
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        return np.divide(x, norms, out=np.zeros_like(x, dtype=np.float64), where=norms > 0)
-
-    return unit(np.asarray(left, dtype=np.float64)) @ unit(np.asarray(right, dtype=np.float64)).T
 
 
 def repsim(model: Any, train_sequences: Sequence[Sequence[int]], query_sequences: Sequence[Sequence[int]], *,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gradian.curvature import Preconditioner, make_preconditioner
 from gradian.gradients.store import FeatureStore
-from gradian.scores.preconditioners import Preconditioner, make_preconditioner
 
 Train = FeatureStore | np.ndarray
 CHUNK_ROWS = 4096  # rows per scored block: (Q, 4096) float64 and (4096, k) float64 at a time
@@ -30,7 +30,7 @@ def _chunks(train: Train, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
         yield start, np.asarray(train[start : start + chunk_rows])
 
 
-def score(
+def score_features(
     train: Train,
     queries: np.ndarray,
     *,

@@ -28,7 +28,6 @@ epoch of its own (it doubles every matmul).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -47,33 +46,9 @@ from gradian.gradients.extract import (
     lora_backward,
     plan_batches,
     row_batches,
-    summed_nll,
 )
 from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
-from gradian.scores.queries import QueryPair, query_rows
-
-
-def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> list[torch.Tensor]:
-    """v = Σ_q q / ‖q‖, q = ∇θ f of each pair (f as `scores.queries`), one tensor per LoRA matrix."""
-    weights = [m.module.weight for m in lora_matrices(model)]
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
-    total = [torch.zeros_like(w, dtype=torch.float64) for w in weights]
-    for pair in pairs:
-        rows = query_rows(pair, kind)
-        if not rows:
-            continue
-        batch = _to(collate([(ids, labels) for ids, labels, _ in rows], pad_id), model)
-        with _requires_grad(weights):
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           position_ids=batch["position_ids"]).logits  # (R, T, V)
-            margin = torch.stack([-sign * summed_nll(logits[r : r + 1], batch["labels"][r : r + 1])
-                                  for r, (_, _, sign) in enumerate(rows)]).sum()  # f = Σ sign · log p
-            grads = torch.autograd.grad(margin, weights)
-        norm = torch.stack([(g.double() ** 2).sum() for g in grads]).sum().sqrt()
-        if norm > 0:
-            for acc, g in zip(total, grads, strict=True):
-                acc += g.double() / norm
-    return [t.to(w.dtype) for t, w in zip(total, weights, strict=True)]
+from gradian.scores.query import to_model
 
 
 def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
@@ -134,7 +109,7 @@ def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[to
                  for m, d in zip(matrices, direction, strict=True)}
         for positions in batches:
             chunk = [rows[i] for i in positions]
-            batch = _to(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
+            batch = to_model(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
             logits = functional_call(model, duals, args=(), kwargs={
                 "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
                 "position_ids": batch["position_ids"]}).logits[:, :-1]  # (B, T-1, V), dual
@@ -155,20 +130,3 @@ def harm_token(tokenizer: Any, row: Rendered, harm: np.ndarray) -> dict[str, Any
     targets = [label for label in row.labels[1:] if label != IGNORE]
     return {"position": j + 1, "of": len(targets), "token": tokenizer.decode([targets[j]]),
             "share": float(positive[j] / positive.sum())}
-
-
-def _to(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-    device = next(model.parameters()).device
-    return {key: value.to(device) for key, value in batch.items()}
-
-
-@contextmanager
-def _requires_grad(weights: list[torch.Tensor]):
-    before = [w.requires_grad for w in weights]
-    for w in weights:
-        w.requires_grad_(True)
-    try:
-        yield
-    finally:
-        for w, b in zip(weights, before, strict=True):
-            w.requires_grad_(b)

@@ -41,7 +41,7 @@ from gradian.gradients.hooks import lora_fingerprint
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore
 from gradian.scores.queries import QueryPair, query_features
-from gradian.scores.scoring import score
+from gradian.scores.scoring import score_features as score
 
 ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "trainer_state.json"

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gradian.capabilities import Capability
 from gradian.errors import InputError
 from gradian.files import atomic_write
-from gradian.regression.capabilities import Capability
 from gradian.regression.generation import generate
 from gradian.regression.measure import GENERATIONS, SETTINGS
 from gradian.regression.statistics import N_RESAMPLES, paired_bootstrap_ci

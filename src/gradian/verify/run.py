@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.capabilities import get_capability
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
 from gradian.data.run_record import recorded_order
 from gradian.errors import InputError
 from gradian.lock import output_lock
-from gradian.regression.capabilities import get_capability
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
 from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.report.schema import SCHEMA_VERSION

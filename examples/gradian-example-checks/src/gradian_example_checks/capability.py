@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradian.regression.capabilities import Capability
+from gradian import Capability
 
 
 class YesNo(Capability):

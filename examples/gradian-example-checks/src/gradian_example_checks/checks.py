@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gradian.audit import AuditContext, Finding, check
+from gradian import AuditContext, Finding, check
 
 PLACEHOLDER = re.compile(r"\b(TODO|TBD|FIXME|lorem ipsum)\b", re.I)
 

@@ -1,7 +1,7 @@
 """K-FAC and EK-FAC preconditioners, block-diagonal over LoRA matrices, in the projected feature space.
 
 Matrix m's block of a feature is vec Ĝ (row-major (k_rows, k_cols), as `KroneckerProjector.project` flattens).
-Its curvature is approximated by S ⊗ A (`gradients.factors`), with eigendecompositions S = Q_S diag(s) Q_Sᵀ and
+Its curvature is approximated by S ⊗ A (`curvature.factors`), with eigendecompositions S = Q_S diag(s) Q_Sᵀ and
 A = Q_A diag(a) Q_Aᵀ, so a query block Q̂ (k_rows, k_cols) is preconditioned in the Kronecker eigenbasis:
 
     P Q̂ = Q_S [(Q_Sᵀ Q̂ Q_A) / (Λ + λ)] Q_Aᵀ
@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from gradian.gradients.factors import KroneckerFactors
+from gradian.curvature.factors import KroneckerFactors
 from gradian.gradients.projection import KroneckerProjector
 
 Damped = TypeVar("Damped", bound="KFAC")

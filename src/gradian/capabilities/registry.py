@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gradian.capabilities.repair import normal_key, parse_object, repair_json_object
 from gradian.errors import InputError
 from gradian.plugins import CAPABILITIES as CAPABILITY_GROUP
 from gradian.plugins import load_group
-from gradian.regression.repair import normal_key, parse_object, repair_json_object
 
 Factory = Callable[[str | None], "Capability"]
 _REGISTRY: dict[str, Factory] = {}

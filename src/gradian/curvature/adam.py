@@ -1,0 +1,65 @@
+"""`adam`: P = diag(1/(√v̂ + ε)) from the run's `optimizer.pt` (LESS), read here and nowhere else.
+
+It is a diagonal in LoRA parameter space, so it cannot be applied to projected features: `adam()` returns a
+`ParameterScale` that extraction multiplies into each exact per-example weight gradient before projection;
+scoring then uses `identity` on those features (queries stay plain, as in LESS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gradian.errors import InputError, reason
+from gradian.gradients.extract import ParameterScale
+from gradian.gradients.hooks import lora_matrices
+
+
+def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
+    """1/(√v̂ + ε) per LoRA weight from an Adam/AdamW `optimizer.pt`, matched to PEFT's order and checked by shape."""
+    path = Path(optimizer_path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable file is the user's input problem
+        raise InputError(
+            f"cannot read optimizer state safely ({reason(error, 160)}); pass the optimizer.pt of a checkpoint.", path
+        ) from None
+    matrices = lora_matrices(model)
+    groups = state.get("param_groups", []) if isinstance(state, dict) else []
+    order = [(index, group) for group in groups for index in group["params"]]
+    if len(order) != len(matrices):
+        raise InputError(
+            f"optimizer state holds {len(order)} parameters but the adapter has {len(matrices)} "
+            "LoRA matrices; pass the optimizer.pt of this run",
+            path,
+        )
+    tensors = []
+    for (index, group), matrix in zip(order, matrices, strict=True):
+        entry = state["state"].get(index, {})
+        v = entry.get("exp_avg_sq")
+        if v is None or tuple(v.shape) != matrix.shape:
+            raise InputError(
+                f"optimizer entry {index} does not match {matrix.name} {matrix.shape}; "
+                "is this the optimizer.pt of this adapter?",
+                path,
+            )
+        step = float(entry.get("step", 1))
+        v_hat = v.double() / (1 - group.get("betas", (0.9, 0.999))[1] ** max(step, 1.0))
+        tensors.append(1.0 / (v_hat.sqrt() + group.get("eps", 1e-8)))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return ParameterScale(f"adam:{digest}", tensors)
+
+
+def parameter_scale(preconditioner: str, optimizer_path: Path | None, model: nn.Module,
+                    where: str | None) -> ParameterScale | None:
+    """The scale extraction applies for `preconditioner` (Adam's, else none); `where` names the run for the error
+    when the adam preconditioner has no optimizer.pt to read."""
+    if preconditioner != "adam":
+        return None
+    if optimizer_path is None:
+        raise InputError("the adam preconditioner needs the run's optimizer.pt; pass --run with a checkpoint folder.",
+                         where)
+    return adam(optimizer_path, model)

@@ -1,0 +1,80 @@
+"""`attribute`: audit → regression → queries → gradients → scores → ranking → clusters → report, in `out`.
+
+The stages (`gradian.stages`) called in order, nothing else: the CLI calls `attribute(settings, say=, bar=)`, so
+can a notebook, and the stages run one by one give the same report. Each stage writes its artifact into the output
+folder; a rerun reuses cached generations and the gradient store. Under `torchrun` / `accelerate launch` every
+process runs the audit and its shard of the extraction; rank 0 alone holds the output lock, generates, scores,
+ranks, clusters and reports (the others return None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gradian.gradients.distributed import Ranks, join
+from gradian.settings import AttributeSettings
+from gradian.stages import (
+    AttributeResult,
+    attributes,
+    cluster,
+    extract,
+    load,
+    output_folder,
+    prepare,
+    queries,
+    rank,
+    regression,
+    report,
+    run_audit,
+    score,
+)
+
+__all__ = ["AttributeResult", "attribute"]
+
+Say = Callable[[str], None]
+Bar = Callable[[Iterable, str], Iterable]
+
+
+def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar | None = None,
+              ranks: Ranks | None = None) -> AttributeResult | None:
+    """Run every stage; `say` reports the stage, `bar(iterable, label)` wraps long loops in a progress bar.
+
+    Returns None on every rank but 0 under torch.distributed (`ranks`, else the launcher's environment).
+    """
+    ranks = ranks or join()
+    say = say or (lambda _: None)
+    with output_folder(settings, ranks):
+        say("audit: rendering the rows as trained and running the checks")
+        audit = run_audit(settings, write=ranks.is_main)
+
+        say("regression: generating with the base and the fine-tuned model")
+        model, tokenizer = load(settings, audit, ranks)
+        prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
+        measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
+        if not attributes(settings, measured, ranks):
+            if not ranks.is_main:
+                return None
+            say("regression: inside the noise band, stopping here")
+            return report(settings, audit, measured)
+
+        query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
+        say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows"
+            + (f", {ranks.world} processes" if ranks.world > 1 else "")
+            + (", with their harmful positions" if query.harm_direction is not None else "")
+            + (", with their RepSim" if query.states is not None else ""))
+        extraction = extract(settings, audit, model, ranks=ranks, bar=bar, prepared=prepared,
+                             query=query)
+        if not ranks.is_main:
+            return None  # rank 0 scores, ranks, clusters and reports
+
+        over = f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else ""
+        say(f"scores: {len(query.pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} "
+            f"preconditioner{over}")
+        scores = score(settings, extraction, model, audit, query, bar=bar)
+        if query.row_harm == "tokens":
+            say("scores: each training row's harmful tokens, one forward-mode pass per batch")
+        ranking = rank(settings, scores, extraction, model, audit, query, bar=bar)
+        say("clusters: grouping and naming the training rows")
+        clusters = cluster(settings, audit, extraction.store, ranking.effects)
+        return report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
+                      extraction=extraction, model=model, tokenizer=tokenizer)
