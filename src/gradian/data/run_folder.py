@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 
 from gradian.data.axolotl import NAMED_TEMPLATES
+from gradian.data.checkpoints import CHECKPOINT, checkpoint_folders
 from gradian.data.framework_version import (
     VersionRange,
     inferred_trl_version,
@@ -43,7 +43,6 @@ CONFIG_NAMES = (
     "sft_config.yaml", "sft_config.yml", "sft_config.json", "training_config.yaml", "training_config.yml",
     "training_config.json", "trl_config.yaml", "axolotl.yaml", "axolotl.yml", "config.yaml", "config.yml",
 )
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 @dataclass
@@ -125,13 +124,6 @@ def _read_folder(path: Path) -> RunInfo:
     run.training_args = _training_args(run, path, checkpoints)
     run.record = read_run_record(path)
     return run
-
-
-def checkpoint_folders(path: Path) -> list[Path]:
-    """The `checkpoint-N/` folders under `path`, sorted by N (the one place Gradian finds checkpoints)."""
-    found = [(int(match.group(1)), child) for child in path.iterdir()
-             if child.is_dir() and (match := CHECKPOINT.match(child.name))]
-    return [child for _, child in sorted(found)]
 
 
 def newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from packaging.version import InvalidVersion, Version
 
+from gradian.data.checkpoints import checkpoint_folders
 from gradian.data.framework_version import VersionRange
 from gradian.errors import InputError
 
@@ -121,8 +122,6 @@ def find_record(run_dir: str | Path) -> Path | None:
     root = Path(run_dir)
     if (root / RECORD_NAME).is_file():
         return root / RECORD_NAME
-    from gradian.data.run_folder import checkpoint_folders
-
     for folder in reversed(checkpoint_folders(root) if root.is_dir() else []):
         if (folder / RECORD_NAME).is_file():
             return folder / RECORD_NAME

@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from gradian.data.checkpoints import CHECKPOINT, checkpoint_folders
 from gradian.data.render import Rendered
-from gradian.data.run_folder import CHECKPOINT, checkpoint_folders, newest_with
+from gradian.data.run_folder import newest_with
 from gradian.data.run_record import recorded_checkpoint_weights
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import extract_train_features
