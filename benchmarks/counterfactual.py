@@ -57,7 +57,7 @@ def attribute_run(folder: Path, out: Path, **overrides: Any) -> Path:
         attribute(AttributeSettings(
             base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
             dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-            capability=truth.get("capability", "json_formatting"), out=str(out), rank="combined", **overrides))
+            capability=truth.get("capability", "json_formatting"), out=str(out), **{"rank": "combined", **overrides}))
     return out
 
 
