@@ -17,7 +17,8 @@ from pathlib import Path
 
 import jobs
 from gradian.scenarios.base import cache_root
-from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, built, stage_one_base
+from gradian.scenarios import built_before
+from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, stage_one_base
 
 DEFAULT_OUT = Path.home() / ".cache" / "gradian" / "smollm2-suite"
 
@@ -26,7 +27,7 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
     """Build family `name` at `seed` into `out/runs/` unless built before; its line of builds.json."""
     folder = out / "runs" / f"{name}-seed{seed}"
     started = time.perf_counter()
-    if not built(folder, name, seed):
+    if not built_before(folder, name, seed):
         shutil.rmtree(folder, ignore_errors=True)
         build_smollm2_family(name, folder, seed, root=out / "cache", progress=lambda m: print(m, flush=True))
     measured = json.loads((folder / "measured.json").read_text())

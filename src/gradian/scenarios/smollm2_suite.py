@@ -242,11 +242,3 @@ def eos_after_cut(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[list[dict
             cut.append(row["id"])
     return tokenized, limit, cut
 
-
-def built(out_dir: str | Path, name: str, seed: int) -> bool:
-    out = Path(out_dir)
-    try:
-        truth = json.loads((out / "truth.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (out / "measured.json").is_file() and truth.get("scenario") == name and truth.get("seed") == seed
