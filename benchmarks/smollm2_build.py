@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import jobs
-from gradian.scenarios.base import cache_root
 from gradian.scenarios import built_before
+from gradian.scenarios.base import cache_root
 from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, stage_one_base
 
 DEFAULT_OUT = Path.home() / ".cache" / "gradian" / "smollm2-suite"
