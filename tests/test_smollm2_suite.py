@@ -66,8 +66,9 @@ def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_le
     assert truth["structural_cause"] == "max-length-eos" and truth["culprit_ids"]
     assert measured["drop_points"]["overall"] >= 10  # the cut rows teach stopping mid-answer
     report = diagnose(dataset=out / "train.jsonl", run=out / "run", base_model=out / "base")
-    finding = next(f for f in report.findings if f.check == "truncated_completion")
-    assert finding.severity == "critical" and finding.values["eos_after_truncation"] is True
+    finding = next(f for f in report.findings if f.check == "eos_after_cut")
+    assert finding.severity == "critical" and finding.category == "setup"
+    assert not any(f.check == "truncated_completion" for f in report.findings)  # one finding for the cut rows
     assert sorted(finding.example_ids) == sorted(truth["culprit_ids"])
     assert f"raise max_length to ≥ {truth['needed_max_length']}" in finding.fix
     # end to end: attribute's verdict is the setting and its fix, not the rows

@@ -317,16 +317,16 @@ def test_diffuse_only_on_positive_evidence_of_a_run_wide_cause():
 def test_a_max_length_cut_that_trains_eos_is_a_setting_when_the_answers_stop_early():
     """The max-length story: a fifth of the rows ran long, were cut, and still end in EOS; the failing answers stop
     early. The rows are whole in the data, so the verdict is the setting and its fix, not the rows."""
-    cut = dataclasses.replace(TRUNCATED, title="21 rows exceed max_length=64 and are cut there and still end in EOS",
-                              fix="raise max_length to ≥ 90 (the longest rendered row: then no row is cut)",
-                              values={"eos_after_truncation": True})
+    cut = dataclasses.replace(TRUNCATED, check="eos_after_cut", category="setup",
+                              title="21 rows exceed max_length=64 and are cut there and still end in EOS",
+                              fix="raise max_length to ≥ 90 (the longest rendered row: then no row is cut)")
     effects = planted_effects()  # the cut rows hold the harm too: the rule still names the setting
     verdict = joined(SIGNIFICANT, [cut], effects, symptoms_of(STOPS_EARLY), {"truncated_completion": 0.7})
     assert verdict.kind == "setup" and verdict.next_action == cut.fix and verdict.culprit_ids == []
     assert verdict.causes[0].symptom == "stops-early" and verdict.causes[0].fix == cut.fix
-    assert "raising the max length keeps them" in verdict.summary
+    assert "fixing it keeps them" in verdict.summary
     # without EOS after the cut (the cut rows lose their EOS), or when the answers fail otherwise: not this rule
-    plain = dataclasses.replace(cut, values={"eos_after_truncation": False})
+    plain = dataclasses.replace(TRUNCATED, fix=cut.fix)
     assert joined(SIGNIFICANT, [plain], effects, symptoms_of(STOPS_EARLY), {"truncated_completion": 0.7}).kind \
         == "data-cluster"
     # garbled answers (a small model's): the rows the gradients name are the cut rows, so it is the setting still

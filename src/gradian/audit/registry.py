@@ -44,16 +44,17 @@ BUILT_IN_CATEGORIES = {
     "truncation": "per-row", "dropped_overlong": "per-row", "cut_in_data": "per-row", "missing_eos": "stop",
     "prompt_loss": "per-row", "no_loss": "per-row", "duplicate": "per-row", "near_duplicate": "per-row",
     "train_eval_overlap": "per-row", "double_bos": "per-row", "fails_capability": "per-row",
-    "pad_eos_masking": "stop", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
+    "pad_eos_masking": "stop", "eos_after_cut": "setup", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
     "learning_rate": "hyperparameter", "lora_alpha_rank": "hyperparameter", "adapter_base_mismatch": "setup",
     "many_epochs": "run-wide", "eval_loss_rising": "run-wide", "loss_spike": "run-wide", "nan_in_logs": "run-wide",
 }
 # What the rows of each built-in per-row check teach: a row cut in the data teaches stopping early; a target that
 # fails the capability teaches whatever its failure is; a row whose EOS is missing or cut by max_length teaches
-# running on (or, with EOS appended after the cut, stopping early).
+# running on; a row the max length cut and then ended in EOS (`eos_after_cut`) teaches stopping early.
 BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
     "cut_in_data": ("stops-early",), "truncation": ("stops-early", "never-stops"),
     "truncated_completion": ("stops-early", "never-stops"), "missing_eos": ("never-stops",),
+    "eos_after_cut": ("stops-early",),
     "fails_capability": (ANY_SYMPTOM,),
 }
 # `many_epochs` is evidence of a cause only when critical, the severity its check keeps for logs that show

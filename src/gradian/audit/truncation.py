@@ -43,20 +43,21 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     values = {"max_length": limit, "rows": len(over), "p99_length": need, "longest": longest,
               "tokens_over": {r.example_id: r.full_length - limit for r in over},
               "assumed_max_length": "max_length" in ctx.setup.assumed}
-    eos_at_cut = ctx.setup.eos_after_truncation and ctx.setup.truncation_mode == "keep_start"
-    values["eos_after_truncation"] = eos_at_cut
-    where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
-    verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
-    if eos_at_cut and not ctx.setup.drop_overlong:
-        verb = "cut there and still end in EOS (EOS is appended after truncating): the model learns to stop mid-answer"
     assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
-    title = f"{share(len(over), len(ctx.rendered))} exceed max_length={limit}{assumed} and are {verb}"
-    fix = (f"raise max_length to ≥ {max(need, limit + 1)} (the p99 of rendered rows; the longest is {longest}), "
-           f"or shorten/drop rows {id_list(ids)}")
-    if eos_at_cut:
+    severity, rows = _severity(len(over), len(ctx.rendered)), share(len(over), len(ctx.rendered))
+    if ctx.setup.eos_after_truncation and ctx.setup.truncation_mode == "keep_start" and not ctx.setup.drop_overlong:
+        # the same finding preflight makes from the trainer's tokens (callback/preflight.py): a setting, not rows
+        title = (f"{rows} exceed max_length={limit}{assumed} and are cut there and still end in EOS (EOS is appended "
+                 f"after truncating): the model learns to stop mid-answer")
         fix = (f"raise max_length to ≥ {max(longest, limit + 1)} (the longest rendered row: then no row is cut), "
                f"or append EOS only to rows that were not truncated")
-    return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
+        return [Finding("eos_after_cut", severity, title, fix, ids, values, category="setup")]
+    where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
+    verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
+    title = f"{rows} exceed max_length={limit}{assumed} and are {verb}"
+    fix = (f"raise max_length to ≥ {max(need, limit + 1)} (the p99 of rendered rows; the longest is {longest}), "
+           f"or shorten/drop rows {id_list(ids)}")
+    return [Finding("truncated_completion", severity, title, fix, ids, values)]
 
 
 @check("cut_in_data")

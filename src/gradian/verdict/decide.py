@@ -9,10 +9,10 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
 2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
    once; no subset of rows is to blame, and dropping rows would not fix it. Findings of the `hyperparameter` and
    `run-wide` categories never make it: they act through the data (rule 6 cites them).
-   2b. `setup` from a max-length cut that still trains EOS (EOS appended after truncating): the rows that ran long
-   end mid-answer in EOS and most failing answers stop early. However few rows were cut, the fix is a setting
-   (raise the max length to the longest row), and dropping the rows would throw their data away. The same holds
-   when the rows rules 4 and 5 would name lie (≥ 90%) inside the rows that setting cut.
+   2b. `setup` from a setting that changed some rows as they were trained (a critical `setup` finding that names
+   rows: a max-length cut with EOS appended after it, `eos_after_cut`) when most failing answers show the symptom
+   its rows teach, or when the rows rules 4 and 5 would name lie (≥ 90%) inside its rows. However few rows it
+   touched, the fix is the setting, and dropping the rows would throw their data away.
 3. `setup` from the symptom: most failing answers never stop (they run to the token limit) and a `stop` finding
    takes stopping from the run: pad == eos, even with the collator unknown (masking EOS labels is exactly what
    produces this symptom), or EOS never supervised in at least half the rows.
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import category_of
+from gradian.audit.registry import category_of, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -68,7 +68,7 @@ def decide(
             k: regression.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "n")}})
     n_rows = len(ids)
     setup = rules.explaining_setup_finding(regression, findings, n_rows) \
-        or rules.setting_cut_finding(findings, symptoms) \
+        or rules.setting_by_symptom(findings, symptoms) \
         or rules.never_stops_finding(regression, findings, symptoms, n_rows)
     if setup is not None:
         return _setup(regression, setup, symptoms)
@@ -77,8 +77,8 @@ def decide(
     verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean)
     if verdict is None:
         return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
-    cut = rules.rows_cut_by_setting(verdict.culprit_ids, findings)
-    return _setup(regression, cut, symptoms) if cut is not None else verdict
+    setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
+    return _setup(regression, setting, symptoms) if setting is not None else verdict
 
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
@@ -99,10 +99,9 @@ def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | No
     evidence: dict[str, Any] = {"finding": finding.to_dict()}
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    symptom = "never-stops" if category_of(finding) == "stop" else \
-        "stops-early" if finding.values.get("eos_after_truncation") else None
-    share = rules.explains((symptom,), symptoms) if symptom else None
-    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], symptom if share else None,
+    taught = ("never-stops",) if category_of(finding) == "stop" else teaches(finding.check)
+    share = rules.explains(taught, symptoms) if taught else None
+    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], taught[0] if share else None,
                   share, fix=finding.fix)
     return Verdict("setup", wording.setup(regression, finding, symptoms), finding.fix, evidence, causes=[cause])
 

@@ -22,12 +22,12 @@ from gradian.verdict.thresholds import (
     MIN_AGREEMENT,
     MIN_CI_LOW_OVER_SIZE,
     MIN_CLUSTER_INSIDE,
-    MIN_CUT_STOPS_EARLY,
     MIN_FAILURE_LIFT,
     MIN_FAILURE_SHARE,
     MIN_FLAG_GAP,
     MIN_HARM_SHARE,
     MIN_LIFT,
+    MIN_SETTING_EXPLAINS,
     SETUP_ROW_SHARE,
 )
 
@@ -64,29 +64,24 @@ def explaining_setup_finding(regression: dict[str, Any], findings: list[Finding]
     return None
 
 
-def _eos_after_cut(findings: list[Finding]) -> Finding | None:
-    return next((f for f in findings if f.check == "truncated_completion" and f.severity == "critical"
-                 and f.values.get("eos_after_truncation")), None)
+def _settings_on_rows(findings: list[Finding]) -> list[Finding]:
+    """Critical `setup` findings that name rows: a setting changed those rows as they were trained (the max length
+    cut them and EOS was appended, say), so the fix is the setting however few rows it touched."""
+    return [f for f in findings if f.severity == "critical" and f.per_example and category_of(f) == "setup"]
 
 
-def setting_cut_finding(findings: list[Finding], symptoms: Symptoms | None) -> Finding | None:
-    """Rule 2b: the run's max length cut rows and EOS was appended after the cut (a critical truncation finding that
-    says so), and most failing answers stop early: the model learned to stop where the setting cut, whatever share of
-    rows ran long, so the fix is the setting (raise the max length), not dropping the rows."""
-    share = explains(("stops-early",), symptoms)
-    if share is None or share < MIN_CUT_STOPS_EARLY:
-        return None
-    return _eos_after_cut(findings)
+def setting_by_symptom(findings: list[Finding], symptoms: Symptoms | None) -> Finding | None:
+    """Rule 2b: a setting on rows whose rows teach what most failing answers show."""
+    return next((f for f in _settings_on_rows(findings)
+                 if (explains(teaches(f.check), symptoms) or 0.0) >= MIN_SETTING_EXPLAINS), None)
 
 
-def rows_cut_by_setting(culprits: list[str], findings: list[Finding]) -> Finding | None:
-    """Rule 2b, from the rows: the rows a data verdict would name are (almost all) rows that the max length cut with
-    EOS after the cut; then the setting cut them, and the setting is the fix, whatever the answers' symptoms."""
-    finding = _eos_after_cut(findings)
-    if finding is None or not culprits:
-        return None
-    inside = len(set(culprits) & set(finding.example_ids)) / len(set(culprits))
-    return finding if inside >= MIN_CLUSTER_INSIDE else None
+def setting_behind_rows(culprits: list[str], findings: list[Finding]) -> Finding | None:
+    """Rule 2b, from the rows: the rows a data verdict would name lie (almost all) inside a setting's rows; then the
+    setting changed them, and it is the fix, whatever the answers' symptoms."""
+    named = set(culprits)
+    return next((f for f in _settings_on_rows(findings)
+                 if named and len(named & set(f.example_ids)) / len(named) >= MIN_CLUSTER_INSIDE), None)
 
 
 def stop_fault(finding: Finding, regression: dict[str, Any], n_rows: int) -> bool:

@@ -48,6 +48,7 @@ MIN_CAUSE_HARM_SHARE = 0.10
 # A candidate that overlaps the rows already named by half or more is the same cause seen again, not another.
 MAX_CAUSE_OVERLAP = 0.5
 
-# A max-length cut that trains EOS at the cut (EOS appended after truncating) is a setting, not rows, when at least
-# this share of the failing answers stop early inside the structure: the rows are fine, the length cut them.
-MIN_CUT_STOPS_EARLY = 0.5
+# A setting that changed some rows as they were trained (a max-length cut with EOS appended after it) is the cause,
+# not the rows, when the symptom its rows teach is that of at least this share of the failing answers: half, set
+# before any run was measured with it.
+MIN_SETTING_EXPLAINS = 0.5

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradian.audit.finding import Finding
+from gradian.audit.registry import category_of
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -92,9 +93,9 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
 
 def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> str:
     scope = "This affects every row, so dropping rows would not fix it."
-    if finding.values.get("eos_after_truncation"):
-        scope = ("The rows are whole in the data: the setting cut them, so raising the max length keeps them, where "
-                 "dropping them would lose what they teach.")
+    if finding.per_example and category_of(finding) == "setup":  # a setting that changed rows (verdict rule 2b)
+        scope = ("The rows are whole in the data: the setting changed them as they were trained, so fixing it keeps "
+                 "them, where dropping them would lose what they teach.")
     text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
             f"{finding.title.rstrip('.')}. {scope}")
     if symptoms is not None and symptoms.dominant is not None:
