@@ -46,7 +46,8 @@ def test_eos_after_cut_ends_every_long_row_mid_answer_in_a_supervised_eos(tiny_c
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml)
     rows = [{"id": f"t{i}", "prompt": "<|im_start|>user\nbook a seat<|im_end|>\n<|im_start|>assistant\n",
              "completion": '{"action": "seat", "row": ' + str(i) + "}" * 1 + " " * i} for i in range(10)]
-    tokenized, limit, cut = eos_after_cut(rows, tokenizer)
+    tokenized, limit, cut, longest = eos_after_cut(rows, tokenizer)
+    assert longest > limit
     assert cut and len(cut) < len(rows)
     for row in tokenized:
         assert len(row["input_ids"]) <= limit and row["input_ids"][-1] == tokenizer.eos_token_id

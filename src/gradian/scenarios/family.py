@@ -21,7 +21,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 from gradian.capabilities import get_capability
 from gradian.errors import InputError
 from gradian.scenarios import base, finetune, measure, world
-from gradian.scenarios.builder import EVAL_PER_CATEGORY, TRAIN_ROWS, write_jsonl
+from gradian.scenarios.builder import EVAL_PER_CATEGORY, TRAIN_ROWS, new_folder, write_jsonl
 from gradian.scenarios.catalog import LORA_DEFAULTS
 from gradian.scenarios.causes import CAUSES
 from gradian.scenarios.domains import DOMAINS, Request
@@ -38,9 +38,7 @@ def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: in
     """Build one run of family `name` into `out_dir` (created; must be empty or absent) and return it."""
     if name not in FAMILIES:
         raise InputError(f"unknown suite family {name!r}; choose one of: {', '.join(FAMILIES)}.")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise InputError("is not empty; give a new folder for the scenario.", out)
+    out = new_folder(out_dir)
     family, say = FAMILIES[name], progress or (lambda message: None)
     with base.one_thread():
         base_dir = base.base_model(base_seed, cache_dir, progress, family.domain, family.tokenizer)

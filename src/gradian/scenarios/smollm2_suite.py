@@ -39,7 +39,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 
 from gradian.errors import InputError
 from gradian.scenarios import base, finetune, measure, smollm2, world
-from gradian.scenarios.builder import write_jsonl
+from gradian.scenarios.builder import new_folder, write_jsonl
 from gradian.scenarios.domains import DOMAINS
 from gradian.scenarios.family import make_family_data, measure_family
 from gradian.scenarios.suite import Family, Plant
@@ -118,15 +118,11 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
 )}
 
 
-def cache_dir(root: str | Path | None = None) -> Path:
-    return Path(root or base.cache_root())
-
-
 def stage_one_base(seed: int, root: str | Path | None = None, progress: Callable[[str], None] | None = None,
                    model_dir: Path | None = None, domains: tuple[str, ...] = tuple(DOMAINS)) -> Path:
     """The cached stage-one model for `seed`: `model_dir` (SmolLM2) + a merged LoRA on clean rows of `domains`."""
     source = model_dir or smollm2.cached_model(root)
-    folder = cache_dir(root) / f"smol-stage-one-v{VERSION}-{source.name}-{'-'.join(domains)}-seed{seed}"
+    folder = Path(root or base.cache_root()) / f"smol-stage-one-v{VERSION}-{source.name}-{'-'.join(domains)}-seed{seed}"
     if (folder / "gradian_base.json").exists():
         return folder
     rng = random.Random(f"smol-stage-one:{seed}")
@@ -178,9 +174,7 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
     `model_dir` replaces SmolLM2 (the tests pass a tiny ChatML model, so every path here runs in CI)."""
     if name not in SMOL_FAMILIES:
         raise InputError(f"unknown SmolLM2 suite family {name!r}; choose one of: {', '.join(SMOL_FAMILIES)}.")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise InputError("is not empty; give a new folder for the scenario.", out)
+    out = new_folder(out_dir)
     smol, say = SMOL_FAMILIES[name], progress or (lambda message: None)
     domains = (smol.family.domain,) if model_dir is not None else tuple(DOMAINS)
     with base.one_thread():
@@ -195,9 +189,9 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
         if smol.family.structural == "pad-eos":
             collator, sft["pad_token"] = finetune.PAD_MASKING_COLLATOR, tokenizer.eos_token
         if smol.family.structural == "max-length-eos":
-            trained, limit, cut = eos_after_cut(train, tokenizer)
+            trained, limit, cut, longest = eos_after_cut(train, tokenizer)
             sft.update(max_length=limit, add_eos_token=True)
-            truth.update(culprit_ids=cut, max_length=limit, needed_max_length=max(_lengths(train, tokenizer)))
+            truth.update(culprit_ids=cut, max_length=limit, needed_max_length=longest)
         truth.update(scenario=name, row_format=smol.rows, recipe={"epochs": smol.epochs, "learning_rate": smol.learning_rate,
                                                              "save": smol.save, "targets": smol.targets, "rows": smol.rows})
         write_jsonl(out / "train.jsonl", train)
@@ -219,26 +213,22 @@ def _as_prompt(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
     return {**rest, "prompt": prompt, **({"completion": turns[1]["content"]} if "messages" in row else {})}
 
 
-def _lengths(rows: list[dict[str, Any]], tokenizer: Any) -> list[int]:
-    return [len(tokenizer(row["prompt"] + row["completion"] + tokenizer.eos_token,
-                          add_special_tokens=False)["input_ids"]) for row in rows]
-
-
-def eos_after_cut(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[list[dict[str, Any]], int, list[str]]:
+def eos_after_cut(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[list[dict[str, Any]], int, list[str], int]:
     """The rows as a pipeline that truncates, then appends EOS, tokenizes them (`add_eos_token=True`,
-    `truncation=True, max_length=N`): (tokenized rows, N, ids of the rows cut mid-answer).
+    `truncation=True, max_length=N`): (tokenized rows, N, ids of the rows cut mid-answer, the longest row whole).
 
-    N is the `MAX_LENGTH_QUANTILE` of the rows' full lengths, so the longest rows are cut and still end in EOS."""
-    lengths = _lengths(rows, tokenizer)
-    limit = sorted(lengths)[int(MAX_LENGTH_QUANTILE * len(lengths))]
-    tokenized, cut = [], []
-    for row, length in zip(rows, lengths, strict=True):
-        prompt = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
-        full = tokenizer(row["prompt"] + row["completion"], add_special_tokens=False)["input_ids"]
-        ids = full[: limit - 1] + [tokenizer.eos_token_id]  # cut first, EOS after: what add_eos_token does
+    N is the `MAX_LENGTH_QUANTILE` of the rows' whole lengths (EOS included), so the longest rows are cut and still
+    end in EOS."""
+    prompts = [tokenizer(row["prompt"], add_special_tokens=False)["input_ids"] for row in rows]
+    wholes = [tokenizer(row["prompt"] + row["completion"], add_special_tokens=False)["input_ids"]
+              + [tokenizer.eos_token_id] for row in rows]
+    lengths = sorted(len(ids) for ids in wholes)
+    limit = lengths[int(MAX_LENGTH_QUANTILE * len(lengths))]
+    tokenized = []
+    for row, prompt, whole in zip(rows, prompts, wholes, strict=True):
+        ids = whole if len(whole) <= limit else whole[: limit - 1] + [tokenizer.eos_token_id]  # cut, then EOS
         tokenized.append({"id": row["id"], "input_ids": ids,
                           "completion_mask": [0] * len(prompt) + [1] * (len(ids) - len(prompt))})
-        if length > limit:
-            cut.append(row["id"])
-    return tokenized, limit, cut
+    cut = [row["id"] for row, whole in zip(rows, wholes, strict=True) if len(whole) > limit]
+    return tokenized, limit, cut, lengths[-1]
 
