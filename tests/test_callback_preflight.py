@@ -61,7 +61,7 @@ def test_eos_after_cut_with_text_names_the_longest_row(tmp_path, tiny_tokenizer)
     assert longest > 40
     (cut,) = [f for f in callback.result.findings if f.check == "eos_after_cut"]
     assert cut.severity == "critical" and cut.example_ids == ["0", "3", "6", "9"]  # the long rows, none other
-    assert f"raise max_length to ≥ {longest} (the longest untruncated row)" in str(stopped.value)
+    assert f"raise max_length to ≥ {longest} (the longest row whole" in str(stopped.value)
     assert not [f for f in callback.result.findings if f.check == "cut_in_data"]  # explained, not counted twice
 
 
@@ -70,7 +70,7 @@ def test_eos_after_cut_without_text_says_it_cannot_tell(tmp_path, tiny_tokenizer
     callback = GradianCallback(on_critical="warn", echo=lambda _: None)
     sft_trainer(tmp_path, rows, callbacks=[callback], max_steps=1).train()
     (cut,) = [f for f in callback.result.findings if f.check == "eos_after_cut"]
-    assert cut.values["longest_untruncated"] is None and "Gradian cannot tell how long that is" in cut.fix
+    assert cut.values["longest"] is None and "Gradian cannot tell how long that is" in cut.fix
 
 
 def test_no_supervised_token_is_critical(tmp_path, tiny_tokenizer):

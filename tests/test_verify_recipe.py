@@ -104,3 +104,19 @@ def test_a_non_lora_adapter_is_refused():
     run = RunInfo(path=None, config={"learning_rate": 1e-4})
     with pytest.raises(InputError, match="not LoRA"):
         read_recipe(run, {"peft_type": "IA3", "target_modules": ["q_proj"]})
+
+
+def test_a_setup_fix_is_the_setting_the_finding_states(tiny_tokenizer):
+    """verify retrains with the training settings a check wrote into its finding (the max-length cut: the length
+    that stops every cut), and says when a finding states none."""
+    from gradian.audit.truncation import eos_after_cut_finding
+    from gradian.verify.plan import setup_fix
+    from gradian.verify.recipe import Recipe
+
+    recipe = Recipe(training={}, lora={}, seed=0)
+    cut = eos_after_cut_finding(["t1", "t2"], 10, 52, 64).to_dict()
+    fix, why = setup_fix(cut, recipe, tiny_tokenizer)
+    assert why is None and fix is not None and fix.changes == {"max_length": 64} and fix.check == "eos_after_cut"
+    unknown_length = eos_after_cut_finding(["t1"], 10, 52, None).to_dict()  # only the cut tokens: no length to set
+    fix, why = setup_fix(unknown_length, recipe, tiny_tokenizer)
+    assert fix is None and "no automatic fix for the eos_after_cut finding" in why

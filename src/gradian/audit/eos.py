@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
@@ -30,7 +32,9 @@ def missing_eos(ctx: AuditContext) -> list[Finding]:
     ids = [r.example_id for r in missing]
     stops = sorted(ctx.tokenizer.convert_ids_to_tokens(i) for i in ctx.end_ids)
     severity = "critical" if len(missing) >= 0.5 * max(len(trained), 1) else "warning"
-    values = {"model_eos": stops, "configured_eos_token": ctx.setup.eos_token, "eos_id": ctx.eos_id}
+    values: dict[str, Any] = {"model_eos": stops, "configured_eos_token": ctx.setup.eos_token, "eos_id": ctx.eos_id}
+    if ctx.setup.eos_token is not None:  # the fix verify retrains with: the model's own EOS
+        values["fix_settings"] = {"eos_token": None}
     if ctx.setup.eos_token is not None and ctx.eos_id not in ctx.end_ids:
         title = (f"the run's eos_token={ctx.setup.eos_token!r} (config or saved tokenizer) replaced the model's EOS "
                  f"{stops[0]!r}: "

@@ -44,7 +44,8 @@ def prompt_loss(ctx: AuditContext) -> list[Finding]:
                      "with {% generation %}")
     title = (f"{share(len(hits), len(ctx.examples))} train on their prompt "
              f"(median {np.median(fractions):.0%} of tokens carry loss)")
-    values = {"median_label_fraction": float(np.median(fractions)), "messages_rows": chats, "prompt_rows": plain}
+    values = {"median_label_fraction": float(np.median(fractions)), "messages_rows": chats, "prompt_rows": plain,
+              "fix_settings": {"completion_only_loss": True}}
     return [Finding("prompt_loss", severity, title, "; ".join(fixes), ids, values)]
 
 

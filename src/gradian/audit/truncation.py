@@ -7,6 +7,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,22 +43,35 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     ids = [r.example_id for r in over]
     values = {"max_length": limit, "rows": len(over), "p99_length": need, "longest": longest,
               "tokens_over": {r.example_id: r.full_length - limit for r in over},
-              "assumed_max_length": "max_length" in ctx.setup.assumed}
-    assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
-    severity, rows = _severity(len(over), len(ctx.rendered)), share(len(over), len(ctx.rendered))
+              "assumed_max_length": "max_length" in ctx.setup.assumed,
+              "fix_settings": {"max_length": max(need, limit + 1)}}
     if ctx.setup.eos_after_truncation and ctx.setup.truncation_mode == "keep_start" and not ctx.setup.drop_overlong:
-        # the same finding preflight makes from the trainer's tokens (callback/preflight.py): a setting, not rows
-        title = (f"{rows} exceed max_length={limit}{assumed} and are cut there and still end in EOS (EOS is appended "
-                 f"after truncating): the model learns to stop mid-answer")
-        fix = (f"raise max_length to ≥ {max(longest, limit + 1)} (the longest rendered row: then no row is cut), "
-               f"or append EOS only to rows that were not truncated")
-        return [Finding("eos_after_cut", severity, title, fix, ids, values, category="setup")]
+        return [eos_after_cut_finding(ids, len(ctx.rendered), limit, longest)]
+    assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
     where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
     verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
-    title = f"{rows} exceed max_length={limit}{assumed} and are {verb}"
+    title = f"{share(len(over), len(ctx.rendered))} exceed max_length={limit}{assumed} and are {verb}"
     fix = (f"raise max_length to ≥ {max(need, limit + 1)} (the p99 of rendered rows; the longest is {longest}), "
            f"or shorten/drop rows {id_list(ids)}")
-    return [Finding("truncated_completion", severity, title, fix, ids, values)]
+    return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
+
+
+def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int | None) -> Finding:
+    """Rows cut at `limit` tokens that still end in a supervised EOS (EOS appended after truncating: the model learns
+    to stop mid-answer), out of `total`; `longest`, the longest row whole, when known. A setting, not rows: the audit
+    makes it from the run's settings, preflight from the trainer's own tokens."""
+    title = (f"{share(len(ids), total)} are cut at {limit} tokens and still end in EOS (EOS is appended after "
+             f"truncating): the model learns to stop mid-answer")
+    if longest is not None:
+        fix = f"raise max_length to ≥ {max(longest, limit + 1)} (the longest row whole: then no row is cut)"
+    else:
+        fix = ("raise max_length to ≥ the longest row whole (the dataset holds only the cut tokens, so Gradian cannot "
+               "tell how long that is: tokenize once without truncation and take the longest)")
+    fix += f", or append EOS only to rows that were not cut; rows {id_list(ids)}"
+    values: dict[str, Any] = {"max_length": limit, "rows": len(ids), "longest": longest}
+    if longest is not None:  # the fix verify retrains with
+        values["fix_settings"] = {"max_length": max(longest, limit + 1)}
+    return Finding("eos_after_cut", _severity(len(ids), total), title, fix, ids, values, category="setup")
 
 
 @check("cut_in_data")
@@ -67,7 +81,7 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
     reasons: dict[str, str] = {}
     for example, text in zip(ctx.examples, completions, strict=True):
-        reason = _json_cut(text) if text[:1] in ("{", "[", "`") else None
+        reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
         if reason:
             reasons[example.id] = reason
     for example_id, reason in _short_for_cluster(ctx.examples, completions).items():
@@ -87,7 +101,7 @@ def _completion_string(example: Example) -> str:
     return completion or ""
 
 
-def _json_cut(text: str) -> str | None:
+def json_cut(text: str) -> str | None:
     """Why a completion that looks like JSON is cut, or None when it is whole (or not JSON at all)."""
     body = text.strip()
     fenced = re.search(r"```(?:json)?\s*(.*?)(```|$)", body, re.S)

@@ -8,7 +8,6 @@ max length and then ended with EOS (`eos_after_cut`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +16,7 @@ from typing import Any
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding, by_severity
 from gradian.audit.registry import run_checks
-from gradian.audit.truncation import CRITICAL_SHARE, json_depth
-from gradian.audit.wording import id_list, share
+from gradian.audit.truncation import eos_after_cut_finding, json_cut
 from gradian.callback.record import collator_pad_id, package_version
 from gradian.callback.trainer_rows import TrainerRows, collated_labels, token_columns, trainer_rows
 from gradian.data.render import IGNORE, Rendered
@@ -92,47 +90,20 @@ def eos_after_cut(ctx: AuditContext, rows: TrainerRows) -> list[Finding]:
     if not trained or ctx.eos_id is None:
         return []
     cap = max(len(r.input_ids) for r in trained)
-    hits = [r for r in trained if len(r.input_ids) == cap and _ends_in_eos(r, ctx.eos_id)
-            and _cut_json(ctx.tokenizer.decode(r.input_ids[_answer_start(r) : -1]))]
-    if not hits:
-        return []
-    ids = [r.example_id for r in hits]
-    longest = _longest_untruncated(rows)
-    values = {"length": cap, "rows": len(hits), "longest_untruncated": longest}
-    title = (f"{share(len(hits), len(trained))} are exactly {cap} tokens and end in EOS right after an answer cut "
-             f"mid-object: the data was tokenized with truncation at {cap} and EOS appended after the cut, so the "
-             f"model learns to stop mid-answer")
-    if longest is not None:
-        fix = f"raise max_length to ≥ {longest} (the longest untruncated row) where the rows are tokenized"
-    else:
-        fix = ("raise max_length where the rows are tokenized to ≥ the longest untruncated row (the dataset holds "
-               "only the cut tokens, so Gradian cannot tell how long that is: tokenize once without truncation and "
-               "take the longest)")
-    fix += f", and append EOS only to rows that were not cut; rows {id_list(ids)}"
-    severity = "critical" if len(hits) >= 2 or len(hits) >= CRITICAL_SHARE * len(trained) else "warning"
-    return [Finding("eos_after_cut", severity, title, fix, ids, values, category="setup")]
-
-
-def _ends_in_eos(row: Rendered, eos_id: int) -> bool:
-    return row.input_ids[-1] == eos_id and row.labels[-1] != IGNORE
+    hits = [r.example_id for r in trained if len(r.input_ids) == cap and r.input_ids[-1] == ctx.eos_id
+            and r.labels[-1] != IGNORE and _answer_cut(ctx.tokenizer.decode(r.input_ids[_answer_start(r) : -1]))]
+    return [eos_after_cut_finding(hits, len(trained), cap, _longest_untruncated(rows))] if hits else []
 
 
 def _answer_start(row: Rendered) -> int:
+    """Where the answer starts: the first supervised token (a row rebuilt from tokens knows no prompt length)."""
     return next((i for i, label in enumerate(row.labels) if label != IGNORE), 0)
 
 
-def _cut_json(text: str) -> bool:
-    """An answer that opens a JSON object or list and stops before closing it."""
-    body = text.strip()
-    start = min((i for i in (body.find("{"), body.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        return False
-    try:
-        json.loads(body[start:])
-        return False
-    except json.JSONDecodeError:
-        depth, in_string = json_depth(body[start:])
-        return depth > 0 or in_string
+def _answer_cut(text: str) -> bool:
+    """The JSON the text opens (after any prompt the labels kept) stops before it closes."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    return bool(starts) and json_cut(text[min(starts):]) is not None
 
 
 def _longest_untruncated(rows: TrainerRows) -> int | None:

@@ -225,22 +225,21 @@ def candidate_groups(report: dict[str, Any]) -> list[Group]:
 
 
 def setup_fix(finding: dict[str, Any], recipe: Recipe, tokenizer: Any) -> tuple[Fix | None, str | None]:
-    """The setting a setup finding names as its fix, applied to the recipe; (None, why) when there is none."""
+    """The setting a setup finding names as its fix, applied to the recipe; (None, why) when there is none.
+
+    A check states its fix as training settings in `values["fix_settings"]` (SFTConfig fields); pad == eos needs the
+    tokenizer to pick a pad token, and eval overlap drops rows, so those two are decided here."""
     check, values = finding.get("check"), finding.get("values") or {}
+    settings = values.get("fix_settings")
+    if isinstance(settings, dict) and settings:
+        said = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        return Fix(str(check), f"{said}, as the finding's fix says", dict(settings)), None
     if check == "pad_eos_masking":
         eos = tokenizer.eos_token
         for token in (tokenizer.pad_token, tokenizer.unk_token):
             if token is not None and token != eos and token != recipe.training.get("eos_token"):
                 return Fix(check, f"a distinct pad token ({token!r}, not EOS {eos!r})", {"pad_token": token}), None
         return None, "the tokenizer has no token other than EOS to pad with; add one and retrain"
-    if check == "missing_eos" and values.get("configured_eos_token") is not None:
-        return Fix(check, f"the model's own EOS instead of eos_token={values['configured_eos_token']!r}",
-                   {"eos_token": None}), None
-    if check == "prompt_loss":
-        return Fix(check, "completion-only loss (completion_only_loss=True)", {"completion_only_loss": True}), None
-    if check == "truncated_completion":
-        length = max(int(values.get("p99_length") or 0), int(values.get("max_length") or 0) + 1)
-        return Fix(check, f"max_length raised to {length} (the p99 of rendered rows)", {"max_length": length}), None
     if check == "train_eval_overlap":
         ids = list(finding.get("example_ids") or [])
         return Fix(check, f"the {len(ids)} rows copied from the eval set dropped", drop_ids=ids), None
