@@ -12,14 +12,8 @@ from trl import SFTTrainer
 from callback_runs import sft_trainer, tickets
 from gradian import GradianCallback
 from gradian.callback.record import fed_rows
-from gradian.callback.replay import RecordedOrderSampler
-from gradian.data.run_record import (
-    read_run_record,
-    recorded_checkpoint_weights,
-    recorded_learning_rates,
-    recorded_order,
-    row_hash,
-)
+from gradian.data.replay import RecordedOrderSampler
+from gradian.data.run_record import read_run_record, row_hash
 from gradian.errors import InputError
 
 SETTINGS = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, "num_train_epochs": 2,
@@ -70,13 +64,13 @@ def test_order_equals_what_the_collator_fed(recorded):
     assert [step["hashes"] for step in record.steps] == [[row_hash(r) for r in step] for step in fed]
     assert [step["epoch"] for step in record.steps] == [0, 0, 0, 1, 1, 1]
     assert sorted(i for rows in record.order[:3] for i in rows) == list(range(12))  # each row once per epoch
-    assert recorded_order(out) == record.order
+    assert record.epochs == [[i for rows in record.order[:3] for i in rows], [i for rows in record.order[3:] for i in rows]]
 
 
 def test_learning_rates_equal_the_logged_ones(recorded):
     out, trainer, _ = recorded
     logged = {row["step"]: row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row}
-    rates = recorded_learning_rates(out)
+    rates = read_run_record(out).learning_rates
     assert rates == [logged[step] for step in range(1, 7)]
     assert rates[0] == pytest.approx(5e-3) and rates[-1] < rates[0]  # the linear schedule, step by step
 
@@ -139,18 +133,19 @@ def test_replay_refuses_another_dataset(recorded):
 
 
 def test_readers_without_or_with_a_bad_record(tmp_path):
-    assert recorded_order(tmp_path) is None and recorded_learning_rates(tmp_path) is None
+    assert read_run_record(tmp_path) is None
     (tmp_path / "gradian_run.json").write_text('{"format": "gradian_run", "version": 99}')
     with pytest.raises(InputError, match="gradian_run.json: is a run record of version 99"):
         read_run_record(tmp_path)
 
 
-def test_recorded_checkpoint_weights_sum_the_rates_they_stand_for(recorded):
+def test_learning_rates_by_step_and_an_order_with_a_row_outside_the_dataset(recorded):
     out, _, _ = recorded
-    rates = recorded_learning_rates(out)
-    assert recorded_checkpoint_weights(out, [3, 6]) == [sum(rates[:3]), sum(rates[3:])]
-    with pytest.raises(InputError, match="records no learning rate for step 7"):
-        recorded_checkpoint_weights(out, [3, 8])
+    record = read_run_record(out)
+    assert record.learning_rate_of() == dict(enumerate(record.learning_rates, start=1))
+    record.data["steps"][4]["rows"][1] = None  # a row the dataset does not hold: replaying would shift every row
+    with pytest.raises(InputError, match="step 5 fed the model a row that is not in its train dataset"):
+        RecordedOrderSampler.from_record(record)  # reads record.order
 
 
 def test_padding_free_batches_split_back_into_rows():

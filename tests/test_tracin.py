@@ -223,7 +223,7 @@ def test_a_run_record_weighs_each_checkpoint_by_the_learning_rates_it_recorded(r
     interpolation of log_history."""
     import json
 
-    from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION
+    from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION, read_run_record
 
     _, _, folder = run
     rates = [1e-3 * (1 + (step % 3)) for step in range(1, STEPS[-1] + 1)]  # no schedule log_history could give
@@ -231,9 +231,13 @@ def test_a_run_record_weighs_each_checkpoint_by_the_learning_rates_it_recorded(r
     (folder / RECORD_NAME).write_text(json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION,
                                                   "steps": steps}))
     try:
-        weights = [c.weight for c in checkpoint_weights(folder)]
+        record = read_run_record(folder)
     finally:
         (folder / RECORD_NAME).unlink()
+    weights = [c.weight for c in checkpoint_weights(folder, record)]
     bounds = [0, *STEPS]
     assert weights == pytest.approx([sum(rates[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)])
     assert weights != pytest.approx([c.weight for c in checkpoint_weights(folder)])
+    record.data["steps"] = steps[:-1]  # the last step unrecorded: the last checkpoint cannot be weighed
+    with pytest.raises(InputError, match=f"records no learning rate for step {STEPS[-1]}"):
+        checkpoint_weights(folder, record)

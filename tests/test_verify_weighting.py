@@ -155,12 +155,12 @@ def test_rows_removed_match_a_float64_loop_that_masks_their_loss(world, nothing_
 def test_the_order_a_gradian_callback_recorded_replays_the_run_bit_for_bit(world):
     """verify's retrains replay gradian_run.json's order: the recorded run's adapter, to the bit."""
     from gradian import GradianCallback
-    from gradian.data.run_record import recorded_order
+    from gradian.data.run_record import read_run_record
 
     root, base, rows = world
     with one_thread():
         recorded = plain_trl_run(root, base, rows, [GradianCallback(on_critical="warn")], out="recorded")
-        order = recorded_order(root / "recorded")
+        order = read_run_record(root / "recorded").order
         assert order is not None and sorted(i for step in order[:5] for i in step) == list(range(ROWS))
         replayed, _ = retrain(Retrain("from-record", rows, RECIPE.seed, order=order), RECIPE, base, root / "verify")
     assert json.loads((replayed / ORDER).read_text()) == order

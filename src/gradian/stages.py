@@ -389,13 +389,13 @@ def tracin_checkpoints(settings: ExtractSettings,
         if run_path is None or audit.run is None or not audit.run.checkpoints:
             return [], "no run folder with checkpoint-*/ folders"
         try:
-            return checkpoint_weights(run_path), None
+            return checkpoint_weights(run_path, audit.run.record), None
         except InputError as error:
             return [], str(error)
     if run_path is None:
         raise InputError("--checkpoints on needs the run folder with its checkpoint-*/ folders; pass --run DIR.",
                          settings.adapter)
-    return checkpoint_weights(run_path), None
+    return checkpoint_weights(run_path, audit.run.record if audit.run is not None else None), None
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -6,6 +6,6 @@
 
 from gradian.callback.callback import GradianCallback
 from gradian.callback.preflight import PreflightError, preflight
-from gradian.callback.replay import RecordedOrderSampler
+from gradian.data.replay import RecordedOrderSampler
 
 __all__ = ["GradianCallback", "PreflightError", "RecordedOrderSampler", "preflight"]

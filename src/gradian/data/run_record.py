@@ -65,8 +65,28 @@ class RunRecord:
 
     @property
     def order(self) -> list[list[int]]:
-        """Dataset indices of the rows each optimizer step trained on, step by step."""
-        return [[int(i) for i in step.get("rows") or [] if i is not None] for step in self.steps]
+        """Dataset indices of the rows each optimizer step trained on, step by step; `InputError` when a step fed
+        a row that is not in the train dataset (a replay without it would shift every later row)."""
+        for step in self.steps:
+            if any(i is None for i in step.get("rows") or []):
+                raise InputError(f"step {step.get('step')} fed the model a row that is not in its train dataset; "
+                                 f"this order cannot be replayed.", self.path)
+        return [[int(i) for i in step.get("rows") or []] for step in self.steps]
+
+    @property
+    def epochs(self) -> list[list[int]]:
+        """The order by epoch: the dataset indices each epoch fed, in order (what a sampler yields)."""
+        by_epoch: dict[int, list[int]] = {}
+        for step, rows in zip(self.steps, self.order, strict=True):
+            by_epoch.setdefault(int(step.get("epoch") or 0), []).extend(rows)
+        if not by_epoch:
+            raise InputError("records no optimizer step; train with GradianCallback to the end first.", self.path)
+        return [by_epoch.get(e, []) for e in range(max(by_epoch) + 1)]
+
+    def learning_rate_of(self) -> dict[int, float]:
+        """The learning rate of each recorded optimizer step, by its 1-based global step."""
+        return {int(step["step"]): float(step["learning_rate"]) for step in self.steps
+                if step.get("step") is not None and step.get("learning_rate") is not None}
 
     @property
     def learning_rates(self) -> list[float]:
@@ -147,35 +167,3 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
         raise InputError(f"is a run record of version {data.get('version')!r}; this Gradian reads version "
                          f"{RECORD_VERSION}: upgrade Gradian.", path)
     return RunRecord(path.resolve(), data)
-
-
-def recorded_order(run_dir: str | Path) -> list[list[int]] | None:
-    """Dataset indices per optimizer step, as the run trained them; None without a record."""
-    record = read_run_record(run_dir)
-    return record.order if record is not None else None
-
-
-def recorded_checkpoint_weights(run_dir: str | Path, checkpoint_steps: Sequence[int]) -> list[float] | None:
-    """TracIn-CP's weight of each checkpoint: the summed learning rate of the steps it stands for, those after the
-    checkpoint before it up to its own step (steps are 1-based global steps, `checkpoint-N` holds step N's weights).
-    None without a record; raises `InputError` when the record lacks a step a checkpoint needs."""
-    record = read_run_record(run_dir)
-    if record is None:
-        return None
-    rates = {int(step["step"]): float(step["learning_rate"]) for step in record.steps
-             if step.get("step") is not None and step.get("learning_rate") is not None}
-    weights, previous = [], 0
-    for step in checkpoint_steps:
-        missing = [s for s in range(previous + 1, step + 1) if s not in rates]
-        if missing:
-            raise InputError(f"records no learning rate for step {missing[0]}, which checkpoint-{step} stands for; "
-                             f"the run was recorded only in part.", record.path)
-        weights.append(sum(rates[s] for s in range(previous + 1, step + 1)))
-        previous = step
-    return weights
-
-
-def recorded_learning_rates(run_dir: str | Path) -> list[float] | None:
-    """The learning rate of each optimizer step, in order; None without a record."""
-    record = read_run_record(run_dir)
-    return record.learning_rates if record is not None else None

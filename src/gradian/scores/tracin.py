@@ -35,7 +35,7 @@ from torch import nn
 from gradian.data.checkpoints import CHECKPOINT, checkpoint_folders
 from gradian.data.render import Rendered
 from gradian.data.run_folder import newest_with
-from gradian.data.run_record import recorded_checkpoint_weights
+from gradian.data.run_record import RunRecord
 from gradian.errors import InputError, reason
 from gradian.gradients.extract import extract_train_features
 from gradian.gradients.hooks import lora_fingerprint
@@ -60,8 +60,9 @@ class Checkpoint:
     weight: float  # η_c = mean_lr × steps
 
 
-def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
-    """The run's `checkpoint-*/` folders with an adapter, sorted by step, each with its TracIn weight η_c."""
+def checkpoint_weights(run_dir: str | Path, record: RunRecord | None = None) -> list[Checkpoint]:
+    """The run's `checkpoint-*/` folders with an adapter, sorted by step, each with its TracIn weight η_c (from the
+    learning rates `record` holds, when the run was recorded)."""
     root = Path(run_dir).resolve()
     if not root.is_dir():
         raise InputError("no such run folder; point --run at the trainer's output_dir.", root)
@@ -72,19 +73,13 @@ def checkpoint_weights(run_dir: str | Path) -> list[Checkpoint]:
                          "(save_strategy), or run without --checkpoints.", root)
     for _, folder in found:
         _check_adapter_file(folder)
-    recorded = recorded_checkpoint_weights(root, [step for step, _ in found])  # gradian_run.json: each step's lr
-    if recorded is not None:
-        return [Checkpoint(folder, step, step - previous, weight / (step - previous), weight)
-                for (step, folder), previous, weight in zip(found, [0] + [s for s, _ in found[:-1]], recorded,
-                                                           strict=True)]
-    state = _final_state(root, [folder for _, folder in found])
-    steps, lrs = _logged_lrs(state)
+    rate_of = _recorded_rates(record) if record is not None else _logged_rates(_final_state(root, [f for _, f in found]))
     checkpoints, previous = [], 0
     for step, folder in found:
         if step <= previous:
             raise InputError("is at step 0; a checkpoint stands for the steps before it, so it needs a positive step.",
                              folder)
-        per_step = np.interp(np.arange(previous + 1, step + 1), steps, lrs)  # lr(t) for t in (previous, step]
+        per_step = rate_of(np.arange(previous + 1, step + 1))  # lr(t) for t in (previous, step]
         checkpoints.append(Checkpoint(folder, step, step - previous, float(per_step.mean()), float(per_step.sum())))
         previous = step
     return checkpoints
@@ -113,6 +108,27 @@ def _final_state(root: Path, folders: list[Path]) -> Path:
     if folder is None:
         raise InputError(f"holds no {STATE_FILE}, so the learning rate of each checkpoint is unknown.", root)
     return folder / STATE_FILE
+
+
+def _recorded_rates(record: RunRecord) -> Callable[[np.ndarray], np.ndarray]:
+    """lr(t) as the run record holds it, step by step."""
+    rates = record.learning_rate_of()
+
+    def rate_of(steps: np.ndarray) -> np.ndarray:
+        missing = [int(s) for s in steps if int(s) not in rates]
+        if missing:
+            raise InputError(f"records no learning rate for step {missing[0]}, which a checkpoint stands for; the run "
+                             f"was recorded only in part.", record.path)
+        return np.array([rates[int(s)] for s in steps], dtype=np.float64)
+
+    return rate_of
+
+
+def _logged_rates(path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """lr(t) linearly interpolated between the log's `learning_rate` entries (flat before the first and after the
+    last)."""
+    steps, lrs = _logged_lrs(path)
+    return lambda at: np.interp(at, steps, lrs)
 
 
 def _logged_lrs(path: Path) -> tuple[np.ndarray, np.ndarray]:

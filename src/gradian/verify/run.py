@@ -17,7 +17,6 @@ from gradian.capabilities import get_capability
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
-from gradian.data.run_record import recorded_order
 from gradian.errors import InputError
 from gradian.lock import output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
@@ -85,7 +84,7 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
     seed = int(used.get("seed", 0))
     rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
-    order = recorded_order(run.path) if run.path is not None else None
+    order = run.record.order if run.record is not None else None
     if order is not None:
         say(f"verify: replaying the order of {len(order)} optimizer steps recorded in gradian_run.json")
     todo = plan({**report, "examples": rows}, recipe, examples, cleaned, load_tokenizer(base),

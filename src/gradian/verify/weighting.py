@@ -13,8 +13,8 @@ shifted), and each micro-batch's loss is its summed token NLL divided by that co
   bergson's `validate` (`weighted_causal_lm_ce`, reduction "mean": Σ wᵢ·NLL over the batch's valid tokens, all of
   them counted), and it keeps a removal linear in the rows removed (what an attribution predicts). Renormalising
   over the kept tokens instead would also rescale every other row in those batches.
-- an explicit order (a list of row-index lists, one per optimizer step, e.g. a run record's) is replayed by a
-  sampler that yields each epoch's slice of it; rows, RNG and step count are otherwise the recipe's.
+- an explicit order (a list of row-index lists, one per optimizer step, e.g. a run record's) is replayed by
+  `data.replay.RecordedOrderSampler`, each epoch its slice of it; rows, RNG and step count are otherwise the recipe's.
 
 A retrain with nothing removed is the original run step for step (the tests check the adapter bit for bit).
 """
@@ -25,8 +25,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Sampler
 from trl import SFTTrainer
+
+from gradian.data.replay import RecordedOrderSampler
 
 ROW = "gradian_row"  # the dataset column (and batch key) holding each row's index in the training file
 
@@ -42,25 +43,6 @@ class RowCollator:
         batch = self.inner([{k: v for k, v in feature.items() if k != ROW} for feature in features])
         batch[ROW] = torch.tensor(rows, dtype=torch.long)  # (B,)
         return batch
-
-
-class ReplaySampler(Sampler[int]):
-    """Yields a recorded order: epoch e is the e-th slice of `rows` (the flattened per-step lists) of length N."""
-
-    def __init__(self, order: Sequence[Sequence[int]], n_rows: int) -> None:
-        self.rows = [int(i) for step in order for i in step]
-        self.n_rows = n_rows
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.n_rows
-
-    def __iter__(self) -> Iterator[int]:
-        start = self.epoch * self.n_rows
-        return iter(self.rows[start:start + self.n_rows])
 
 
 class ZeroWeightTrainer(SFTTrainer):
@@ -85,7 +67,7 @@ class ZeroWeightTrainer(SFTTrainer):
         if self.replay is None:
             return super()._get_train_sampler(train_dataset)
         rows: Any = train_dataset if train_dataset is not None else self.train_dataset
-        return ReplaySampler(self.replay, len(rows))
+        return RecordedOrderSampler.from_steps(self.replay, len(rows))
 
     def get_batch_samples(self, epoch_iterator: Iterator, num_batches: int, device: torch.device
                           ) -> tuple[list, torch.Tensor | int | None]:

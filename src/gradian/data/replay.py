@@ -1,6 +1,6 @@
-"""Replay a recorded run's order: a `torch.utils.data.Sampler` that yields, epoch by epoch, the dataset indices the
-run trained on, as `gradian_run.json` recorded them. With the run's batch size, accumulation and seed, every
-batch and optimizer step is the original's.
+"""Replay an order of rows: a `torch.utils.data.Sampler` that yields, epoch by epoch, the dataset indices a run
+trained on, from the steps `gradian_run.json` recorded or from a list of rows per optimizer step (verify's own
+`order.json`). With the run's batch size, accumulation and seed, every batch and optimizer step is the original's.
 
     class ReplayTrainer(SFTTrainer):
         def _get_train_sampler(self, train_dataset=None):
@@ -9,7 +9,7 @@ batch and optimizer step is the original's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from gradian.errors import InputError
 
 
 class RecordedOrderSampler(Sampler[int]):
-    """The recorded rows of epoch `set_epoch(e)` in order (the Trainer calls `set_epoch` before each epoch)."""
+    """The rows of epoch `set_epoch(e)` in order (the Trainer calls `set_epoch` before each epoch)."""
 
     def __init__(self, epochs: list[list[int]]) -> None:
         self.epochs = epochs
@@ -29,18 +29,11 @@ class RecordedOrderSampler(Sampler[int]):
     @classmethod
     def from_record(cls, record: RunRecord, dataset: Any = None) -> RecordedOrderSampler:
         """The record's order; with `dataset`, every recorded row is checked to hold the tokens the run trained on."""
-        epochs: dict[int, list[int]] = {}
-        for step in record.steps:
-            rows = step.get("rows") or []
-            if any(i is None for i in rows):
-                raise InputError(f"step {step.get('step')} fed the model a row that is not in its train dataset; "
-                                 f"this order cannot be replayed.", record.path)
-            epochs.setdefault(int(step.get("epoch") or 0), []).extend(int(i) for i in rows)
-            if dataset is not None:
+        epochs = record.epochs  # refuses an order with a row outside the dataset
+        if dataset is not None:
+            for step in record.steps:
                 _check_rows(record, step, dataset)
-        if not epochs:
-            raise InputError("records no optimizer step; train with GradianCallback to the end first.", record.path)
-        return cls([epochs.get(e, []) for e in range(max(epochs) + 1)])
+        return cls(epochs)
 
     @classmethod
     def from_run(cls, run_dir: str | Path, dataset: Any = None) -> RecordedOrderSampler:
@@ -48,6 +41,13 @@ class RecordedOrderSampler(Sampler[int]):
         if record is None:
             raise InputError("holds no gradian_run.json; train with GradianCallback to record the order.", run_dir)
         return cls.from_record(record, dataset)
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[Sequence[int]], n_rows: int) -> RecordedOrderSampler:
+        """Rows per optimizer step, cut into epochs of `n_rows` (every epoch of a one-process run feeds each row once;
+        the last may stop short at `max_steps`)."""
+        rows = [int(i) for step in steps for i in step]
+        return cls([rows[start:start + n_rows] for start in range(0, len(rows), n_rows)] or [[]])
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
