@@ -175,8 +175,9 @@ def _topic(examples: list[Example], rows: list[dict[str, Any]], named: set[str],
     if topic is None:
         return None
     drawn, why = topic_set(topic, size, seed)
-    name = f"same-{topic.source}" if drawn is not None else None
-    if drawn is not None and name is not None:
+    name = None
+    if drawn is not None:
+        name = f"same-{topic.source}"
         jobs.append(("topic", remove.without(name, drawn)))
     return Topic(topic.source, topic.name, len(topic.pool), name, why)
 
