@@ -64,17 +64,13 @@ def verdict_check(folder: Path, report_dir: Path) -> dict[str, Any]:
     """The verdict on one run, checked against its truth cause by cause."""
     truth = json.loads((folder / "truth.json").read_text())
     record = suite_verdicts.verdict_of(folder, report_dir)
-    report = json.loads((report_dir / "report.json").read_text())
-    named = set(report["verdict"].get("culprit_ids") or [])
-    planted = set(truth["culprit_ids"]) if truth["kind"] == "data-cluster" else set()
+    named = set(record["culprit_ids"])
     causes = [{"cause": c["cause"], "layout": c["layout"], "rows": len(c["culprit_ids"]),
                "recall": len(named & set(c["culprit_ids"])) / len(c["culprit_ids"])} for c in truth.get("causes", [])]
-    fix = report["verdict"].get("next_action", "")
     fix_right = None
     if truth.get("structural_cause") == "max-length-eos":
-        fix_right = f"max_length to ≥ {truth['needed_max_length']}" in fix
-    return {**record, "named": len(named), "precision": len(named & planted) / len(named) if named else None,
-            "causes": causes, "fix_right": fix_right, "right": record["right"] and fix_right is not False}
+        fix_right = f"max_length to ≥ {truth['needed_max_length']}" in record["next_action"]
+    return {**record, "causes": causes, "fix_right": fix_right, "right": record["right"] and fix_right is not False}
 
 
 def helpful_share(work: Path, truth: dict[str, Any], kind: str) -> float | None:

@@ -55,7 +55,8 @@ def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
         "family": truth.get("family", truth["scenario"]), "split": truth.get("split", "unsplit"), "seed": truth["seed"],
         "kind": truth["kind"], "delta": report["regression"].get("delta"), "significant": significant,
         "expected": want, "verdict": report["verdict"]["kind"], "right": right,
-        "named": len(named), "precision": precision, "recall": recall,
+        "named": len(named), "precision": precision, "recall": recall, "culprit_ids": sorted(named),
+        "next_action": report["verdict"].get("next_action", ""),
         "symptom": (report.get("symptoms") or {}).get("dominant"),
         "rule": report["verdict"]["evidence"].get("culprit_rule") or report["verdict"]["evidence"].get("group"),
     }
