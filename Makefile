@@ -23,7 +23,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	# one worker per CPU: the scenario builds and retrains are single-threaded, and a scenario fixture builds each
+	# scenario once (a file lock per scenario), whichever worker asks first
+	$(PY) -m pytest -q -n auto
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
