@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION, SETUP_FIELDS, row_hash
+from gradian.files import atomic_write
 
 COLLATOR_FIELDS = ("pad_token_id", "padding_free", "completion_only_loss", "mlm", "mlm_probability", "ignore_index",
                    "label_pad_token_id", "pad_to_multiple_of", "return_position_ids", "padding", "max_length",
@@ -146,11 +146,8 @@ class RunRecorder:
 
     def write(self, folder: str | Path, complete: bool) -> Path:
         """Write the record into `folder` atomically (a kill never leaves half a file)."""
-        path = Path(folder) / RECORD_NAME
-        staging = path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(self.to_dict(complete), indent=1, default=str) + "\n", encoding="utf-8")
-        os.replace(staging, path)
-        return path
+        text = json.dumps(self.to_dict(complete), indent=1, default=str) + "\n"
+        return atomic_write(Path(folder) / RECORD_NAME, text)
 
 
 def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]:
