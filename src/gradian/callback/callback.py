@@ -21,7 +21,8 @@ from transformers import TrainerCallback
 from gradian.callback.capture import StepCapture
 from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
 from gradian.callback.record import RunRecorder, dataset_hashes, record_header
-from gradian.data.run_record import RECORD_NAME
+from gradian.data.checkpoints import checkpoint_dir
+from gradian.data.run_record import read_run_record
 from gradian.gradients.settings import GradientSettings
 
 TEXT_COLUMNS = ("prompt", "completion", "text")
@@ -127,8 +128,7 @@ class GradianCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is None or not state.is_world_process_zero:
             return
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        for folder in (checkpoint, Path(args.output_dir)):
+        for folder in (checkpoint_dir(args.output_dir, state.global_step), Path(args.output_dir)):
             if folder.is_dir():
                 self.recorder.write(folder, complete=False)
 
@@ -189,12 +189,13 @@ def _adapter_config(model: Any) -> dict[str, Any]:
 
 
 def _resumed_steps(args: Any, state: Any) -> list[dict[str, Any]]:
-    """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here)."""
+    """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here).
+
+    Raises `InputError` naming the file when the checkpoint holds a record this Gradian does not read."""
     if not state.global_step:
         return []
-    path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD_NAME
-    try:
-        steps = json.loads(path.read_text(encoding="utf-8")).get("steps") or []
-    except (OSError, ValueError):
+    record = read_run_record(checkpoint_dir(args.output_dir, state.global_step))
+    if record is None:
         return []
-    return [s for s in steps if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] <= state.global_step]
+    return [s for s in record.steps
+            if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] <= state.global_step]
