@@ -19,8 +19,6 @@ store whose rows are not all flagged done (`captured_steps` names it).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -29,10 +27,10 @@ import numpy as np
 import torch
 
 from gradian.errors import InputError
-from gradian.gradients.extract import make_projector
+from gradian.gradients.extract import feature_meta, make_projector
 from gradian.gradients.hooks import LoraMatrix, capture_gradients, lora_matrices
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
+from gradian.gradients.store import FeatureStore, ShardWriter
 
 CAPTURE_DIR = "gradian_capture"
 
@@ -117,12 +115,9 @@ class StepCapture:
 
     def _write(self, step: int, ids: list[str], features: np.ndarray, lr: float, adam: bool) -> Path:
         name = f"step-{step:06d}" + (f"-rank-{self.rank}" if self.rank else "")
-        meta = {"version": 1, "layout": LAYOUT_VERSION, "gradient": self.settings.to_dict(),
-                "projection": self.projector.to_dict(), "scale": "adam" if adam else "identity",
+        meta = {**feature_meta(ids, self.settings, self.projector, "adam" if adam else "identity", self.matrices),
                 "captured": {"step": step, "learning_rate": lr, "loss": "summed token NLL per row",
-                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"},
-                "n_rows": len(ids), "matrices": [m.name for m in self.matrices],
-                "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest()}
+                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"}}
         writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
         writer.write(list(range(len(ids))), features)
         return self.root / name
