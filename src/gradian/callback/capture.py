@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradian.curvature.adam import adam_inverse_sqrt
 from gradian.errors import InputError
 from gradian.gradients.extract import feature_meta, make_projector
 from gradian.gradients.hooks import LoraMatrix, capture_gradients, lora_matrices
@@ -139,9 +140,7 @@ def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tenso
         state = inner.state.get(matrix.module.weight, {})
         if "exp_avg_sq" not in state:
             return None
-        step = float(state["step"])
-        v_hat = state["exp_avg_sq"] / (1.0 - beta2**step)
-        scales.append(1.0 / (v_hat.sqrt() + eps))
+        scales.append(adam_inverse_sqrt(state["exp_avg_sq"], float(state["step"]), beta2, eps))
     return scales
 
 
