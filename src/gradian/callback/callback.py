@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
 from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
-from gradian.callback.record import RunRecorder, dataset_hashes, record_header
+from gradian.callback.record import RunRecorder, dataset_hashes, qualified_name, record_header
 from gradian.data.checkpoints import checkpoint_dir
 from gradian.data.run_record import read_run_record
 from gradian.gradients.settings import GradientSettings
@@ -72,7 +72,7 @@ class GradianCallback(TrainerCallback):
             return
         raw = getattr(trainer, "train_dataset", None)
         texts, ids = _texts_and_ids(raw if raw is not None and len(raw) == len(dataset) else None)
-        trainer_class = _qualified(trainer)
+        trainer_class = qualified_name(trainer) or "unknown"
         model = kwargs.get("model")
         if self.run_preflight:
             self._preflight(state, dataset, collator, tokenizer, args, model, texts, ids, trainer_class)
@@ -157,10 +157,6 @@ def calling_trainer() -> Any:
             return owner
         frame = frame.f_back
     return None
-
-
-def _qualified(value: Any) -> str:
-    return f"{type(value).__module__}.{type(value).__qualname__}" if value is not None else "unknown"
 
 
 def _texts_and_ids(dataset: Any) -> tuple[list[dict[str, Any]] | None, list[str] | None]:

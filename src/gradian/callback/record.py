@@ -167,7 +167,7 @@ def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: An
     """Everything the record says about the run besides its steps."""
     return {
         "trainer": {"class": trainer_class, "versions": {name: package_version(name) for name in PACKAGES}},
-        "collator": {"class": _qualified(collator), "attributes": _attributes(collator),
+        "collator": {"class": qualified_name(collator), "attributes": _attributes(collator),
                      "masks_pad": collator_masks_pad},
         "tokenizer": _tokenizer(tokenizer),
         "rendering": _rendering(args, tokenizer, collator),
@@ -194,7 +194,8 @@ def collator_pad_id(collator: Any) -> int | None:
     return None
 
 
-def _qualified(value: Any) -> str | None:
+def qualified_name(value: Any) -> str | None:
+    """`module.Class` of `value`'s type (how the record names the trainer, collator and tokenizer); None for None."""
     if value is None:
         return None
     kind = type(value)
@@ -228,7 +229,7 @@ def _tokenizer(tokenizer: Any) -> dict[str, Any]:
     special = {name: {"token": getattr(tokenizer, f"{name}_token", None), "id": getattr(tokenizer, f"{name}_token_id",
                                                                                         None)}
                for name in ("bos", "eos", "pad", "unk")}
-    return {"class": _qualified(tokenizer), **special, "padding_side": getattr(tokenizer, "padding_side", None),
+    return {"class": qualified_name(tokenizer), **special, "padding_side": getattr(tokenizer, "padding_side", None),
             "truncation_side": getattr(tokenizer, "truncation_side", None)}
 
 
