@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradian.data.framework_version import package_version
 from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION, SETUP_FIELDS, row_hash
 from gradian.files import atomic_write
 
@@ -231,12 +232,3 @@ def _tokenizer(tokenizer: Any) -> dict[str, Any]:
                for name in ("bos", "eos", "pad", "unk")}
     return {"class": qualified_name(tokenizer), **special, "padding_side": getattr(tokenizer, "padding_side", None),
             "truncation_side": getattr(tokenizer, "truncation_side", None)}
-
-
-def package_version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
