@@ -119,7 +119,9 @@ class GradianCallback(TrainerCallback):
         if self.recorder is not None:
             self.recorder.optimizer_stepped(kwargs.get("optimizer"))
         if self.capture is not None and self.recorder is not None and self.recorder.current is not None:
-            self.capture.optimizer_stepped(state.global_step + 1, self.recorder.current["rows"], kwargs["optimizer"])
+            current = self.recorder.current
+            self.capture.optimizer_stepped(state.global_step + 1, current["rows"], current["learning_rate"],
+                                           kwargs["optimizer"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:

@@ -96,13 +96,15 @@ class StepCapture:
                 self.step[index].append(part * factor)
         self.batch = [None] * len(self.matrices)
 
-    def optimizer_stepped(self, global_step: int, rows: list[int | None], optimizer: Any) -> Path | None:
-        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order)."""
+    def optimizer_stepped(self, global_step: int, rows: list[int | None], learning_rate: float,
+                          optimizer: Any) -> Path | None:
+        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order) by the
+        rate the update used (`learning_rate`, as the run record holds it) and the optimizer's Adam state."""
         self._close_batch()
         grads, self.step = self.step, [[] for _ in self.matrices]
         if self.problem is not None or not grads[0] or any(i is None for i in rows):
             return None
-        lr, adam = _learning_rate(optimizer), _adam_scales(optimizer, self.matrices)
+        lr, adam = learning_rate, _adam_scales(optimizer, self.matrices)
         parts = []
         for index, pieces in enumerate(grads):
             g = torch.cat(pieces)  # (N, out, in): the step's rows, micro-batch after micro-batch
@@ -122,10 +124,6 @@ class StepCapture:
         writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
         writer.write(list(range(len(ids))), features)
         return self.root / name
-
-
-def _learning_rate(optimizer: Any) -> float:
-    return float(optimizer.param_groups[0]["lr"])
 
 
 def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tensor] | None:
