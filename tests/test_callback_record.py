@@ -158,10 +158,11 @@ def test_padding_free_batches_split_back_into_rows():
     flat = torch.tensor([[8, 9, 1, 2, 3, 4, 5, 6, 7]])  # rows 1, 2 (a packed row: positions restart inside), 0
     positions = torch.tensor([[0, 1, 0, 1, 0, 1, 0, 1, 2]])
     split = fed_rows({"input_ids": flat, "position_ids": positions}, rows.__contains__)
-    assert [rows[row_hash(r)] for r in split] == [1, 2, 0]
+    assert [rows[row_hash(r)] for r, _ in split] == [1, 2, 0]
     padded = fed_rows({"input_ids": torch.tensor([[8, 9, 0], [5, 6, 7]]),
                        "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, rows.__contains__)
-    assert [r.tolist() for r in padded] == [[8, 9], [5, 6, 7]]
+    assert [r.tolist() for r, _ in padded] == [[8, 9], [5, 6, 7]]
+    assert all(key == row_hash(r) for r, key in split + padded)  # each row comes with its own hash
 
 
 def test_hashes_of_a_shuffled_dataset_give_its_own_indices():

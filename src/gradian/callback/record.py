@@ -60,8 +60,9 @@ def _remapped(dataset: Any, table: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[np.ndarray]:
-    """The rows of one micro-batch as the model received them, padding removed. (B, T) ids -> B rows."""
+def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[tuple[np.ndarray, str]]:
+    """The rows of one micro-batch as the model received them, padding removed, each with its `row_hash`.
+    (B, T) ids -> B (row, hash) pairs."""
     ids = inputs.get("input_ids")
     if not isinstance(ids, torch.Tensor):
         return []
@@ -69,26 +70,39 @@ def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[np.nd
     mask, positions = inputs.get("attention_mask"), inputs.get("position_ids")
     if isinstance(mask, torch.Tensor) and mask.dim() == 2:
         keep = mask.detach().cpu().numpy().astype(bool)  # (B, T)
-        return [row[m] for row, m in zip(ids, keep, strict=True)]
+        return _hashed([row[m] for row, m in zip(ids, keep, strict=True)])
     if isinstance(positions, torch.Tensor) and ids.shape[0] == 1:
         return _split_flat(ids[0], positions.detach().cpu().numpy().reshape(-1), known)
-    return list(ids)
+    return _hashed(list(ids))
 
 
-def _split_flat(ids: np.ndarray, positions: np.ndarray, known: Callable[[str], bool]) -> list[np.ndarray]:
+def _hashed(rows: list[np.ndarray]) -> list[tuple[np.ndarray, str]]:
+    return [(row, row_hash(row)) for row in rows]
+
+
+def _split_flat(ids: np.ndarray, positions: np.ndarray, known: Callable[[str], bool]) -> list[tuple[np.ndarray, str]]:
     """A padding-free sequence back into dataset rows: segments start where positions restart at 0; consecutive
     segments join while they do not yet hash to a dataset row (a packed row holds several)."""
     starts = [int(i) for i in np.flatnonzero(positions == 0)] + [len(ids)]
     rows, first = [], 0
     while first < len(starts) - 1:
-        last = first + 1
-        while last < min(len(starts) - 1, first + MAX_SEGMENTS) and not known(row_hash(ids[starts[first]:starts[last]])):
-            last += 1
-        if not known(row_hash(ids[starts[first]:starts[last]])):
-            last = first + 1  # no run of segments is a dataset row: keep the segment as it came
-        rows.append(ids[starts[first]:starts[last]])
+        last, key = _joined(ids, starts, first, known)
+        rows.append((ids[starts[first]:starts[last]], key))
         first = last
     return rows
+
+
+def _joined(ids: np.ndarray, starts: list[int], first: int, known: Callable[[str], bool]) -> tuple[int, str]:
+    """The fewest segments from segment `first` on (at most MAX_SEGMENTS) that hash to a dataset row: the segment
+    after the last of them, and their hash; segment `first` alone when no run of them is a dataset row."""
+    single = row_hash(ids[starts[first]:starts[first + 1]])
+    if known(single):
+        return first + 1, single
+    for last in range(first + 2, min(len(starts) - 1, first + MAX_SEGMENTS) + 1):
+        key = row_hash(ids[starts[first]:starts[last]])
+        if known(key):
+            return last, key
+    return first + 1, single  # no run of segments is a dataset row: keep the segment as it came
 
 
 class RunRecorder:
@@ -119,8 +133,7 @@ class RunRecorder:
             inputs["input_ids"] = args[0]
         if self.on_batch is not None:
             self.on_batch(inputs)
-        for row in fed_rows(inputs, self.table.__contains__):
-            key = row_hash(row)
+        for _, key in fed_rows(inputs, self.table.__contains__):
             self.current["rows"].append(self.table.get(key))
             self.current["hashes"].append(key)
 
