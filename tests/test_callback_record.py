@@ -110,6 +110,14 @@ def test_collator_masking_is_recorded(tmp_path):
     assert [f["check"] for f in data["preflight"] if f["severity"] == "critical"][0] == "pad_eos_masking"
 
 
+def test_without_preflight_the_record_still_names_the_collators_pad_token(tmp_path):
+    trainer = sft_trainer(tmp_path, tickets(4), pad_eos=True, callbacks=[GradianCallback(preflight=False,
+                                                                                         echo=lambda _: None)])
+    trainer.train()
+    data = read_run_record(tmp_path).data
+    assert data["rendering"]["pad_token"] == "</s>" and data["preflight"] == [] and data["collator"]["masks_pad"] is None
+
+
 def lora_state(trainer) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in trainer.model.named_parameters() if "lora_" in name}
 

@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
 from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
-from gradian.callback.record import RunRecorder, dataset_hashes, qualified_name, record_header
+from gradian.callback.record import RunRecorder, collator_pad_token, dataset_hashes, qualified_name, record_header
 from gradian.data.checkpoints import checkpoint_dir
 from gradian.data.run_record import read_run_record
 from gradian.gradients.settings import GradientSettings
@@ -97,8 +97,11 @@ class GradianCallback(TrainerCallback):
                       ids: list[str] | None, trainer_class: str, model: Any) -> None:
         findings = [f.to_dict() for f in self.result.findings] if self.result else []
         masks = self.result.setup.collator_masks_pad if self.result else None
+        # preflight's setup already holds the collator's pad token
+        pad = self.result.setup.pad_token if self.result else collator_pad_token(tokenizer, collator)
         header = record_header(trainer_class=trainer_class, args=args, tokenizer=tokenizer, collator=collator,
-                               collator_masks_pad=masks, dataset_rows=len(dataset), ids=ids, findings=findings)
+                               collator_masks_pad=masks, pad_token=pad, dataset_rows=len(dataset), ids=ids,
+                               findings=findings)
         self.recorder = RunRecorder(header, dataset_hashes(dataset), _resumed_steps(args, state))
         self.recorder.attach(model)
         if self.capture_settings is not None:

@@ -177,14 +177,15 @@ def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]
 
 
 def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: Any, collator_masks_pad: bool | None,
-                  dataset_rows: int, ids: list[str] | None, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """Everything the record says about the run besides its steps."""
+                  pad_token: str | None, dataset_rows: int, ids: list[str] | None,
+                  findings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything the record says about the run besides its steps (`pad_token`: `collator_pad_token`'s)."""
     return {
         "trainer": {"class": trainer_class, "versions": {name: package_version(name) for name in PACKAGES}},
         "collator": {"class": qualified_name(collator), "attributes": _attributes(collator),
                      "masks_pad": collator_masks_pad},
         "tokenizer": _tokenizer(tokenizer),
-        "rendering": _rendering(args, tokenizer, collator),
+        "rendering": _rendering(args, pad_token),
         "seeds": {"seed": args.seed, "data_seed": args.data_seed},
         "world_size": args.world_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -216,12 +217,17 @@ def qualified_name(value: Any) -> str | None:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _rendering(args: Any, tokenizer: Any, collator: Any) -> dict[str, Any]:
-    """The args' rendering fields; `pad_token` is the collator's (what it pads with and may mask)."""
-    out = {name: getattr(args, name, None) for name in SETUP_FIELDS}
+def collator_pad_token(tokenizer: Any, collator: Any) -> str | None:
+    """The token the collator pads with (and may mask), or None when it names no pad id."""
     pad_id = collator_pad_id(collator)
-    if out["pad_token"] is None and pad_id is not None:
-        out["pad_token"] = tokenizer.convert_ids_to_tokens(pad_id)
+    return tokenizer.convert_ids_to_tokens(pad_id) if pad_id is not None else None
+
+
+def _rendering(args: Any, pad_token: str | None) -> dict[str, Any]:
+    """The args' rendering fields; `pad_token`, when the args name none, is the collator's (`collator_pad_token`)."""
+    out = {name: getattr(args, name, None) for name in SETUP_FIELDS}
+    if out["pad_token"] is None:
+        out["pad_token"] = pad_token
     return out
 
 
