@@ -104,6 +104,14 @@ def test_collator_masking_is_recorded(tmp_path):
     assert [f["check"] for f in data["preflight"] if f["severity"] == "critical"][0] == "pad_eos_masking"
 
 
+def test_without_preflight_the_record_still_names_the_collators_pad_token(tmp_path):
+    trainer = sft_trainer(tmp_path, tickets(4), pad_eos=True, callbacks=[GradianCallback(preflight=False,
+                                                                                         echo=lambda _: None)])
+    trainer.train()
+    data = read_run_record(tmp_path).data
+    assert data["rendering"]["pad_token"] == "</s>" and data["preflight"] == [] and data["collator"]["masks_pad"] is None
+
+
 def lora_state(trainer) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in trainer.model.named_parameters() if "lora_" in name}
 
@@ -153,10 +161,11 @@ def test_padding_free_batches_split_back_into_rows():
     flat = torch.tensor([[8, 9, 1, 2, 3, 4, 5, 6, 7]])  # rows 1, 2 (a packed row: positions restart inside), 0
     positions = torch.tensor([[0, 1, 0, 1, 0, 1, 0, 1, 2]])
     split = fed_rows({"input_ids": flat, "position_ids": positions}, rows.__contains__)
-    assert [rows[row_hash(r)] for r in split] == [1, 2, 0]
+    assert [rows[row_hash(r)] for r, _ in split] == [1, 2, 0]
     padded = fed_rows({"input_ids": torch.tensor([[8, 9, 0], [5, 6, 7]]),
                        "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, rows.__contains__)
-    assert [r.tolist() for r in padded] == [[8, 9], [5, 6, 7]]
+    assert [r.tolist() for r, _ in padded] == [[8, 9], [5, 6, 7]]
+    assert all(key == row_hash(r) for r, key in split + padded)  # each row comes with its own hash
 
 
 def test_hashes_of_a_shuffled_dataset_give_its_own_indices():
@@ -167,3 +176,21 @@ def test_hashes_of_a_shuffled_dataset_give_its_own_indices():
     shuffled = Dataset.from_list([{"input_ids": [i, i + 1, 7]} for i in range(20)]).shuffle(seed=3)
     table = dataset_hashes(shuffled)
     assert all(table[row_hash(shuffled[i]["input_ids"])] == i for i in range(20)) and len(table) == 20
+
+
+def test_a_resumed_run_keeps_the_steps_its_checkpoint_recorded(tmp_path):
+    from types import SimpleNamespace
+
+    from gradian.callback.callback import _resumed_steps
+
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    steps = [{"step": n, "epoch": 0, "learning_rate": 0.1, "rows": [n], "hashes": ["h"]} for n in (1, 2, 3)]
+    (folder / "gradian_run.json").write_text(json.dumps({"format": "gradian_run", "version": 1, "steps": steps}))
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    assert _resumed_steps(args, SimpleNamespace(global_step=2)) == steps[:2]
+    assert _resumed_steps(args, SimpleNamespace(global_step=0)) == []
+    assert _resumed_steps(args, SimpleNamespace(global_step=5)) == []  # no checkpoint-5: nothing recorded before
+    (folder / "gradian_run.json").write_text(json.dumps({"format": "gradian_run", "version": 99, "steps": steps}))
+    with pytest.raises(InputError, match="gradian_run.json: is a run record of version 99"):
+        _resumed_steps(args, SimpleNamespace(global_step=2))

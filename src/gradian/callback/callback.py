@@ -20,8 +20,9 @@ from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
 from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
-from gradian.callback.record import RunRecorder, dataset_hashes, record_header
-from gradian.data.run_record import RECORD_NAME
+from gradian.callback.record import RunRecorder, collator_pad_token, dataset_hashes, qualified_name, record_header
+from gradian.data.checkpoints import checkpoint_dir
+from gradian.data.run_record import read_run_record
 from gradian.gradients.settings import GradientSettings
 
 TEXT_COLUMNS = ("prompt", "completion", "text")
@@ -71,7 +72,7 @@ class GradianCallback(TrainerCallback):
             return
         raw = getattr(trainer, "train_dataset", None)
         texts, ids = _texts_and_ids(raw if raw is not None and len(raw) == len(dataset) else None)
-        trainer_class = _qualified(trainer)
+        trainer_class = qualified_name(trainer) or "unknown"
         model = kwargs.get("model")
         if self.run_preflight:
             self._preflight(state, dataset, collator, tokenizer, args, model, texts, ids, trainer_class)
@@ -96,8 +97,11 @@ class GradianCallback(TrainerCallback):
                       ids: list[str] | None, trainer_class: str, model: Any) -> None:
         findings = [f.to_dict() for f in self.result.findings] if self.result else []
         masks = self.result.setup.collator_masks_pad if self.result else None
+        # preflight's setup already holds the collator's pad token
+        pad = self.result.setup.pad_token if self.result else collator_pad_token(tokenizer, collator)
         header = record_header(trainer_class=trainer_class, args=args, tokenizer=tokenizer, collator=collator,
-                               collator_masks_pad=masks, dataset_rows=len(dataset), ids=ids, findings=findings)
+                               collator_masks_pad=masks, pad_token=pad, dataset_rows=len(dataset), ids=ids,
+                               findings=findings)
         self.recorder = RunRecorder(header, dataset_hashes(dataset), _resumed_steps(args, state))
         self.recorder.attach(model)
         if self.capture_settings is not None:
@@ -118,7 +122,9 @@ class GradianCallback(TrainerCallback):
         if self.recorder is not None:
             self.recorder.optimizer_stepped(kwargs.get("optimizer"))
         if self.capture is not None and self.recorder is not None and self.recorder.current is not None:
-            self.capture.optimizer_stepped(state.global_step + 1, self.recorder.current["rows"], kwargs["optimizer"])
+            current = self.recorder.current
+            self.capture.optimizer_stepped(state.global_step + 1, current["rows"], current["learning_rate"],
+                                           kwargs["optimizer"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
@@ -127,8 +133,7 @@ class GradianCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is None or not state.is_world_process_zero:
             return
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        for folder in (checkpoint, Path(args.output_dir)):
+        for folder in (checkpoint_dir(args.output_dir, state.global_step), Path(args.output_dir)):
             if folder.is_dir():
                 self.recorder.write(folder, complete=False)
 
@@ -159,10 +164,6 @@ def calling_trainer() -> Any:
     return None
 
 
-def _qualified(value: Any) -> str:
-    return f"{type(value).__module__}.{type(value).__qualname__}" if value is not None else "unknown"
-
-
 def _texts_and_ids(dataset: Any) -> tuple[list[dict[str, Any]] | None, list[str] | None]:
     """The text columns the trainer kept beside the tokens (TRL keeps them) and an `id` column, when present."""
     names = list(getattr(dataset, "column_names", None) or [])
@@ -189,12 +190,13 @@ def _adapter_config(model: Any) -> dict[str, Any]:
 
 
 def _resumed_steps(args: Any, state: Any) -> list[dict[str, Any]]:
-    """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here)."""
+    """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here).
+
+    Raises `InputError` naming the file when the checkpoint holds a record this Gradian does not read."""
     if not state.global_step:
         return []
-    path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD_NAME
-    try:
-        steps = json.loads(path.read_text(encoding="utf-8")).get("steps") or []
-    except (OSError, ValueError):
+    record = read_run_record(checkpoint_dir(args.output_dir, state.global_step))
+    if record is None:
         return []
-    return [s for s in steps if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] <= state.global_step]
+    return [s for s in record.steps
+            if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] <= state.global_step]

@@ -19,8 +19,6 @@ store whose rows are not all flagged done (`captured_steps` names it).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -28,11 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradian.curvature.adam import adam_inverse_sqrt
 from gradian.errors import InputError
-from gradian.gradients.extract import make_projector
+from gradian.gradients.extract import feature_meta, make_projector
 from gradian.gradients.hooks import LoraMatrix, capture_gradients, lora_matrices
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
+from gradian.gradients.store import FeatureStore, ShardWriter
 
 CAPTURE_DIR = "gradian_capture"
 
@@ -97,13 +96,15 @@ class StepCapture:
                 self.step[index].append(part * factor)
         self.batch = [None] * len(self.matrices)
 
-    def optimizer_stepped(self, global_step: int, rows: list[int | None], optimizer: Any) -> Path | None:
-        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order)."""
+    def optimizer_stepped(self, global_step: int, rows: list[int | None], learning_rate: float,
+                          optimizer: Any) -> Path | None:
+        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order) by the
+        rate the update used (`learning_rate`, as the run record holds it) and the optimizer's Adam state."""
         self._close_batch()
         grads, self.step = self.step, [[] for _ in self.matrices]
         if self.problem is not None or not grads[0] or any(i is None for i in rows):
             return None
-        lr, adam = _learning_rate(optimizer), _adam_scales(optimizer, self.matrices)
+        lr, adam = learning_rate, _adam_scales(optimizer, self.matrices)
         parts = []
         for index, pieces in enumerate(grads):
             g = torch.cat(pieces)  # (N, out, in): the step's rows, micro-batch after micro-batch
@@ -117,19 +118,12 @@ class StepCapture:
 
     def _write(self, step: int, ids: list[str], features: np.ndarray, lr: float, adam: bool) -> Path:
         name = f"step-{step:06d}" + (f"-rank-{self.rank}" if self.rank else "")
-        meta = {"version": 1, "layout": LAYOUT_VERSION, "gradient": self.settings.to_dict(),
-                "projection": self.projector.to_dict(), "scale": "adam" if adam else "identity",
+        meta = {**feature_meta(ids, self.settings, self.projector, "adam" if adam else "identity", self.matrices),
                 "captured": {"step": step, "learning_rate": lr, "loss": "summed token NLL per row",
-                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"},
-                "n_rows": len(ids), "matrices": [m.name for m in self.matrices],
-                "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest()}
+                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"}}
         writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
         writer.write(list(range(len(ids))), features)
         return self.root / name
-
-
-def _learning_rate(optimizer: Any) -> float:
-    return float(optimizer.param_groups[0]["lr"])
 
 
 def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tensor] | None:
@@ -144,9 +138,7 @@ def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tenso
         state = inner.state.get(matrix.module.weight, {})
         if "exp_avg_sq" not in state:
             return None
-        step = float(state["step"])
-        v_hat = state["exp_avg_sq"] / (1.0 - beta2**step)
-        scales.append(1.0 / (v_hat.sqrt() + eps))
+        scales.append(adam_inverse_sqrt(state["exp_avg_sq"], float(state["step"]), beta2, eps))
     return scales
 
 

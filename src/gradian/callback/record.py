@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradian.data.framework_version import package_version
 from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION, SETUP_FIELDS, row_hash
+from gradian.files import atomic_write
 
 COLLATOR_FIELDS = ("pad_token_id", "padding_free", "completion_only_loss", "mlm", "mlm_probability", "ignore_index",
                    "label_pad_token_id", "pad_to_multiple_of", "return_position_ids", "padding", "max_length",
@@ -59,8 +60,9 @@ def _remapped(dataset: Any, table: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[np.ndarray]:
-    """The rows of one micro-batch as the model received them, padding removed. (B, T) ids -> B rows."""
+def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[tuple[np.ndarray, str]]:
+    """The rows of one micro-batch as the model received them, padding removed, each with its `row_hash`.
+    (B, T) ids -> B (row, hash) pairs."""
     ids = inputs.get("input_ids")
     if not isinstance(ids, torch.Tensor):
         return []
@@ -68,26 +70,39 @@ def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[np.nd
     mask, positions = inputs.get("attention_mask"), inputs.get("position_ids")
     if isinstance(mask, torch.Tensor) and mask.dim() == 2:
         keep = mask.detach().cpu().numpy().astype(bool)  # (B, T)
-        return [row[m] for row, m in zip(ids, keep, strict=True)]
+        return _hashed([row[m] for row, m in zip(ids, keep, strict=True)])
     if isinstance(positions, torch.Tensor) and ids.shape[0] == 1:
         return _split_flat(ids[0], positions.detach().cpu().numpy().reshape(-1), known)
-    return list(ids)
+    return _hashed(list(ids))
 
 
-def _split_flat(ids: np.ndarray, positions: np.ndarray, known: Callable[[str], bool]) -> list[np.ndarray]:
+def _hashed(rows: list[np.ndarray]) -> list[tuple[np.ndarray, str]]:
+    return [(row, row_hash(row)) for row in rows]
+
+
+def _split_flat(ids: np.ndarray, positions: np.ndarray, known: Callable[[str], bool]) -> list[tuple[np.ndarray, str]]:
     """A padding-free sequence back into dataset rows: segments start where positions restart at 0; consecutive
     segments join while they do not yet hash to a dataset row (a packed row holds several)."""
     starts = [int(i) for i in np.flatnonzero(positions == 0)] + [len(ids)]
     rows, first = [], 0
     while first < len(starts) - 1:
-        last = first + 1
-        while last < min(len(starts) - 1, first + MAX_SEGMENTS) and not known(row_hash(ids[starts[first]:starts[last]])):
-            last += 1
-        if not known(row_hash(ids[starts[first]:starts[last]])):
-            last = first + 1  # no run of segments is a dataset row: keep the segment as it came
-        rows.append(ids[starts[first]:starts[last]])
+        last, key = _joined(ids, starts, first, known)
+        rows.append((ids[starts[first]:starts[last]], key))
         first = last
     return rows
+
+
+def _joined(ids: np.ndarray, starts: list[int], first: int, known: Callable[[str], bool]) -> tuple[int, str]:
+    """The fewest segments from segment `first` on (at most MAX_SEGMENTS) that hash to a dataset row: the segment
+    after the last of them, and their hash; segment `first` alone when no run of them is a dataset row."""
+    single = row_hash(ids[starts[first]:starts[first + 1]])
+    if known(single):
+        return first + 1, single
+    for last in range(first + 2, min(len(starts) - 1, first + MAX_SEGMENTS) + 1):
+        key = row_hash(ids[starts[first]:starts[last]])
+        if known(key):
+            return last, key
+    return first + 1, single  # no run of segments is a dataset row: keep the segment as it came
 
 
 class RunRecorder:
@@ -118,8 +133,7 @@ class RunRecorder:
             inputs["input_ids"] = args[0]
         if self.on_batch is not None:
             self.on_batch(inputs)
-        for row in fed_rows(inputs, self.table.__contains__):
-            key = row_hash(row)
+        for _, key in fed_rows(inputs, self.table.__contains__):
             self.current["rows"].append(self.table.get(key))
             self.current["hashes"].append(key)
 
@@ -146,11 +160,8 @@ class RunRecorder:
 
     def write(self, folder: str | Path, complete: bool) -> Path:
         """Write the record into `folder` atomically (a kill never leaves half a file)."""
-        path = Path(folder) / RECORD_NAME
-        staging = path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(self.to_dict(complete), indent=1, default=str) + "\n", encoding="utf-8")
-        os.replace(staging, path)
-        return path
+        text = json.dumps(self.to_dict(complete), indent=1, default=str) + "\n"
+        return atomic_write(Path(folder) / RECORD_NAME, text)
 
 
 def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]:
@@ -166,14 +177,15 @@ def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]
 
 
 def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: Any, collator_masks_pad: bool | None,
-                  dataset_rows: int, ids: list[str] | None, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """Everything the record says about the run besides its steps."""
+                  pad_token: str | None, dataset_rows: int, ids: list[str] | None,
+                  findings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything the record says about the run besides its steps (`pad_token`: `collator_pad_token`'s)."""
     return {
         "trainer": {"class": trainer_class, "versions": {name: package_version(name) for name in PACKAGES}},
-        "collator": {"class": _qualified(collator), "attributes": _attributes(collator),
+        "collator": {"class": qualified_name(collator), "attributes": _attributes(collator),
                      "masks_pad": collator_masks_pad},
         "tokenizer": _tokenizer(tokenizer),
-        "rendering": _rendering(args, tokenizer, collator),
+        "rendering": _rendering(args, pad_token),
         "seeds": {"seed": args.seed, "data_seed": args.data_seed},
         "world_size": args.world_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -197,19 +209,25 @@ def collator_pad_id(collator: Any) -> int | None:
     return None
 
 
-def _qualified(value: Any) -> str | None:
+def qualified_name(value: Any) -> str | None:
+    """`module.Class` of `value`'s type (how the record names the trainer, collator and tokenizer); None for None."""
     if value is None:
         return None
     kind = type(value)
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _rendering(args: Any, tokenizer: Any, collator: Any) -> dict[str, Any]:
-    """The args' rendering fields; `pad_token` is the collator's (what it pads with and may mask)."""
-    out = {name: getattr(args, name, None) for name in SETUP_FIELDS}
+def collator_pad_token(tokenizer: Any, collator: Any) -> str | None:
+    """The token the collator pads with (and may mask), or None when it names no pad id."""
     pad_id = collator_pad_id(collator)
-    if out["pad_token"] is None and pad_id is not None:
-        out["pad_token"] = tokenizer.convert_ids_to_tokens(pad_id)
+    return tokenizer.convert_ids_to_tokens(pad_id) if pad_id is not None else None
+
+
+def _rendering(args: Any, pad_token: str | None) -> dict[str, Any]:
+    """The args' rendering fields; `pad_token`, when the args name none, is the collator's (`collator_pad_token`)."""
+    out = {name: getattr(args, name, None) for name in SETUP_FIELDS}
+    if out["pad_token"] is None:
+        out["pad_token"] = pad_token
     return out
 
 
@@ -231,14 +249,5 @@ def _tokenizer(tokenizer: Any) -> dict[str, Any]:
     special = {name: {"token": getattr(tokenizer, f"{name}_token", None), "id": getattr(tokenizer, f"{name}_token_id",
                                                                                         None)}
                for name in ("bos", "eos", "pad", "unk")}
-    return {"class": _qualified(tokenizer), **special, "padding_side": getattr(tokenizer, "padding_side", None),
+    return {"class": qualified_name(tokenizer), **special, "padding_side": getattr(tokenizer, "padding_side", None),
             "truncation_side": getattr(tokenizer, "truncation_side", None)}
-
-
-def package_version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

@@ -1,5 +1,8 @@
 """`adam`: P = diag(1/(√v̂ + ε)) from the run's `optimizer.pt` (LESS), read here and nowhere else.
 
+`adam_inverse_sqrt` is the formula, in one place: `adam()` applies it to the saved second moments, the callback's
+capture (`callback.capture`) to those of the live optimizer at each step.
+
 It is a diagonal in LoRA parameter space, so it cannot be applied to projected features: `adam()` returns a
 `ParameterScale` that extraction multiplies into each exact per-example weight gradient before projection;
 scoring then uses `identity` on those features (queries stay plain, as in LESS).
@@ -46,11 +49,17 @@ def adam(optimizer_path: str | Path, model: nn.Module) -> ParameterScale:
                 "is this the optimizer.pt of this adapter?",
                 path,
             )
-        step = float(entry.get("step", 1))
-        v_hat = v.double() / (1 - group.get("betas", (0.9, 0.999))[1] ** max(step, 1.0))
-        tensors.append(1.0 / (v_hat.sqrt() + group.get("eps", 1e-8)))
+        beta2, eps = group.get("betas", (0.9, 0.999))[1], group.get("eps", 1e-8)
+        tensors.append(adam_inverse_sqrt(v.double(), float(entry.get("step", 1)), beta2, eps))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return ParameterScale(f"adam:{digest}", tensors)
+
+
+def adam_inverse_sqrt(exp_avg_sq: torch.Tensor, step: float, beta2: float, eps: float) -> torch.Tensor:
+    """1/(√v̂ + ε) elementwise, in `exp_avg_sq`'s dtype: v̂ = v / (1 − β₂ᵗ) is Adam's bias-corrected second moment
+    after `step` = t updates (an entry saved before its first update counts as t = 1)."""
+    v_hat = exp_avg_sq / (1.0 - beta2 ** max(step, 1.0))
+    return 1.0 / (v_hat.sqrt() + eps)
 
 
 def parameter_scale(preconditioner: str, optimizer_path: Path | None, model: nn.Module,

@@ -8,6 +8,11 @@ from pathlib import Path
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
+def checkpoint_dir(root: str | Path, step: int) -> Path:
+    """The folder the trainer saves global step `step` into under the run folder `root`: `root/checkpoint-{step}`."""
+    return Path(root) / f"checkpoint-{step}"
+
+
 def checkpoint_folders(path: Path) -> list[Path]:
     """The `checkpoint-N/` folders under `path`, sorted by N."""
     found = [(int(match.group(1)), child) for child in path.iterdir()

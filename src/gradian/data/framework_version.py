@@ -15,12 +15,16 @@ pad == eos that hides every EOS); from 0.17 TRL's own collator pads labels with 
 
 A YAML/JSON config names only the fields the user set, so a field there bounds the version from one side only.
 `training_args.bin` holds every field of the `SFTConfig` it pickled, so a field missing there bounds it too.
+
+`package_version` is the version installed here, of a framework or of Gradian (what the run record and
+report.json state).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +66,14 @@ class VersionRange:
 
     def below(self, version: Version) -> bool:
         return self.high is not None and self.high <= version
+
+
+def package_version(package: str) -> str | None:
+    """The installed version of `package` (this Python's, as `importlib.metadata` reads it); None when absent."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _next_release(version: Version) -> Version:

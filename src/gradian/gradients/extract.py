@@ -322,16 +322,25 @@ def store_meta(model: nn.Module, rendered: Sequence[Rendered], settings: Gradien
     """What a store's features mean; its hash names the files, so a change in any of it recomputes them."""
     ids = [row.example_id for row in rendered]
     return {
+        **feature_meta(ids, settings, projector, scale.name if scale is not None else "identity", matrices),
+        "rows_sha": rows_sha(rendered),
+        "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
+    }
+
+
+def feature_meta(ids: list[str], settings: GradientSettings, projector: KroneckerProjector, scale: str,
+                 matrices: list[LoraMatrix]) -> dict[str, object]:
+    """The meta every feature store holds, extracted or captured: its settings, projection, scale (a
+    `ParameterScale` name, "adam" or "identity"), LoRA matrices and rows (`ids`, by count and hash)."""
+    return {
         "version": 1,
         "layout": LAYOUT_VERSION,
         "gradient": settings.to_dict(),
         "projection": projector.to_dict(),
-        "scale": scale.name if scale is not None else "identity",
+        "scale": scale,
         "n_rows": len(ids),
         "matrices": [m.name for m in matrices],
         "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
-        "rows_sha": rows_sha(rendered),
-        "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
     }
 
 

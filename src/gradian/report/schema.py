@@ -18,6 +18,7 @@ from gradian.clusters.groups import CandidateGroups
 from gradian.clusters.summary import ClusterSummary, RowFlags, total_mean
 from gradian.data.columns import ids_of, mask_of, texts_of
 from gradian.data.examples import Example
+from gradian.data.framework_version import package_version
 from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
 from gradian.verdict import Verdict
@@ -71,7 +72,7 @@ def build_report(
     culprits = mask_of(ids, verdict.culprit_ids)  # (N,) bool
     report = {
         "schema_version": SCHEMA_VERSION,
-        "gradian_version": _gradian_version(),
+        "gradian_version": package_version("gradian") or "unknown",
         "confidence_level": CONFIDENCE_LEVEL,
         "verdict": verdict.to_dict(),
         "regression": dict(regression),
@@ -93,15 +94,6 @@ def build_report(
         if ranking is not None else {},
     }
     return jsonable(report)
-
-
-def _gradian_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("gradian")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _finding(finding: Finding) -> dict[str, Any]:
