@@ -22,7 +22,6 @@ retrain moves the capability beyond seed noise, `not-confirmed` when the reseede
 from __future__ import annotations
 
 import json
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 from gradian.files import atomic_write
 from gradian.regression.statistics import compare
 from gradian.report.schema import jsonable
+from gradian.report.schema_doc import load_schema
 from gradian.verify.measure import Original, change, mean_scores, recovery
 from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
@@ -239,7 +239,7 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
 
 def verification_schema() -> dict[str, Any]:
     """The JSON Schema of verification.json (shipped beside this module)."""
-    return json.loads(files("gradian.verify").joinpath("verification.schema.json").read_text(encoding="utf-8"))
+    return load_schema("gradian.verify", "verification.schema.json")
 
 
 def write_verification(report_dir: Path, verification: dict[str, Any], report: dict[str, Any]) -> dict[str, Path]:
