@@ -60,12 +60,16 @@ def ranking_of(rows: Sequence[dict[str, Any]], report_dir: Any) -> tuple[list[st
 
     Raises `InputError` when the report holds no per-row ranking (attribution did not run)."""
     for field, sign in (("rank_score", 1.0), ("effect", -1.0)):
-        scored = [(sign * float(row[field]), row["id"]) for row in rows if row.get(field) is not None]
-        if scored and len(scored) == len(rows):
-            order = sorted(range(len(scored)), key=lambda i: (-scored[i][0], i))  # stable: ties keep dataset order
-            return [scored[i][1] for i in order], field
+        if rows and all(row.get(field) is not None for row in rows):
+            return top_k([sign * float(row[field]) for row in rows], [row["id"] for row in rows], len(rows)), field
     raise InputError("holds no per-row ranking (examples.jsonl has no rank_score or effect: attribution did not run), "
                      "so there is no top k to remove; run `gradian verify` without --curve.", report_dir)
+
+
+def top_k(scores: Sequence[float] | np.ndarray, ids: Sequence[str], k: int) -> list[str]:
+    """The ids of the k highest scores, highest first; ties keep dataset order."""
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
+    return [ids[i] for i in order[:k]]
 
 
 def curve_sizes(n_rows: int, shares: Sequence[float] = CURVE_SHARES) -> list[tuple[float, int]]:
