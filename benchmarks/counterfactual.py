@@ -12,7 +12,8 @@ Each FOLDER is a built scenario (`benchmarks/suite_build.py`: `base/`, `run/`, `
    (the default's row harm), EK-FAC and TracIn-CP (−effect), TF-IDF, BM25 and RepSim (mean over the failing
    prompts), random, and the planted rows (the scenario's claim, a ceiling on planted-row metrics);
 3. recovery@k: the top k rows of each method (k = the number of planted rows) at zero weight under the run's seed
-   and order (`gradian.verify.retrain`), measured on the report's eval prompts as `gradian verify` measures
+   (no recorded order is replayed: the data order is the one that seed draws, the same in every retrain;
+   `gradian.verify.retrain`), measured on the report's eval prompts as `gradian verify` measures
    (`gradian.verify.measure`): recovery with its paired bootstrap CI; and the default's full curve (k = 1, 2, 5,
    10, 20% of the rows);
 4. LDS, on the folders named by `--lds` (or all): M random subsets, each leaving out `--fraction` of the rows at zero
@@ -33,11 +34,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gradian.data.examples import Example, read_dataset
 from gradian.files import atomic_write
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -47,12 +50,21 @@ METHODS = ("default", "gradient alone", "EK-FAC", "TracIn-CP", "TF-IDF", "BM25",
 LOSSES = "losses.json"
 
 
-def attribute_run(folder: Path, out: Path, **overrides: Any) -> Path:
+@dataclass
+class BuiltFolder:
+    """What each step reads of one folder, read once: its truth.json, the attribute report and the training rows."""
+
+    truth: dict[str, Any]
+    report_dir: Path  # WORK/attribute
+    report: dict[str, Any]  # its report.json
+    train: list[Example]  # train.jsonl
+
+
+def attribute_run(folder: Path, out: Path, truth: dict[str, Any], **overrides: Any) -> Path:
     """`gradian attribute` on the scenario into `out` (cached by attribute's own stages); returns `out`."""
     from gradian.pipeline import attribute
     from gradian.settings import AttributeSettings
 
-    truth = json.loads((folder / "truth.json").read_text())
     if not (out / "report.json").is_file():
         attribute(AttributeSettings(
             base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
@@ -61,23 +73,18 @@ def attribute_run(folder: Path, out: Path, **overrides: Any) -> Path:
     return out
 
 
-def rows_of(report_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (report_dir / "examples.jsonl").read_text().splitlines() if line.strip()]
-
-
-def method_scores(folder: Path, work: Path, wanted: Sequence[str]) -> dict[str, np.ndarray]:
+def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltFolder) -> dict[str, np.ndarray]:
     """name -> (N,) score, higher = more suspect, in dataset order; cached in WORK/scores.npz."""
     cache = work / "scores.npz"
     if cache.is_file():
         cached = dict(np.load(cache))
         if all(m in cached for m in wanted if m not in ("TracIn-CP",)):
             return cached
-    from gradian.data.examples import read_dataset
+    from gradian.report.rows import read_examples
     from gradian.scores import relevance as rel
 
-    truth = json.loads((folder / "truth.json").read_text())
-    report = attribute_run(folder, work / "attribute")
-    rows = rows_of(report)
+    truth, report = built.truth, built.report_dir
+    rows = read_examples(report)
     column = {name: np.array([row.get(name) if row.get(name) is not None else np.nan for row in rows], dtype=float)
               for name in ("rank_score", "row_harm", "gradient_effect", "relevance_tfidf", "relevance_repsim")}
     out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": rel.random_scores(len(rows), truth["seed"])}
@@ -87,50 +94,43 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str]) -> dict[str, 
     planted = set(truth["culprit_ids"])
     out["planted rows"] = np.array([1.0 if row["id"] in planted else 0.0 for row in rows])
     if "BM25" in wanted:
-        texts = [e.text for e in read_dataset(folder / "train.jsonl")]
+        texts = [e.text for e in built.train]
         generations = [json.loads(line) for line in (report / "generations.jsonl").read_text().splitlines()]
-        failing = set(json.loads((report / "report.json").read_text())["run"]["queries"])
+        failing = set(built.report["run"]["queries"])
         out["BM25"] = rel.aggregate(rel.bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
                                     "mean")
     if "EK-FAC" in wanted:
-        out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", preconditioner="ekfac", rank="gradient"))
+        out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", truth, preconditioner="ekfac", rank="gradient"))
     if "TracIn-CP" in wanted and list((folder / "run").glob("checkpoint-*")):
-        out["TracIn-CP"] = -effects(attribute_run(folder, work / "tracin", checkpoints="on", rank="gradient"))
+        out["TracIn-CP"] = -effects(attribute_run(folder, work / "tracin", truth, checkpoints="on", rank="gradient"))
     np.savez(cache, **out)
     return out
 
 
 def effects(report_dir: Path) -> np.ndarray:
-    return np.array([row["effect"] if row.get("effect") is not None else 0.0 for row in rows_of(report_dir)])
+    from gradian.report.rows import read_examples
 
-
-def top(scores: np.ndarray, ids: Sequence[str], k: int) -> list[str]:
-    """The k most suspect ids (ties broken by dataset order)."""
-    order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
-    return [ids[i] for i in order[:k]]
+    return np.array([row["effect"] if row.get("effect") is not None else 0.0 for row in read_examples(report_dir)])
 
 
 class Retrainer:
     """Zero-weight retrains of one run, cached in WORK/retrains/, measured as `gradian verify` measures."""
 
-    def __init__(self, folder: Path, work: Path, max_steps: int | None) -> None:
+    def __init__(self, folder: Path, work: Path, max_steps: int | None, built: BuiltFolder) -> None:
         from gradian.capabilities import get_capability
         from gradian.data.base_model import resolve_base_model
-        from gradian.data.examples import read_dataset
         from gradian.data.run_folder import read_run
         from gradian.regression.loading import read_adapter_config
         from gradian.verify.measure import read_original
         from gradian.verify.recipe import read_recipe
 
-        truth = json.loads((folder / "truth.json").read_text())
-        self.report = work / "attribute"
-        self.capability = get_capability(truth.get("capability", "json_formatting"))
-        self.original = read_original(self.report, self.capability)
+        self.capability = get_capability(built.truth.get("capability", "json_formatting"))
+        self.original = read_original(built.report_dir, self.capability)
         self.recipe = read_recipe(read_run(folder / "run"), read_adapter_config(folder / "run"))
-        self.rows = read_dataset(folder / "train.jsonl")
+        self.rows = built.train
         self.base = resolve_base_model(str(folder / "base"))
         self.root, self.max_steps = work / "retrains", max_steps
-        failing = set(json.loads((self.report / "report.json").read_text())["run"]["queries"])
+        failing = set(built.report["run"]["queries"])
         self.failing = [i for i, qid in enumerate(self.original.ids) if qid in failing]
 
     def adapter(self, name: str, removed: Sequence[str], seed: int | None = None) -> Path:
@@ -170,11 +170,12 @@ class Retrainer:
 
 def recovery_at_k(retrainer: Retrainer, scores: dict[str, np.ndarray], k: int) -> dict[str, Any]:
     from gradian.verify.measure import recovery
+    from gradian.verify.sets import top_k
 
     ids = [e.id for e in retrainer.rows]
     out = {}
     for name, score in scores.items():
-        removed = top(score, ids, k)
+        removed = top_k(score, ids, k)
         result = recovery(retrainer.scores(f"{slug(name)}-top{k}", removed), retrainer.original)
         out[name] = {"k": k, "recovery": result.value, "ci": list(result.ci) if result.ci else None}
     return out
@@ -182,12 +183,12 @@ def recovery_at_k(retrainer: Retrainer, scores: dict[str, np.ndarray], k: int) -
 
 def curve(retrainer: Retrainer, score: np.ndarray) -> list[dict[str, Any]]:
     from gradian.verify.measure import recovery
-    from gradian.verify.sets import curve_sizes
+    from gradian.verify.sets import curve_sizes, top_k
 
     ids = [e.id for e in retrainer.rows]
     points = []
     for share, k in curve_sizes(len(ids)):
-        result = recovery(retrainer.scores(f"default-top{k}", top(score, ids, k)), retrainer.original)
+        result = recovery(retrainer.scores(f"default-top{k}", top_k(score, ids, k)), retrainer.original)
         points.append({"share": share, "k": k, "recovery": result.value, "ci": list(result.ci) if result.ci else None})
     return points
 
@@ -215,9 +216,12 @@ def slug(name: str) -> str:
 def run_folder(folder: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     truth = json.loads((folder / "truth.json").read_text())
-    scores = method_scores(folder, work, args.methods)
+    report_dir = attribute_run(folder, work / "attribute", truth)
+    built = BuiltFolder(truth, report_dir, json.loads((report_dir / "report.json").read_text()),
+                        read_dataset(folder / "train.jsonl"))
+    scores = method_scores(folder, work, args.methods, built)
     scores = {name: scores[name] for name in args.methods if name in scores}
-    retrainer = Retrainer(folder, work, args.max_steps)
+    retrainer = Retrainer(folder, work, args.max_steps, built)
     k = len(truth["culprit_ids"])
     record: dict[str, Any] = {"folder": folder.name, "family": truth.get("family", truth["scenario"]),
                               "split": truth.get("split"), "kind": truth["kind"], "seed": truth["seed"], "k": k,

@@ -173,3 +173,22 @@ def test_lds_is_the_mean_per_query_spearman_with_a_ci_that_holds_it():
     assert result["lds"] == pytest.approx(expected, abs=1e-12) and result["queries"] == 2
     assert result["ci"][0] < result["lds"] < result["ci"][1]
     assert lds.lds(-predicted, measured)["lds"] == pytest.approx(-expected, abs=1e-12)
+
+
+def test_per_query_rho_is_scipys_spearman_column_by_column():
+    """Ties (as the bootstrap's resampled subsets have), a prediction per query, constant columns: the same numbers as
+    a loop of `scipy.stats.spearmanr`, to the last bit."""
+    from scipy import stats
+
+    lds = load_lds()
+    rng = np.random.default_rng(1)
+    measured = rng.integers(0, 4, size=(30, 5)).astype(float)  # (M, Q) with ties
+    measured[:, 3] = 2.0  # constant: no ρ
+    predicted = rng.integers(0, 3, size=(30, 5)).astype(float)  # (M, Q)
+    predicted[:, 1] = 1.0  # constant prediction for query 1: no ρ
+    expected = [stats.spearmanr(predicted[:, q], measured[:, q]).statistic if q not in (1, 3) else np.nan
+                for q in range(5)]
+    assert np.array_equal(lds.per_query_rho(predicted, measured), expected, equal_nan=True)
+    shared = predicted[:, 0]  # (M,) one prediction for all queries
+    expected = [stats.spearmanr(shared, measured[:, q]).statistic if q != 3 else np.nan for q in range(5)]
+    assert np.array_equal(lds.per_query_rho(shared, measured), expected, equal_nan=True)

@@ -24,6 +24,7 @@ from gradian.files import atomic_write
 from gradian.report import charts
 from gradian.report.rows import EXAMPLES_FILE, ExampleRows
 from gradian.report.wording import number, pct
+from gradian.verdict.types import cause_by_row
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
 
@@ -51,7 +52,7 @@ def write_report(out_dir: str | Path, report: dict[str, Any], examples: Sequence
         found = positions_of(ids, culprits)
         chosen = np.sort(found[found >= 0])  # culprit rows in dataset order
         known = {int(i): rows.row(int(i)) for i in chosen}
-        cause = {i: c["name"] for c in report["verdict"].get("causes") or [] for i in c.get("example_ids") or []}
+        cause = cause_by_row(report["verdict"].get("causes") or [])
         written["culprits.jsonl"] = atomic_write(out / "culprits.jsonl",
                                                  _culprit_lines(examples, chosen, known, cause))
         written["train.cleaned.jsonl"] = write_cleaned(out / "train.cleaned.jsonl", examples, chosen)

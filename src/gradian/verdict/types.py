@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,4 +71,9 @@ class Verdict:
 
     def cause_of(self) -> dict[str, str]:
         """{row id: the name of the cause that names it}."""
-        return {i: cause.name for cause in self.causes for i in cause.example_ids}
+        return cause_by_row([cause.to_dict() for cause in self.causes])
+
+
+def cause_by_row(causes: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """{row id: the name of the cause that names it}, from the causes as report.json holds them (`verdict.causes`)."""
+    return {i: cause["name"] for cause in causes for i in cause.get("example_ids") or []}

@@ -13,15 +13,12 @@ from typing import Any
 import jinja2
 
 from gradian.files import atomic_write
+from gradian.report.wording import pct
 
 HTML = "verification.html"
 MARKDOWN = "verification.md"
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 280, 56, 20, 16, 40
 Y_LOW, Y_HIGH = -0.5, 1.25  # recovery axis; values beyond are drawn at the edge
-
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def curve_chart(verification: dict[str, Any]) -> dict[str, Any] | None:

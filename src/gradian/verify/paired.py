@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.capabilities import passed
 from gradian.regression.statistics import mcnemar_exact, wilcoxon_p
 
 ALPHA = 0.05
@@ -47,7 +48,7 @@ def paired_test(after: np.ndarray, against: np.ndarray, name: str, *, binary: bo
     better, worse = int(np.sum(diffs > 0)), int(np.sum(diffs < 0))
     if binary:
         # mcnemar_exact(a, b) counts a-pass & b-fail against a-fail & b-pass: the same discordant pairs
-        p = mcnemar_exact((against > 0.5).tolist(), (after > 0.5).tolist())
+        p = mcnemar_exact([passed(s) for s in against.tolist()], [passed(s) for s in after.tolist()])
         return PairedTest(name, "mcnemar-exact", better, worse, float(diffs.mean()), p)
     return PairedTest(name, "wilcoxon", better, worse, float(diffs.mean()), wilcoxon_p(diffs))
 

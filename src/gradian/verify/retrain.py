@@ -100,8 +100,9 @@ def retrain(
     staging.mkdir(parents=True)
     started = time.monotonic()
     state = _train(job, recipe, base, staging, device=device, max_steps=max_steps, steps=_recorded(staging, steps))
-    marker = {"key": key, "name": job.name, "rows": len(job.rows) - len(job.zero_rows()),
-              "zero_weight": len(job.zero_rows()), "seed": job.seed, "changes": job.changes,
+    zero = len(job.zero_rows())
+    marker = {"key": key, "name": job.name, "rows": len(job.rows) - zero,
+              "zero_weight": zero, "seed": job.seed, "changes": job.changes,
               "device": device, "max_steps": max_steps, "capped": max_steps is not None,
               "global_step": state.global_step, "wall_s": round(time.monotonic() - started, 3),
               "train_loss": _last_loss(state.log_history)}

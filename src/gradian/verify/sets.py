@@ -26,7 +26,7 @@ def random_set(examples: Sequence[Example], size: int, seed: Sequence[int]) -> l
 
 
 @dataclass
-class Topic:
+class TopicPool:
     """The named rows' own category (a `category` column) or cluster (the report's), as a pool to draw from."""
 
     source: str  # "category" | "cluster"
@@ -34,7 +34,7 @@ class Topic:
     pool: list[str]
 
 
-def named_topic(examples: Sequence[Example], rows: Sequence[dict[str, Any]], named: set[str]) -> Topic | None:
+def named_topic(examples: Sequence[Example], rows: Sequence[dict[str, Any]], named: set[str]) -> TopicPool | None:
     """The category, else the report cluster, holding most of the named rows; None when rows have neither."""
     category = {e.id: e.raw.get("category") for e in examples if isinstance(e.raw.get("category"), (str, int))}
     cluster = {row["id"]: row["cluster"] for row in rows if row.get("cluster") is not None}
@@ -42,11 +42,11 @@ def named_topic(examples: Sequence[Example], rows: Sequence[dict[str, Any]], nam
         held = Counter(labels[i] for i in named if i in labels)
         if held:
             label = held.most_common(1)[0][0]
-            return Topic(source, str(label), [e.id for e in examples if labels.get(e.id) == label])
+            return TopicPool(source, str(label), [e.id for e in examples if labels.get(e.id) == label])
     return None
 
 
-def topic_set(topic: Topic, size: int, seed: int) -> tuple[list[str] | None, str | None]:
+def topic_set(topic: TopicPool, size: int, seed: int) -> tuple[list[str] | None, str | None]:
     """`size` rows drawn from the topic (the named rows among them as likely as any), or (None, why not)."""
     if len(topic.pool) <= size:
         return None, (f"the named rows' {topic.source} ({topic.name}) holds {len(topic.pool)} rows, no more than the "
@@ -60,12 +60,16 @@ def ranking_of(rows: Sequence[dict[str, Any]], report_dir: Any) -> tuple[list[st
 
     Raises `InputError` when the report holds no per-row ranking (attribution did not run)."""
     for field, sign in (("rank_score", 1.0), ("effect", -1.0)):
-        scored = [(sign * float(row[field]), row["id"]) for row in rows if row.get(field) is not None]
-        if scored and len(scored) == len(rows):
-            order = sorted(range(len(scored)), key=lambda i: (-scored[i][0], i))  # stable: ties keep dataset order
-            return [scored[i][1] for i in order], field
+        if rows and all(row.get(field) is not None for row in rows):
+            return top_k([sign * float(row[field]) for row in rows], [row["id"] for row in rows], len(rows)), field
     raise InputError("holds no per-row ranking (examples.jsonl has no rank_score or effect: attribution did not run), "
                      "so there is no top k to remove; run `gradian verify` without --curve.", report_dir)
+
+
+def top_k(scores: Sequence[float] | np.ndarray, ids: Sequence[str], k: int) -> list[str]:
+    """The ids of the k highest scores, highest first; ties keep dataset order."""
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
+    return [ids[i] for i in order[:k]]
 
 
 def curve_sizes(n_rows: int, shares: Sequence[float] = CURVE_SHARES) -> list[tuple[float, int]]:

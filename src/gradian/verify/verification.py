@@ -22,7 +22,6 @@ retrain moves the capability beyond seed noise, `not-confirmed` when the reseede
 from __future__ import annotations
 
 import json
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 from gradian.files import atomic_write
 from gradian.regression.statistics import compare
 from gradian.report.schema import jsonable
+from gradian.report.schema_doc import load_schema
 from gradian.verify.measure import Original, change, mean_scores, recovery
 from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
@@ -160,17 +160,20 @@ def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[st
     if plan.curve is None:
         return None
     kinds = {job.name: kind for kind, job in plan.jobs}
+    retrains = [_retrain(name, kinds[name], scores[name], markers[name], original, band, seed)
+                for name in kinds if kinds[name] in ("curve", "curve-control")]
+    by_name = {r["name"]: r for r in retrains}
     points = []
     for point in plan.curve:
-        top = _retrain(point.top, "curve", scores[point.top], markers[point.top], original, band, seed)
-        randoms = [scores[name] for name in point.randoms]
-        random = recovery(mean_scores(randoms), original, seed) if randoms else None
+        top = by_name[point.top]
+        mean = mean_scores([scores[name] for name in point.randoms]) if point.randoms else None
+        random = recovery(mean, original, seed) if mean is not None else None
         tests = with_holm([paired_test(scores[point.top], scores[name], name, binary=binary)
                            for name in point.randoms])
         points.append({
             "share": point.share, "size": point.size, "name": point.top, "rate": top["rate"],
             "recovery": top["recovery"], "recovery_ci": top["recovery_ci"], "random": point.randoms,
-            "random_rate": float(mean_scores(randoms).mean()) if randoms else None,
+            "random_rate": float(mean.mean()) if mean is not None else None,
             "random_recovery": random.value if random else None,
             "random_recovery_ci": list(random.ci) if random and random.ci else None,
             "tests": [t.to_dict() for t in tests], "beats_random": bool(tests) and all(t.beats for t in tests),
@@ -178,8 +181,6 @@ def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[st
     named = None
     if plan.primary is not None and plan.removed:
         named = {"size": plan.removed, "name": plan.primary}
-    retrains = [_retrain(name, kinds[name], scores[name], markers[name], original, band, seed)
-                for name in kinds if kinds[name] in ("curve", "curve-control")]
     return {"ranking": plan.ranking, "controls": len(plan.curve[0].randoms) if plan.curve else 0,
             "n_rows": max((r["rows"] or 0) + r["zero_weight"] for r in retrains) if retrains else None,
             "points": points, "named": named, "retrains": retrains}
@@ -238,7 +239,7 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
 
 def verification_schema() -> dict[str, Any]:
     """The JSON Schema of verification.json (shipped beside this module)."""
-    return json.loads(files("gradian.verify").joinpath("verification.schema.json").read_text(encoding="utf-8"))
+    return load_schema("gradian.verify", "verification.schema.json")
 
 
 def write_verification(report_dir: Path, verification: dict[str, Any], report: dict[str, Any]) -> dict[str, Path]:
