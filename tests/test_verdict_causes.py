@@ -13,7 +13,8 @@ from gradian.audit.finding import Finding
 from gradian.clusters.groups import FindingGroup, finding_groups
 from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
-from gradian.verdict import Verdict, decide
+from gradian.verdict import Verdict, decide, rules
+from gradian.verdict.causes import beyond_size
 
 N = 200
 IDS = [f"row{i}" for i in range(N)]
@@ -160,6 +161,21 @@ def test_a_setup_cause_beside_a_data_cause_is_named():
     few_run_on = symptoms_of({"stops-early": 19, "never-stops": 1})
     verdict = verdict_for([CUT_FINDING, pad], effects(dict.fromkeys(CUT, 4.0)), few_run_on, {"cut_in_data": 0.6})
     assert [c.name for c in verdict.causes] == ["cut_in_data"]
+
+
+def test_a_further_cause_passes_a_weaker_harm_test_than_a_data_cluster():
+    """One harm test, two sets of thresholds: the data cluster's CI floor is 1.5x the size share, reached counts; a
+    further cause's is the size share, and only above it counts; a further cause needs no lift (binary-exact values)."""
+    group = FindingGroup("cut_in_data", "critical", "cut", ids_of(CUT), size_share=0.25, harm_share=0.5,
+                         harm_share_ci=(0.375, 0.625), lift=2.0)
+    assert rules.group_concentrated(group) and beyond_size(group)
+    at_size = dataclasses.replace(group, harm_share_ci=(0.25, 0.625))
+    assert not rules.group_concentrated(at_size) and not beyond_size(at_size)
+    assert beyond_size(dataclasses.replace(at_size, harm_share_ci=(0.25 + 2 ** -10, 0.625)))
+    small = dataclasses.replace(group, harm_share=0.125, lift=None)
+    assert not rules.group_concentrated(small) and beyond_size(small)
+    assert not beyond_size(dataclasses.replace(small, harm_share=0.0625))
+    assert not beyond_size(dataclasses.replace(group, harm_share=None))
 
 
 @pytest.fixture

@@ -128,12 +128,17 @@ def sits_where_failures_are(group: FindingGroup) -> bool:
         and lift >= MIN_FAILURE_LIFT
 
 
-def holds_harm(lift: float | None, ci: tuple[float, float] | None, harm: float | None, size_share: float,
-               min_harm: float = MIN_HARM_SHARE) -> bool:
-    """The data-cluster test: lift, CI lower bound above size, and a meaningful share of all harm."""
-    if lift is None or ci is None or harm is None:
+def holds_harm(lift: float | None, ci: tuple[float, float] | None, harm: float | None, size_share: float, *,
+               min_lift: float | None = MIN_LIFT, min_ci_over: float = MIN_CI_LOW_OVER_SIZE,
+               min_harm: float = MIN_HARM_SHARE, strict: bool = False) -> bool:
+    """Harm beyond size: a lift of at least `min_lift` (None: no lift test), the harm share's CI lower bound at least
+    `min_ci_over` times the size share (above it when `strict`), and at least `min_harm` of all harm. The defaults
+    are the data-cluster test; a further cause passes a weaker one (`verdict.causes`)."""
+    if ci is None or harm is None:
         return False
-    return lift >= MIN_LIFT and ci[0] >= MIN_CI_LOW_OVER_SIZE * size_share and harm >= min_harm
+    lifted = min_lift is None or (lift is not None and lift >= min_lift)
+    floor = min_ci_over * size_share
+    return lifted and (ci[0] > floor if strict else ci[0] >= floor) and harm >= min_harm
 
 
 def concentrated(cluster: ClusterSummary) -> bool:
