@@ -220,6 +220,27 @@ def test_a_plugin_check_counts_by_its_category_like_a_built_in(plugin_check):
     assert verdict.causes[0].symptom == "stops-early"
 
 
+def test_a_stop_check_teaches_never_stopping_unless_it_says_otherwise(plugin_check):
+    plugin_check("collator_drops_eos", "stop")
+    plugin_check("eos_moved", "stop", teaches=("stops-early",))
+    assert registry.teaches("collator_drops_eos") == registry.teaches("pad_eos_masking") == ("never-stops",)
+    assert registry.teaches("missing_eos") == ("never-stops",) and registry.teaches("eos_moved") == ("stops-early",)
+    assert registry.teaches("duplicate") == ()  # a per-row check teaches nothing unless it says so
+    never = symptoms_of({"never-stops": 18, "stops-early": 2})
+    moved = Finding("eos_moved", "warning", "EOS moved", "put EOS back")
+    assert verdict_for([moved], effects({}), never, {}).kind == "diffuse"  # what it teaches is not what they show
+
+
+def test_a_run_wide_capability_finding_explains_the_answers_its_targets_fail_like():
+    """Targets failing the capability in most rows are a setup verdict; the check teaches any symptom, so the cause
+    explains every failing answer but those that never stop, and names the symptom they show most."""
+    most = dataclasses.replace(FAILS, example_ids=IDS[:120])
+    verdict = verdict_for([most], effects({}), symptoms_of({"wrapped": 12, "stops-early": 5, "never-stops": 3}), {})
+    assert verdict.kind == "setup" and verdict.evidence["finding"]["check"] == "fails_capability"
+    cause = verdict.causes[0]
+    assert (cause.located_by, cause.symptom, cause.explains) == ("symptom", "wrapped", pytest.approx(0.85))
+
+
 def test_a_plugin_category_is_recorded_and_checked(plugin_check):
     plugin_check("slow_decay", "run-wide", cause_from="critical")
     assert registry.category_of(Finding("slow_decay", "warning", "t", "f")) == "run-wide"

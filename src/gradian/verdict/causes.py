@@ -28,7 +28,7 @@ from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
-from gradian.verdict.rules import explains, holds_harm, stop_fault, taught, taught_by
+from gradian.verdict.rules import explains, holds_harm, shown_most, stop_fault, taught, taught_by
 from gradian.verdict.thresholds import (
     MAX_CAUSE_OVERLAP,
     MIN_CAUSE_CI_LOW_OVER_SIZE,
@@ -113,14 +113,13 @@ def beyond_size(group: FindingGroup) -> bool:
 def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None,
                  n_rows: int) -> list[Cause]:
     """A `stop` fault beside a data cause: the run takes stopping away and at least MIN_CAUSE_EXPLAINS of the
-    failing answers never stop (rule 3 names it alone when most of them do)."""
-    share = explains(("never-stops",), symptoms)
-    if share is None or share < MIN_CAUSE_EXPLAINS:
-        return []
-    fault = next((f for f in by_severity(findings) if stop_fault(f, regression, n_rows)), None)
-    if fault is None:
-        return []
-    return [Cause("setup", fault.check, "symptom", [], "never-stops", share, fix=fault.fix)]
+    failing answers show what its rows teach, never stopping (rule 3 names it alone when most of them do)."""
+    for fault in by_severity(findings):
+        taught = taught_by(fault.check)
+        share = explains(taught, symptoms)
+        if stop_fault(fault, regression, n_rows) and share is not None and share >= MIN_CAUSE_EXPLAINS:
+            return [Cause("setup", fault.check, "symptom", [], shown_most(taught, symptoms), share, fix=fault.fix)]
+    return []
 
 
 def fix_of(check: str, findings: list[Finding]) -> str:
