@@ -13,7 +13,8 @@ from gradian.audit.finding import Finding
 from gradian.clusters.groups import FindingGroup, finding_groups
 from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
-from gradian.verdict import Verdict, decide
+from gradian.verdict import Verdict, decide, rules
+from gradian.verdict.causes import beyond_size
 
 N = 200
 IDS = [f"row{i}" for i in range(N)]
@@ -162,6 +163,21 @@ def test_a_setup_cause_beside_a_data_cause_is_named():
     assert [c.name for c in verdict.causes] == ["cut_in_data"]
 
 
+def test_a_further_cause_passes_a_weaker_harm_test_than_a_data_cluster():
+    """One harm test, two sets of thresholds: the data cluster's CI floor is 1.5x the size share, reached counts; a
+    further cause's is the size share, and only above it counts; a further cause needs no lift (binary-exact values)."""
+    group = FindingGroup("cut_in_data", "critical", "cut", ids_of(CUT), size_share=0.25, harm_share=0.5,
+                         harm_share_ci=(0.375, 0.625), lift=2.0)
+    assert rules.group_concentrated(group) and beyond_size(group)
+    at_size = dataclasses.replace(group, harm_share_ci=(0.25, 0.625))
+    assert not rules.group_concentrated(at_size) and not beyond_size(at_size)
+    assert beyond_size(dataclasses.replace(at_size, harm_share_ci=(0.25 + 2 ** -10, 0.625)))
+    small = dataclasses.replace(group, harm_share=0.125, lift=None)
+    assert not rules.group_concentrated(small) and beyond_size(small)
+    assert not beyond_size(dataclasses.replace(small, harm_share=0.0625))
+    assert not beyond_size(dataclasses.replace(group, harm_share=None))
+
+
 @pytest.fixture
 def plugin_check(monkeypatch):
     """Register a plug-in check for one test; the registry is restored afterwards."""
@@ -202,6 +218,27 @@ def test_a_plugin_check_counts_by_its_category_like_a_built_in(plugin_check):
     verdict = verdict_for([half], effects({}), symptoms_of({"stops-early": 20}), {"half_answers": 0.6})
     assert verdict.kind == "data-cluster" and verdict.causes[0].name == "half_answers"
     assert verdict.causes[0].symptom == "stops-early"
+
+
+def test_a_stop_check_teaches_never_stopping_unless_it_says_otherwise(plugin_check):
+    plugin_check("collator_drops_eos", "stop")
+    plugin_check("eos_moved", "stop", teaches=("stops-early",))
+    assert registry.teaches("collator_drops_eos") == registry.teaches("pad_eos_masking") == ("never-stops",)
+    assert registry.teaches("missing_eos") == ("never-stops",) and registry.teaches("eos_moved") == ("stops-early",)
+    assert registry.teaches("duplicate") == ()  # a per-row check teaches nothing unless it says so
+    never = symptoms_of({"never-stops": 18, "stops-early": 2})
+    moved = Finding("eos_moved", "warning", "EOS moved", "put EOS back")
+    assert verdict_for([moved], effects({}), never, {}).kind == "diffuse"  # what it teaches is not what they show
+
+
+def test_a_run_wide_capability_finding_explains_the_answers_its_targets_fail_like():
+    """Targets failing the capability in most rows are a setup verdict; the check teaches any symptom, so the cause
+    explains every failing answer but those that never stop, and names the symptom they show most."""
+    most = dataclasses.replace(FAILS, example_ids=IDS[:120])
+    verdict = verdict_for([most], effects({}), symptoms_of({"wrapped": 12, "stops-early": 5, "never-stops": 3}), {})
+    assert verdict.kind == "setup" and verdict.evidence["finding"]["check"] == "fails_capability"
+    cause = verdict.causes[0]
+    assert (cause.located_by, cause.symptom, cause.explains) == ("symptom", "wrapped", pytest.approx(0.85))
 
 
 def test_a_plugin_category_is_recorded_and_checked(plugin_check):

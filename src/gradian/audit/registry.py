@@ -14,9 +14,10 @@ verdict weighs a user's check like a built-in one:
 - `run-wide`: the training as a whole went wrong (schedule, logged losses), not one setting nor some rows.
 
 A check may also declare the symptoms of the failing answers its rows teach (`teaches`, names from
-`regression.symptoms.SYMPTOMS`, or `ANY_SYMPTOM` for a check that applies the capability itself), and the severity
-from which its finding is positive evidence of a run-wide cause (`cause_from`). The verdict reads all three here
-(`category_of`, `teaches`, `cause_from`), never a list of check names.
+`regression.symptoms.SYMPTOMS`, or `ANY_SYMPTOM` for a check that applies the capability itself; a `stop` check
+teaches `never-stops` unless it says otherwise), and the severity from which its finding is positive evidence of a
+run-wide cause (`cause_from`). The verdict reads all three here (`category_of`, `teaches`, `cause_from`), never a
+list of check names.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gradian.plugins import load_group
 Check = Callable[[AuditContext], list[Finding]]
 CATEGORIES_KNOWN = ("setup", "stop", "hyperparameter", "per-row", "run-wide")
 ANY_SYMPTOM = "any"
+STOP_TEACHES = ("never-stops",)  # what a `stop` check's rows teach unless it declares otherwise
 CHECKS: dict[str, Check] = {}
 CATEGORIES: dict[str, str] = {}
 TEACHES: dict[str, tuple[str, ...]] = {}
@@ -48,13 +50,13 @@ BUILT_IN_CATEGORIES = {
     "learning_rate": "hyperparameter", "lora_alpha_rank": "hyperparameter", "adapter_base_mismatch": "setup",
     "many_epochs": "run-wide", "eval_loss_rising": "run-wide", "loss_spike": "run-wide", "nan_in_logs": "run-wide",
 }
-# What the rows of each built-in per-row check teach: a row cut in the data teaches stopping early; a target that
-# fails the capability teaches whatever its failure is; a row whose EOS is missing or cut by max_length teaches
-# running on; a row the max length cut and then ended in EOS (`eos_after_cut`) teaches stopping early.
+# What the rows of each built-in check teach, beyond a `stop` check's `never-stops` (`missing_eos`, `pad_eos_masking`):
+# a row cut in the data teaches stopping early; a target that fails the capability teaches whatever its failure is;
+# a row cut by max_length teaches either; a row the max length cut and then ended in EOS (`eos_after_cut`) teaches
+# stopping early.
 BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
     "cut_in_data": ("stops-early",), "truncation": ("stops-early", "never-stops"),
-    "truncated_completion": ("stops-early", "never-stops"), "missing_eos": ("never-stops",),
-    "eos_after_cut": ("stops-early",),
+    "truncated_completion": ("stops-early", "never-stops"), "eos_after_cut": ("stops-early",),
     "fails_capability": (ANY_SYMPTOM,),
 }
 # `many_epochs` is evidence of a cause only when critical, the severity its check keeps for logs that show
@@ -65,8 +67,9 @@ BUILT_IN_CAUSE_FROM = {"many_epochs": "critical"}
 def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | None = None,
           cause_from: str | None = None) -> Callable[[Check], Check]:
     """Register `function` under `name` in `category` (one of CATEGORIES_KNOWN; built-ins have theirs listed
-    above), with the symptoms its rows teach and the severity from which it is evidence of a run-wide cause
-    (`warning` unless given). A second registration under the same name replaces the first."""
+    above), with the symptoms its rows teach (`never-stops` for a `stop` check unless given) and the severity from
+    which it is evidence of a run-wide cause (`warning` unless given). A second registration under the same name
+    replaces the first."""
     category = category or BUILT_IN_CATEGORIES.get(name)
     if category not in CATEGORIES_KNOWN:
         raise ValueError(f"check {name!r} must declare its category, one of {', '.join(CATEGORIES_KNOWN)}: "
@@ -74,7 +77,7 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
     cause_from = cause_from or BUILT_IN_CAUSE_FROM.get(name, "warning")
     if cause_from not in SEVERITIES:
         raise ValueError(f"check {name!r}: cause_from must be one of {', '.join(SEVERITIES)}, not {cause_from!r}")
-    taught = tuple(teaches if teaches is not None else BUILT_IN_TEACHES.get(name, ()))
+    taught = tuple(teaches) if teaches is not None else _default_teaches(name, category)
 
     def register(function: Check) -> Check:
         CHECKS[name] = function
@@ -96,7 +99,14 @@ def category_of(finding: Finding) -> str:
 
 def teaches(check_name: str) -> tuple[str, ...]:
     """The symptoms the rows of `check_name` teach (ANY_SYMPTOM: whatever their own failure is); () if none."""
-    return TEACHES.get(check_name, BUILT_IN_TEACHES.get(check_name, ()))
+    if check_name in TEACHES:
+        return TEACHES[check_name]
+    return _default_teaches(check_name, BUILT_IN_CATEGORIES.get(check_name))
+
+
+def _default_teaches(name: str, category: str | None) -> tuple[str, ...]:
+    """What a check that declares nothing teaches: the built-in's, else `never-stops` for a `stop` check."""
+    return BUILT_IN_TEACHES.get(name, STOP_TEACHES if category == "stop" else ())
 
 
 def cause_from(check_name: str) -> str:

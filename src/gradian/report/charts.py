@@ -1,6 +1,6 @@
 """Geometry of the HTML report's inline SVG charts, computed from the report dict (no chart library, no network).
 
-Every label a chart shows is a number of the report dict formatted by `verdict.pct`/`verdict.number`; this module
+Every label a chart shows is a number of the report dict formatted by `report.wording.pct`/`number`; this module
 only turns those numbers into pixel positions.
 """
 

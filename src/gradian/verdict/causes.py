@@ -28,7 +28,7 @@ from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
-from gradian.verdict.rules import explains, stop_fault, taught, taught_by
+from gradian.verdict.rules import explains, holds_harm, shown_most, stop_fault, taught, taught_by
 from gradian.verdict.thresholds import (
     MAX_CAUSE_OVERLAP,
     MIN_CAUSE_CI_LOW_OVER_SIZE,
@@ -92,7 +92,7 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
             continue
         overlap = len(set(group.example_ids) & named) / max(group.size, 1)
         share = explains(taught(group), symptoms)
-        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS or not _beyond_size(group):
+        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS or not beyond_size(group):
             continue
         rows = [i for i in group.example_ids if i not in named]
         added = np.array([position[i] for i in rows], dtype=np.int64)
@@ -103,25 +103,23 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
     return causes
 
 
-def _beyond_size(group: FindingGroup) -> bool:
-    """The group's harm share is significantly above its size share and at least MIN_CAUSE_HARM_SHARE."""
-    if group.harm_share is None or group.harm_share_ci is None:
-        return False
-    return group.harm_share_ci[0] > MIN_CAUSE_CI_LOW_OVER_SIZE * group.size_share \
-        and group.harm_share >= MIN_CAUSE_HARM_SHARE
+def beyond_size(group: FindingGroup) -> bool:
+    """The group's harm share is significantly above its size share and at least MIN_CAUSE_HARM_SHARE (no lift test:
+    a further cause need not pass the data-cluster test's)."""
+    return holds_harm(group.lift, group.harm_share_ci, group.harm_share, group.size_share, min_lift=None,
+                      min_ci_over=MIN_CAUSE_CI_LOW_OVER_SIZE, min_harm=MIN_CAUSE_HARM_SHARE, strict=True)
 
 
 def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None,
                  n_rows: int) -> list[Cause]:
     """A `stop` fault beside a data cause: the run takes stopping away and at least MIN_CAUSE_EXPLAINS of the
-    failing answers never stop (rule 3 names it alone when most of them do)."""
-    share = explains(("never-stops",), symptoms)
-    if share is None or share < MIN_CAUSE_EXPLAINS:
-        return []
-    fault = next((f for f in by_severity(findings) if stop_fault(f, regression, n_rows)), None)
-    if fault is None:
-        return []
-    return [Cause("setup", fault.check, "symptom", [], "never-stops", share, fix=fault.fix)]
+    failing answers show what its rows teach, never stopping (rule 3 names it alone when most of them do)."""
+    for fault in by_severity(findings):
+        taught = taught_by(fault.check)
+        share = explains(taught, symptoms)
+        if stop_fault(fault, regression, n_rows) and share is not None and share >= MIN_CAUSE_EXPLAINS:
+            return [Cause("setup", fault.check, "symptom", [], shown_most(taught, symptoms), share, fix=fault.fix)]
+    return []
 
 
 def fix_of(check: str, findings: list[Finding]) -> str:

@@ -13,9 +13,10 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    rows: a max-length cut with EOS appended after it, `eos_after_cut`) when most failing answers show the symptom
    its rows teach, or when the rows rules 4 and 5 would name lie (≥ 90%) inside its rows. However few rows it
    touched, the fix is the setting, and dropping the rows would throw their data away.
-3. `setup` from the symptom: most failing answers never stop (they run to the token limit) and a `stop` finding
-   takes stopping from the run: pad == eos, even with the collator unknown (masking EOS labels is exactly what
-   produces this symptom), or EOS never supervised in at least half the rows.
+3. `setup` from the symptom: most failing answers never stop (they run to the token limit: what a `stop` check's
+   rows teach, unless it registered otherwise) and a `stop` finding takes stopping from the run: pad == eos, even
+   with the collator unknown (masking EOS labels is exactly what produces this symptom), or EOS never supervised in
+   at least half the rows.
 4. `data-cluster` from the audit: a finding group whose rows teach the dominant symptom (the check's registered
    `teaches`, or the symptom its own targets show; with no symptom dominant, only targets that fail the capability),
    and that sits where the failures are (the failing eval prompts resemble its rows: `failure_share` >= 0.25 and
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import category_of, teaches
+from gradian.audit.registry import category_of
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -69,7 +70,7 @@ def decide(
     n_rows = len(ids)
     setup = rules.explaining_setup_finding(regression, findings, n_rows) \
         or rules.setting_by_symptom(findings, symptoms) \
-        or rules.never_stops_finding(regression, findings, symptoms, n_rows)
+        or rules.stop_by_symptom(regression, findings, symptoms, n_rows)
     if setup is not None:
         return _setup(regression, setup, symptoms)
     ranked = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
@@ -99,9 +100,9 @@ def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | No
     evidence: dict[str, Any] = {"finding": finding.to_dict()}
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    taught = ("never-stops",) if category_of(finding) == "stop" else teaches(finding.check)
+    taught = rules.taught_by(finding.check)
     share = rules.explains(taught, symptoms) if taught else None
-    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], taught[0] if share else None,
+    cause = Cause("setup", finding.check, "symptom" if share else "audit", [], rules.shown_most(taught, symptoms),
                   share, fix=finding.fix)
     return Verdict("setup", wording.setup(regression, finding, symptoms), finding.fix, evidence, causes=[cause])
 

@@ -2,6 +2,8 @@
 
 Check categories come from the audit's registry (`gradian.audit.registry.category_of`, `teaches`, `cause_from`), so a
 plug-in check registered as `stop`, `hyperparameter` or `run-wide`, or as teaching a symptom, weighs like a built-in.
+What a check's rows teach is read through one function, `taught_by` (a `stop` check teaches `never-stops` unless it
+says otherwise: the registry's default).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def _settings_on_rows(findings: list[Finding]) -> list[Finding]:
 def setting_by_symptom(findings: list[Finding], symptoms: Symptoms | None) -> Finding | None:
     """Rule 2b: a setting on rows whose rows teach what most failing answers show."""
     return next((f for f in _settings_on_rows(findings)
-                 if (explains(teaches(f.check), symptoms) or 0.0) >= MIN_SETTING_EXPLAINS), None)
+                 if (explains(taught_by(f.check), symptoms) or 0.0) >= MIN_SETTING_EXPLAINS), None)
 
 
 def setting_behind_rows(culprits: list[str], findings: list[Finding]) -> Finding | None:
@@ -94,13 +96,15 @@ def stop_fault(finding: Finding, regression: dict[str, Any], n_rows: int) -> boo
     return (wide or masked) and explains_stopping(finding, regression)
 
 
-def never_stops_finding(
+def stop_by_symptom(
     regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None, n_rows: int
 ) -> Finding | None:
-    """Rule 3: most failing answers never stop, and the run takes stopping away (`stop_fault`)."""
-    if symptoms is None or symptoms.dominant != "never-stops":
+    """Rule 3: the run takes stopping away (`stop_fault`) and most failing answers show what its rows teach (they
+    never stop)."""
+    if symptoms is None or symptoms.dominant is None:
         return None
-    return next((f for f in by_severity(findings) if stop_fault(f, regression, n_rows)), None)
+    return next((f for f in by_severity(findings)
+                 if stop_fault(f, regression, n_rows) and symptoms.dominant in taught_by(f.check)), None)
 
 
 def taught(group: FindingGroup) -> tuple[str, ...]:
@@ -122,18 +126,31 @@ def explains(symptoms: tuple[str, ...], observed: Symptoms | None) -> float | No
     return float(sum(observed.shares.get(s, 0.0) for s in symptoms))
 
 
+def shown_most(symptoms: tuple[str, ...], observed: Symptoms | None) -> str | None:
+    """Of `symptoms`, the one the failing answers show most (the first on a tie); None when none is shown."""
+    share = explains(symptoms, observed)
+    if not share or observed is None:
+        return None
+    return max(symptoms, key=lambda s: observed.shares.get(s, 0.0))
+
+
 def sits_where_failures_are(group: FindingGroup) -> bool:
     lift = group.failure_lift
     return group.failure_share is not None and lift is not None and group.failure_share >= MIN_FAILURE_SHARE \
         and lift >= MIN_FAILURE_LIFT
 
 
-def holds_harm(lift: float | None, ci: tuple[float, float] | None, harm: float | None, size_share: float,
-               min_harm: float = MIN_HARM_SHARE) -> bool:
-    """The data-cluster test: lift, CI lower bound above size, and a meaningful share of all harm."""
-    if lift is None or ci is None or harm is None:
+def holds_harm(lift: float | None, ci: tuple[float, float] | None, harm: float | None, size_share: float, *,
+               min_lift: float | None = MIN_LIFT, min_ci_over: float = MIN_CI_LOW_OVER_SIZE,
+               min_harm: float = MIN_HARM_SHARE, strict: bool = False) -> bool:
+    """Harm beyond size: a lift of at least `min_lift` (None: no lift test), the harm share's CI lower bound at least
+    `min_ci_over` times the size share (above it when `strict`), and at least `min_harm` of all harm. The defaults
+    are the data-cluster test; a further cause passes a weaker one (`verdict.causes`)."""
+    if ci is None or harm is None:
         return False
-    return lift >= MIN_LIFT and ci[0] >= MIN_CI_LOW_OVER_SIZE * size_share and harm >= min_harm
+    lifted = min_lift is None or (lift is not None and lift >= min_lift)
+    floor = min_ci_over * size_share
+    return lifted and (ci[0] > floor if strict else ci[0] >= floor) and harm >= min_harm
 
 
 def concentrated(cluster: ClusterSummary) -> bool:
@@ -245,7 +262,7 @@ def defects_elsewhere(cluster: ClusterSummary, groups: list[FindingGroup] | None
     """Rule 5's note: finding groups that teach a symptom and sit where the failures are, but hold few of the
     cluster's rows and were not named as a cause."""
     inside = set(cluster.example_ids)
-    return [g for g in groups or [] if g.symptom is None and teaches(g.check) and sits_where_failures_are(g)
+    return [g for g in groups or [] if g.symptom is None and taught(g) and sits_where_failures_are(g)
             and g.size < SETUP_ROW_SHARE * max(n_rows, 1) and len(set(g.example_ids) & inside) < MIN_AGREEMENT * g.size
             and len(set(g.example_ids) & named) < MIN_AGREEMENT * g.size]
 
