@@ -4,6 +4,10 @@ the readers give them back, and a run replayed from the record reproduces the ad
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -194,3 +198,20 @@ def test_a_resumed_run_keeps_the_steps_its_checkpoint_recorded(tmp_path):
     (folder / "gradian_run.json").write_text(json.dumps({"format": "gradian_run", "version": 99, "steps": steps}))
     with pytest.raises(InputError, match="gradian_run.json: is a run record of version 99"):
         _resumed_steps(args, SimpleNamespace(global_step=2))
+
+
+def test_torchrun_records_every_ranks_rows_step_by_step(tmp_path):
+    """Under torchrun (2 gloo processes) each step's record holds rank 0's micro-batch then rank 1's, and the epoch
+    covers the dataset once across ranks."""
+    worker = Path(__file__).parent / "callback_distributed_worker.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker),
+               str(tmp_path)]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = read_run_record(tmp_path)
+    ranks = [json.loads((tmp_path / f"batches-rank{r}.json").read_text())[1:] for r in (0, 1)]  # [0]: preflight's
+    fed = [first + second for first, second in zip(*ranks, strict=True)]
+    assert len(record.steps) == len(fed) == 4
+    assert [step["hashes"] for step in record.steps] == [[row_hash(r) for r in step] for step in fed]
+    assert sorted(i for rows in record.order for i in rows) == list(range(16))

@@ -15,6 +15,7 @@ from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
 from gradian.verdict import Verdict, decide, rules
 from gradian.verdict.causes import beyond_size
+from gradian.verdict.types import cause_by_row
 
 N = 200
 IDS = [f"row{i}" for i in range(N)]
@@ -85,7 +86,8 @@ def test_two_data_causes_are_each_named_with_their_rows_symptom_and_harm():
     assert second.symptom == "wrapped" and second.explains == pytest.approx(0.3)
     assert second.lift is not None and second.lift >= 2 and second.harm_share is not None and second.harm_share > 0.2
     assert verdict.culprit_ids == ids_of(CUT) + ids_of(FENCED)
-    assert verdict.cause_of()[IDS[100]] == "fails_capability:wrapped" and verdict.cause_of()[IDS[0]] == "cut_in_data"
+    cause_of = cause_by_row(verdict.to_dict()["causes"])
+    assert cause_of[IDS[100]] == "fails_capability:wrapped" and cause_of[IDS[0]] == "cut_in_data"
     assert "Cause 2: 30 more rows with completions wrapped in fences or prose" in verdict.summary
     assert "30.0% of the failing answers are wrapped in fences or prose" in verdict.summary
     assert verdict.next_action.startswith("drop these 60 rows: culprits.jsonl")

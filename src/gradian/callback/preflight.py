@@ -42,11 +42,11 @@ class PreflightResult:
         return [f for f in self.findings if f.severity == "critical"]
 
 
-def training_setup(args: Any, tokenizer: Any, collator: Any, trainer_class: str = "") -> TrainingSetup:
-    """The rendering settings of the run, read from its args (an `SFTConfig` or `TrainingArguments`)."""
+def training_setup(args: Any, tokenizer: Any, pad_id: int | None, trainer_class: str = "") -> TrainingSetup:
+    """The rendering settings of the run, read from its args (an `SFTConfig` or `TrainingArguments`); `pad_id` is
+    the collator's (`collator_pad_id`)."""
     trl = hasattr(args, "completion_only_loss") or "trl" in trainer_class.lower()
     version = package_version("trl" if trl else "transformers")
-    pad_id = collator_pad_id(collator)
     return TrainingSetup(
         framework="trl" if trl else "transformers", framework_version=version,
         version_source="recorded by GradianCallback in the running trainer",
@@ -69,10 +69,11 @@ def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_c
               ids: Sequence[str] | None = None, trainer_class: str = "") -> PreflightResult:
     """Audit a trainer's dataset (as tokenized), collator, tokenizer and args; findings most severe first."""
     start = time.perf_counter()
-    setup = training_setup(args, tokenizer, collator, trainer_class)
+    pad_id = collator_pad_id(collator)
+    setup = training_setup(args, tokenizer, pad_id, trainer_class)
     features = token_columns(dataset)
     labels = collated_labels(collator, features, max(BATCH_ROWS, args.per_device_train_batch_size))
-    rows = trainer_rows(features, labels, tokenizer, setup, texts=texts, ids=ids, pad_id=collator_pad_id(collator))
+    rows = trainer_rows(features, labels, tokenizer, setup, texts=texts, ids=ids, pad_id=pad_id)
     setup.collator_masks_pad = rows.masks_pad
     run = RunInfo(path=None, adapter_config=adapter_config or {}, setup=setup)
     ctx = AuditContext(rows.examples, rows.rendered, tokenizer, setup, run, base_config=model_config)

@@ -69,10 +69,6 @@ class Verdict:
         return {**{k: v for k, v in asdict(self).items() if k != "causes"},
                 "causes": [cause.to_dict() for cause in self.causes]}
 
-    def cause_of(self) -> dict[str, str]:
-        """{row id: the name of the cause that names it}."""
-        return cause_by_row([cause.to_dict() for cause in self.causes])
-
 
 def cause_by_row(causes: Sequence[dict[str, Any]]) -> dict[str, str]:
     """{row id: the name of the cause that names it}, from the causes as report.json holds them (`verdict.causes`)."""

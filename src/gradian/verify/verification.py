@@ -77,7 +77,7 @@ def summarize(
         "random_recovery_ci": list(random.ci) if random and random.ci else None,
         "tests": [t.to_dict() for t in tests],
         "alpha": ALPHA,
-        "topic": _topic(plan, scores, original, binary, by_name),
+        "topic": _topic(plan, scores, binary, by_name),
         "dropped": _dropped(retrains),
         "seed_noise": seed_change.delta,
         "seed_noise_ci": list(seed_change.ci),
@@ -131,7 +131,7 @@ def _retrain(name: str, kind: str, after: np.ndarray, marker: dict[str, Any], or
     }
 
 
-def _topic(plan: Plan, scores: dict[str, np.ndarray], original: Original, binary: bool,
+def _topic(plan: Plan, scores: dict[str, np.ndarray], binary: bool,
            by_name: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The same-topic control: which topic, and whether the named rows beat it (reported, not gated on)."""
     if plan.topic is None:
