@@ -9,8 +9,9 @@ import math
 import pytest
 
 from audit_rows import base_config, clean_rows, examples
-from gradian.audit import AuditContext, Finding, check, run_checks
-from gradian.audit.registry import CHECKS, load_built_in
+from gradian import check, unregister_check
+from gradian.audit import AuditContext, Finding, run_checks
+from gradian.audit.registry import load_built_in
 from gradian.data.base_model import BaseModelRef
 from gradian.data.render import render_dataset
 from gradian.data.run_folder import RunInfo
@@ -236,7 +237,11 @@ def test_a_registered_plugin_check_runs(tiny_tokenizer):
         finding = fired(run_checks(context(tiny_tokenizer)), "test_plugin")
         assert finding.example_ids == ["1"] and finding.category == "per-row"
     finally:
-        CHECKS.pop("test_plugin")
+        unregister_check("test_plugin")
+    assert "test_plugin" not in load_built_in()
+    assert not any(f.check == "test_plugin" for f in run_checks(context(tiny_tokenizer)))
+    with pytest.raises(ValueError, match="no check is registered as 'test_plugin'"):
+        unregister_check("test_plugin")
 
 
 def test_vectorised_shingles_equal_a_naive_loop():
