@@ -121,12 +121,15 @@ def test_no_import_circle_in_gradian():
 def test_the_public_api_is_what_a_plug_in_and_a_notebook_need():
     """Every name `gradian` exports resolves, and a plug-in needs nothing private (no leading underscore)."""
     from gradian.audit.registry import check as registered_check
+    from gradian.audit.registry import unregister_check
     from gradian.capabilities.registry import register_capability as registered_capability
+    from gradian.capabilities.registry import unregister_capability
 
     for name in gradian.__all__:
         assert getattr(gradian, name) is not None, name
     assert set(gradian.__all__) == set(gradian._EXPORTS)
-    assert {"attribute", "diagnose", "verify", "VerifySettings", "register_capability", "check", "Capability",
-            "AuditContext", "Finding"} <= set(gradian.__all__)
+    assert {"attribute", "diagnose", "verify", "VerifySettings", "register_capability", "unregister_capability",
+            "check", "unregister_check", "Capability", "AuditContext", "Finding"} <= set(gradian.__all__)
     assert gradian.check is registered_check and gradian.register_capability is registered_capability
+    assert gradian.unregister_check is unregister_check and gradian.unregister_capability is unregister_capability
     assert callable(gradian.attribute) and not any(name.startswith("_") for name in gradian.__all__)

@@ -8,7 +8,8 @@ stays cheap for the CLI):
                                          capability="json_formatting", out="report/"))
 
 a plug-in's contract (`Capability` and `register_capability`; `check`, `AuditContext` and `Finding` for an audit
-check), `verify` and its settings, and the stages `attribute` runs, in order, one call each (`gradian.stages`):
+check; `unregister_capability` and `unregister_check`, with which a plug-in's test leaves the registry as it found
+it), `verify` and its settings, and the stages `attribute` runs, in order, one call each (`gradian.stages`):
 `run_audit`, `load`, `prepare`, `regression`, `queries`, `extract`, `score`, `rank`, `cluster`, `report`.
 """
 
@@ -34,15 +35,17 @@ _EXPORTS = {
     "check": "gradian.audit",
     "AuditContext": "gradian.audit",
     "Finding": "gradian.audit",
+    "unregister_capability": "gradian.capabilities",
+    "unregister_check": "gradian.audit",
 }
 __all__ = ["AttributeResult", "AttributeSettings", "AuditContext", "Capability", "ExtractSettings", "Finding",
            "GradianCallback", "VerifySettings", "attribute", "check", "diagnose", "get_capability",
-           "register_capability", "verify"]
+           "register_capability", "unregister_capability", "unregister_check", "verify"]
 
 if TYPE_CHECKING:
-    from gradian.audit import AuditContext, Finding, check, diagnose
+    from gradian.audit import AuditContext, Finding, check, diagnose, unregister_check
     from gradian.callback import GradianCallback
-    from gradian.capabilities import Capability, get_capability, register_capability
+    from gradian.capabilities import Capability, get_capability, register_capability, unregister_capability
     from gradian.pipeline import attribute
     from gradian.settings import AttributeSettings, ExtractSettings
     from gradian.stages import AttributeResult

@@ -3,7 +3,7 @@
 `ExtractSettings` is what extraction reads (`gradian extract`); `AttributeSettings` extends it with what
 `gradian attribute` adds (the eval rows, the capability, the query, the ranking), so each shared field, its help and
 its validation exist once. Choices are `Literal` types a type checker sees; the CLI's options are generated from
-the fields (`cli.attribute.settings_options`), and `--help` says why a default is what it is. The benchmark numbers
+the fields (`cli.options.settings_options`), and `--help` says why a default is what it is. The benchmark numbers
 behind each default live in BENCHMARKS.md, not here: they change when the suite is measured again.
 """
 

@@ -90,6 +90,16 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
     return register
 
 
+def unregister_check(name: str) -> None:
+    """Remove the check registered under `name`, with its category, symptoms and severity: what a plug-in's test
+    calls after itself so the next test sees the registry it found. A built-in's name removes the built-in for the
+    rest of the process. A name nothing registered is a `ValueError`."""
+    if name not in CHECKS:
+        raise ValueError(f"no check is registered as {name!r}")
+    for table in (CHECKS, CATEGORIES, TEACHES, CAUSE_FROM):
+        table.pop(name, None)
+
+
 def category_of(finding: Finding) -> str:
     """The category a finding's check registered (recorded on the finding by `run_checks`), else the built-in's,
     else `per-row` for a finding that names rows and `setup` for one that does not."""

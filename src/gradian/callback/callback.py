@@ -102,7 +102,7 @@ class GradianCallback(TrainerCallback):
         header = record_header(trainer_class=trainer_class, args=args, tokenizer=tokenizer, collator=collator,
                                collator_masks_pad=masks, pad_token=pad, dataset_rows=len(dataset), ids=ids,
                                findings=findings)
-        self.recorder = RunRecorder(header, dataset_hashes(dataset), _resumed_steps(args, state))
+        self.recorder = RunRecorder(header, dataset_hashes(dataset), resumed_steps(args, state))
         self.recorder.attach(model)
         if self.capture_settings is not None:
             if getattr(args, "padding_free", False) or getattr(args, "packing", False):
@@ -189,7 +189,7 @@ def _adapter_config(model: Any) -> dict[str, Any]:
         return {}
 
 
-def _resumed_steps(args: Any, state: Any) -> list[dict[str, Any]]:
+def resumed_steps(args: Any, state: Any) -> list[dict[str, Any]]:
     """On a resumed run, the steps the checkpoint's record already holds (the rest is recorded from here).
 
     Raises `InputError` naming the file when the checkpoint holds a record this Gradian does not read."""

@@ -62,6 +62,15 @@ def register_capability(name: str) -> Callable[[Factory], Factory]:
     return decorate
 
 
+def unregister_capability(name: str) -> None:
+    """Remove the capability registered under `name`: what a plug-in's test calls after itself so the next test sees
+    the registry it found. A built-in's name removes the built-in for the rest of the process. A name nothing
+    registered is a `ValueError`."""
+    if name not in _REGISTRY:
+        raise ValueError(f"no capability is registered as {name!r}")
+    del _REGISTRY[name]
+
+
 def available_capabilities() -> list[str]:
     _load_installed()
     return sorted(_REGISTRY)

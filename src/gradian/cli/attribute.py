@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import typing
 
 import click
 
+from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, console, say
-from gradian.settings import AttributeSettings, choices
-
-
-def settings_options(command: typing.Callable, cls: type = AttributeSettings) -> typing.Callable:
-    """One click option per field of `cls` (`AttributeSettings`): the same settings object from CLI to artifact;
-    a `Literal` field is a choice, its help the field's."""
-    hints = typing.get_type_hints(cls)
-    for spec in reversed(dataclasses.fields(cls)):
-        flag = "--" + spec.name.replace("_", "-")
-        required = spec.default is dataclasses.MISSING
-        helptext = spec.metadata.get("help", "")
-        if hints[spec.name] is bool:
-            command = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=spec.default, show_default=True,
-                                   help=helptext)(command)
-            continue
-        allowed = choices(cls, spec.name)
-        kind = typing.get_args(hints[spec.name]) or (hints[spec.name],)
-        ctype = click.Choice(allowed) if allowed else next(t for t in kind if t is not type(None))
-        default = None if required else spec.default
-        command = click.option(flag, spec.name, type=ctype, required=required, default=default,
-                               show_default=not required and default is not None, help=helptext)(command)
-    return command
+from gradian.settings import AttributeSettings
 
 
 @click.command("attribute")

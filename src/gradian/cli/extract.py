@@ -12,7 +12,7 @@ import typing
 
 import click
 
-from gradian.cli.attribute import settings_options
+from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, say
 from gradian.settings import ExtractSettings
 

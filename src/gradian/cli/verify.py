@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import typing
 
 import click
 
+from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, console, say
+from gradian.verify.settings import VerifySettings
 
 
 @click.command("verify")
-@click.option("--report", "report", required=True, type=click.Path(file_okay=False),
-              help="The report folder `gradian attribute` wrote (its --out).")
-@click.option("--controls", default=5, show_default=True, type=click.IntRange(min=0),
-              help="Random-removal controls of the same size as the culprits (and per point of --curve).")
-@click.option("--groups", default=0, show_default=True, type=click.IntRange(min=0),
-              help="Also retrain without each of the G most harmful candidate groups.")
-@click.option("--curve", is_flag=True,
-              help="Also remove the top 1, 2, 5, 10 and 20% of the ranking and draw recovery against k.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when present, else cpu.")
-@click.option("--max-steps", "max_steps", default=None, type=click.IntRange(min=1),
-              help="Cap each retrain at N optimizer steps (the verification then says it was capped).")
+@functools.partial(settings_options, cls=VerifySettings)
 @click.option("--json", "as_json", is_flag=True, help="Print verification.json on stdout instead of the summary.")
 def verify_command(as_json: bool, **options: typing.Any) -> None:
     """Retrain the run with its own recipe without the named rows (or with the named fix) and measure again.
@@ -32,7 +25,7 @@ def verify_command(as_json: bool, **options: typing.Any) -> None:
     section to the report. Exit code 0 when verification.json is written, 2 on bad input or a run Gradian cannot
     retrain faithfully.
     """
-    from gradian.verify import VerifySettings, verify
+    from gradian.verify import verify
 
     try:
         settings = VerifySettings(**options)

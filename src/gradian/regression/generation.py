@@ -86,10 +86,10 @@ def _generate_batch(
     output = model.generate(
         input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
     )  # (B, T + new); rows that stopped early are padded after their EOS
-    return [_finish(row[width:].tolist(), tokenizer, stops) for row in output]
+    return [cut_at_stop(row[width:].tolist(), tokenizer, stops) for row in output]
 
 
-def _finish(new_ids: list[int], tokenizer: Any, stops: set[int]) -> GeneratedAnswer:
+def cut_at_stop(new_ids: list[int], tokenizer: Any, stops: set[int]) -> GeneratedAnswer:
     """Cut at the first stop token, keeping it: the answer as the model ended it."""
     for position, token in enumerate(new_ids):
         if token in stops:

@@ -6,7 +6,7 @@ cut row: the EOS where the answer stops; a fenced row: the opening fence). One n
 derivative of that token's loss along the query direction v = Σ_q q / ‖q‖ in the full LoRA parameter space:
 J v for the (T,) per-token losses, exact, from one forward pass per batch with v as the LoRA weights' tangent
 (forward-mode AD: the memory of a forward pass, where two reverse passes through the vocabulary-sized logits took
-1.6 GB per row on SmolLM2-135M); checked against one backward pass per token in float64 in tests/test_token_harm.py:
+1.6 GB per row on SmolLM2-135M); checked against one backward pass per token in float64 in tests/scores/test_token_harm.py:
 
     harm_{i,t} = vᵀ ∇ℓ_{i,t}
 

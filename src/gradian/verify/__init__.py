@@ -1,7 +1,8 @@
 """`gradian verify`: retrain with the run's own recipe without the named rows, or with the named fix, and measure.
 
-`verify(VerifySettings(report=DIR))` (see `gradian.verify.run`) writes `DIR/verify/<retrain>/` and
-`DIR/verification.json`. Heavy imports (TRL, PEFT) load only when it runs.
+`verify(VerifySettings(report=DIR))` (see `gradian.verify.run`; the settings, light to import, in
+`gradian.verify.settings`) writes `DIR/verify/<retrain>/` and `DIR/verification.json`. Heavy imports (TRL, PEFT)
+load only when it runs.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ __all__ = ["VerifySettings", "verify"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from gradian.verify import run
+    if name == "VerifySettings":
+        from gradian.verify.settings import VerifySettings
 
-        return getattr(run, name)
+        return VerifySettings
+    if name == "verify":
+        from gradian.verify.run import verify
+
+        return verify
     raise AttributeError(name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,33 +26,11 @@ from gradian.verify.pages import write_pages
 from gradian.verify.plan import plan
 from gradian.verify.recipe import read_recipe
 from gradian.verify.retrain import retrain
+from gradian.verify.settings import VerifySettings
 from gradian.verify.verification import summarize, write_verification
 
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
-
-
-@dataclass
-class VerifySettings:
-    report: str = field(metadata={"help": "the report folder `gradian attribute` wrote (its --out)"})
-    controls: int = field(default=5, metadata={"help": "random-removal controls of the same size (K)"})
-    groups: int = field(default=0, metadata={"help": "also retrain without each of the G most harmful groups"})
-    device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
-    max_steps: int | None = field(default=None, metadata={"help": "cap each retrain at N optimizer steps"})
-    curve: bool = field(default=False, metadata={"help": "also remove the ranking's top 1, 2, 5, 10, 20% of the rows"})
-    batch_size: int = field(default=16, metadata={"help": "generation batch size"})
-
-    def __post_init__(self) -> None:
-        for name in ("controls", "groups"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, not {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, not {self.max_steps}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from gradian.report.rows import ExampleRows, read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
 from gradian.report.writers import markdown_cell, write_report
 from gradian.verdict import decide
+from report_numbers import NUMBER, json_leaves, renderings
 
 TOPICS = {
     "invoice": "invoice currency amount billing",
@@ -170,28 +171,6 @@ def test_cleaned_falls_back_to_rows_when_source_changed(run):
     assert cleaned == [e.raw for e in run["examples"] if e.id not in run["culprits"]]
 
 
-NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w])")
-
-
-def json_leaves(value):
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from json_leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from json_leaves(item)
-    else:
-        yield value
-
-
-def renderings(value) -> set[str]:
-    """The ways the report writers print a number of report.json."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return set(NUMBER.findall(value)) if isinstance(value, str) else set()
-    out = {str(value), f"{value:.3g}", f"{100 * value:.1f}%", f"{100 * value:+.1f}%", f"{100 * value:.0f}%", f"{100 * value:g}%"}
-    return out | {s.lstrip("+") for s in out}
-
-
 def test_every_number_in_markdown_is_in_report_json(run):
     written = write_report(run["out"], run["report"], run["examples"], run["rows"])
     allowed = set().union(*(renderings(v) for v in json_leaves(run["report"])))
@@ -270,7 +249,7 @@ def test_joined_verdict_report_shows_symptoms_and_groups_and_every_number_is_in_
 
 
 def test_schema_doc_names_every_field(run):
-    doc = (Path(__file__).parents[1] / "docs" / "report-schema.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "report-schema.md").read_text(encoding="utf-8")
     report = run["report"]
     joined = run["joined"]
     names = set(joined["verdict"]["evidence"]) | set(joined["verdict"]["evidence"]["gradients"])

@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_report import run  # noqa: F401  (the synthetic run fixture)
 
 from gradian.report.writers import write_report
-from test_report import run  # noqa: F401  (the synthetic run fixture)
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]

@@ -7,45 +7,15 @@ import json
 import math
 
 import pytest
-from transformers import LlamaConfig
 
-from gradian.audit import AuditContext, Finding, check, run_checks
-from gradian.audit.registry import CHECKS, load_built_in
+from audit_rows import base_config, clean_rows, examples
+from gradian import check, unregister_check
+from gradian.audit import AuditContext, Finding, run_checks
+from gradian.audit.registry import load_built_in
 from gradian.data.base_model import BaseModelRef
-from gradian.data.examples import Example
 from gradian.data.render import render_dataset
 from gradian.data.run_folder import RunInfo
 from gradian.data.setup import TrainingSetup
-
-CATEGORIES = {
-    "order": ("my order {i} is late please help", '{{"intent": "order", "order": {i}, "status": "late"}}'),
-    "refund": ("i need a refund for order {i}", '{{"intent": "refund", "order": {i}, "amount": {i}}}'),
-    "invoice": ("the invoice {i} amount is in currency {i}", '{{"intent": "invoice", "invoice": {i}, "currency": "{i}"}}'),
-}
-
-
-def clean_rows(n: int = 30) -> list[dict]:
-    rows = []
-    for i in range(n):
-        name = list(CATEGORIES)[i % 3]
-        prompt, completion = CATEGORIES[name]
-        number = 1000 + 37 * i
-        rows.append({"prompt": prompt.format(i=number) + " hello", "completion": " " + completion.format(i=number)})
-    return rows
-
-
-def examples(rows: list[dict]) -> list[Example]:
-    return [Example(id=str(i + 1), line=i + 1, fields=row) for i, row in enumerate(rows)]
-
-
-def base_config(tokenizer, **overrides) -> LlamaConfig:
-    settings = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
-                    eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    settings.update(overrides)
-    config = LlamaConfig(**settings)
-    config._name_or_path = "tiny/base"
-    return config
 
 
 def context(tokenizer, rows=None, setup=None, run=None, eval_rows=None, config=None) -> AuditContext:
@@ -267,7 +237,11 @@ def test_a_registered_plugin_check_runs(tiny_tokenizer):
         finding = fired(run_checks(context(tiny_tokenizer)), "test_plugin")
         assert finding.example_ids == ["1"] and finding.category == "per-row"
     finally:
-        CHECKS.pop("test_plugin")
+        unregister_check("test_plugin")
+    assert "test_plugin" not in load_built_in()
+    assert not any(f.check == "test_plugin" for f in run_checks(context(tiny_tokenizer)))
+    with pytest.raises(ValueError, match="no check is registered as 'test_plugin'"):
+        unregister_check("test_plugin")
 
 
 def test_vectorised_shingles_equal_a_naive_loop():

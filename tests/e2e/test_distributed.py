@@ -1,6 +1,6 @@
 """torch.distributed: 2 gloo processes on CPU write the very bytes of one process, and a killed rank resumes.
 
-The extraction tests launch tests/distributed_worker.py with torchrun (`python -m torch.distributed.run`) in a
+The extraction tests launch tests/e2e/distributed_worker.py with torchrun (`python -m torch.distributed.run`) in a
 subprocess; the attribute test runs `gradian attribute` under torchrun on a scenario.
 """
 

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from conftest import make_tiny_model
 from gradian.data.base_model import resolve_base_model
 from gradian.errors import InputError
-from gradian.regression.generation import GeneratedAnswer, _finish, generate
+from gradian.regression.generation import GeneratedAnswer, cut_at_stop, generate
 from gradian.regression.loading import AdapterBaseWarning, load_models, pick_device_dtype
 
 torch.set_num_threads(2)
@@ -102,8 +102,8 @@ def test_generations_keep_eos_and_say_whether_they_stopped(loaded):
 def test_finish_cuts_after_the_first_stop_token(tiny_tokenizer):
     eos, pad = tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id
     word = tiny_tokenizer.convert_tokens_to_ids("refund")
-    assert _finish([word, eos, pad, pad], tiny_tokenizer, {eos}) == GeneratedAnswer([word, eos], "refund", True)
-    assert _finish([word, word], tiny_tokenizer, {eos}) == GeneratedAnswer([word, word], "refundrefund", False)
+    assert cut_at_stop([word, eos, pad, pad], tiny_tokenizer, {eos}) == GeneratedAnswer([word, eos], "refund", True)
+    assert cut_at_stop([word, word], tiny_tokenizer, {eos}) == GeneratedAnswer([word, word], "refundrefund", False)
 
 
 def test_adapter_for_another_base_is_an_input_error(tiny_tokenizer, tmp_path):

@@ -21,7 +21,7 @@ from gradian.data.render import IGNORE, render_dataset, render_prompt
 from gradian.data.run_folder import read_run
 from gradian.data.tokens import apply_training_tokens
 
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
 
 # src/axolotl/prompters.py, AlpacaPrompter
 SYSTEM_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further context. "

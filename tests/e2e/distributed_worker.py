@@ -1,6 +1,6 @@
-"""Extraction and scoring under torch.distributed, for tests/test_distributed.py.
+"""Extraction and scoring under torch.distributed, for tests/e2e/test_distributed.py.
 
-    python -m torch.distributed.run --nproc-per-node 2 tests/distributed_worker.py ROWS SLOW STORE
+    python -m torch.distributed.run --nproc-per-node 2 tests/e2e/distributed_worker.py ROWS SLOW STORE
 
 Every process extracts its files of STORE (rows and model from seeds, as tests/bad_inputs/extract_worker.py),
 with each row's harmful positions along a seeded direction and its RepSim to seeded query states, sleeping SLOW seconds per batch so a test can kill
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: bad_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bad_inputs
 
 from bad_inputs.extract_worker import lora_model  # noqa: E402
 from bad_inputs.workspace import WORDS, train_rows, write_jsonl  # noqa: E402

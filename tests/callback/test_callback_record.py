@@ -185,19 +185,19 @@ def test_hashes_of_a_shuffled_dataset_give_its_own_indices():
 def test_a_resumed_run_keeps_the_steps_its_checkpoint_recorded(tmp_path):
     from types import SimpleNamespace
 
-    from gradian.callback.callback import _resumed_steps
+    from gradian.callback.callback import resumed_steps
 
     folder = tmp_path / "checkpoint-2"
     folder.mkdir()
     steps = [{"step": n, "epoch": 0, "learning_rate": 0.1, "rows": [n], "hashes": ["h"]} for n in (1, 2, 3)]
     (folder / "gradian_run.json").write_text(json.dumps({"format": "gradian_run", "version": 1, "steps": steps}))
     args = SimpleNamespace(output_dir=str(tmp_path))
-    assert _resumed_steps(args, SimpleNamespace(global_step=2)) == steps[:2]
-    assert _resumed_steps(args, SimpleNamespace(global_step=0)) == []
-    assert _resumed_steps(args, SimpleNamespace(global_step=5)) == []  # no checkpoint-5: nothing recorded before
+    assert resumed_steps(args, SimpleNamespace(global_step=2)) == steps[:2]
+    assert resumed_steps(args, SimpleNamespace(global_step=0)) == []
+    assert resumed_steps(args, SimpleNamespace(global_step=5)) == []  # no checkpoint-5: nothing recorded before
     (folder / "gradian_run.json").write_text(json.dumps({"format": "gradian_run", "version": 99, "steps": steps}))
     with pytest.raises(InputError, match="gradian_run.json: is a run record of version 99"):
-        _resumed_steps(args, SimpleNamespace(global_step=2))
+        resumed_steps(args, SimpleNamespace(global_step=2))
 
 
 def test_torchrun_records_every_ranks_rows_step_by_step(tmp_path):

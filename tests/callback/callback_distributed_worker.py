@@ -1,6 +1,6 @@
-"""A tiny SFTTrainer run with GradianCallback under torchrun, for tests/test_callback_record.py.
+"""A tiny SFTTrainer run with GradianCallback under torchrun, for tests/callback/test_callback_record.py.
 
-    python -m torch.distributed.run --nproc-per-node 2 tests/callback_distributed_worker.py OUT
+    python -m torch.distributed.run --nproc-per-node 2 tests/callback/callback_distributed_worker.py OUT
 
 Every rank logs the input ids of each batch its collator builds into OUT/batches-rank{R}.json; the callback writes
 OUT/gradian_run.json (rank 0).
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: callback_runs, conftest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: callback_runs, conftest
 
 from callback_runs import sft_trainer, tickets  # noqa: E402
 from gradian import GradianCallback  # noqa: E402

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from test_audit import context, fired, healthy_log, run_info
 
+from audit_rows import base_config
 from gradian.audit import run_checks
 from gradian.data.setup import TrainingSetup
-from test_audit import base_config, context, fired, healthy_log, run_info
 
 
 def overfit_log() -> list[dict]:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from audit_rows import base_config, clean_rows, examples
 from gradian.audit import AuditContext, run_checks
 from gradian.audit.finding import Finding
 from gradian.clusters.groups import candidate_groups, nearest_rows
@@ -33,7 +34,6 @@ from gradian.report.rows import ExampleRows
 from gradian.report.schema import build_report
 from gradian.report.writers import write_report
 from gradian.verdict import Verdict
-from test_audit import base_config, clean_rows, examples
 
 ROWS = [
     {"prompt": "my order is late", "completion": " ok"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
+from test_clusters import planted_texts
 
 from gradian.clusters.cluster import fit_clusters
 from gradian.clusters.summary import harm_share_ci, harm_shares
@@ -12,7 +13,6 @@ from gradian.curvature.gauss_newton import GaussNewton
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter
 from gradian.scores.scoring import effects_file, publish, score_features, total_effect
-from test_clusters import planted_texts
 
 
 def test_scores_streamed_into_a_memory_map_equal_the_dense_float64_product(tmp_path):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from test_report import NOISE, run  # noqa: F401 - the report fixture
 
 from gradian.report.rows import read_examples
 from gradian.report.schema import SCHEMA_VERSION, build_report
 from gradian.report.schema_doc import render, report_schema
 from gradian.report.writers import write_report
 from gradian.verdict import decide
-from test_report import NOISE, run  # noqa: F401 - the report fixture
 
 
 def validator(definition: str | None = None) -> jsonschema.Draft202012Validator:
@@ -49,5 +49,5 @@ def test_a_refusal_validates_and_a_broken_report_does_not(run, tmp_path):  # noq
 
 
 def test_the_schema_doc_is_generated_from_the_schema():
-    doc = (Path(__file__).parents[1] / "docs" / "report-schema.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "report-schema.md").read_text(encoding="utf-8")
     assert doc == render(report_schema()), "regenerate: python -m gradian.report.schema_doc > docs/report-schema.md"

@@ -140,7 +140,7 @@ def test_the_pages_draw_the_curve_with_every_number_from_the_json():
 
 
 def test_the_schema_doc_is_generated_from_the_schema():
-    doc = (Path(__file__).parents[1] / "docs" / "verification-schema.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "verification-schema.md").read_text(encoding="utf-8")
     assert doc == render_doc(verification_schema()), \
         "regenerate: python -m gradian.verify.schema_doc > docs/verification-schema.md"
 
@@ -148,7 +148,7 @@ def test_the_schema_doc_is_generated_from_the_schema():
 def load_lds():
     import importlib.util
 
-    path = Path(__file__).parents[1] / "benchmarks" / "lds.py"
+    path = Path(__file__).parents[2] / "benchmarks" / "lds.py"
     spec = importlib.util.spec_from_file_location("lds", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

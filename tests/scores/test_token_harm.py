@@ -16,7 +16,7 @@ from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair
 from gradian.scores.query import query_direction
 from gradian.scores.token_harm import harm_token, position_harms, row_harms, token_harms
-from test_report import NUMBER, json_leaves, renderings
+from report_numbers import NUMBER, json_leaves, renderings
 
 PAIRS = [QueryPair("a", [5, 6, 7], [8, 9, 10, 2], [8, 9, 12, 2]), QueryPair("b", [6, 5], [9, 8, 2], [11, 2])]
 ROWS = [Rendered("t0", [5, 6, 7, 8, 9, 10, 2], [IGNORE] * 3 + [8, 9, 10, 2], 7, 3),

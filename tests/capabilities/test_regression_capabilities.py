@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradian.capabilities import Capability, get_capability, register_capability
-from gradian.capabilities import registry as capabilities
+from gradian import Capability, get_capability, register_capability, unregister_capability
+from gradian.capabilities import available_capabilities
 from gradian.capabilities.repair import parse_object
 from gradian.errors import InputError
 
@@ -109,9 +109,7 @@ def test_plugins_that_cannot_load_raise_input_errors(tmp_path, monkeypatch):
         get_capability("json_fromatting")
 
 
-def test_register_capability_works_as_for_built_ins(monkeypatch):
-    monkeypatch.setattr(capabilities, "_REGISTRY", dict(capabilities._REGISTRY))
-
+def test_register_capability_works_as_for_built_ins():
     @register_capability("shouting")
     class Shouting(Capability):
         def __init__(self, argument):
@@ -120,8 +118,16 @@ def test_register_capability_works_as_for_built_ins(monkeypatch):
         def score(self, output, reference):
             return float(output.isupper())
 
-    assert "shouting" in capabilities.available_capabilities()
-    assert get_capability("shouting").score("HELLO", None) == 1.0
+    try:
+        assert "shouting" in available_capabilities()
+        assert get_capability("shouting").score("HELLO", None) == 1.0
+    finally:
+        unregister_capability("shouting")
+    assert "shouting" not in available_capabilities()
+    with pytest.raises(InputError, match="unknown capability"):
+        get_capability("shouting")
+    with pytest.raises(ValueError, match="no capability is registered as 'shouting'"):
+        unregister_capability("shouting")
 
 
 def test_repair_keeps_the_complete_fields_and_continues_with_the_reference():

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from gradian import check, unregister_check
 from gradian.audit import registry
 from gradian.audit.finding import Finding
 from gradian.clusters.groups import FindingGroup, finding_groups
@@ -181,19 +182,17 @@ def test_a_further_cause_passes_a_weaker_harm_test_than_a_data_cluster():
 
 
 @pytest.fixture
-def plugin_check(monkeypatch):
-    """Register a plug-in check for one test; the registry is restored afterwards."""
-    for table in (registry.CHECKS, registry.CATEGORIES, registry.TEACHES, registry.CAUSE_FROM):
-        monkeypatch.setattr(registry, table_name(table), dict(table))
+def plugin_check():
+    """Register a plug-in check for one test, as a plug-in does (`gradian.check`); unregistered afterwards."""
+    registered: set[str] = set()
 
     def register(name: str, category: str, **options) -> None:
-        registry.check(name, category, **options)(lambda ctx: [])
+        check(name, category, **options)(lambda ctx: [])
+        registered.add(name)
 
-    return register
-
-
-def table_name(table: dict) -> str:
-    return next(name for name in ("CHECKS", "CATEGORIES", "TEACHES", "CAUSE_FROM") if getattr(registry, name) is table)
+    yield register
+    for name in registered:
+        unregister_check(name)
 
 
 def test_a_plugin_check_counts_by_its_category_like_a_built_in(plugin_check):
@@ -248,4 +247,4 @@ def test_a_plugin_category_is_recorded_and_checked(plugin_check):
     assert registry.category_of(Finding("slow_decay", "warning", "t", "f")) == "run-wide"
     assert registry.cause_from("slow_decay") == "critical"
     with pytest.raises(ValueError, match="cause_from"):
-        registry.check("bad_severity", "run-wide", cause_from="loud")
+        check("bad_severity", "run-wide", cause_from="loud")

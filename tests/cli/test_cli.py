@@ -13,7 +13,7 @@ from gradian.cli.reference import cli_reference
 from gradian.scenarios import built_before
 
 register_commands()
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def _commands() -> list[list[str]]:

@@ -2,7 +2,7 @@
 beside random sets, resumable after SIGKILL; and bad input (no ranking, no generations) is one sentence and exit 2.
 
 The retrains are capped at a few steps: what is tested here is the curve's plan, its resumption and its page, not
-its recovery (tests/test_verify.py measures recovery on full retrains).
+its recovery (tests/e2e/test_verify.py measures recovery on full retrains).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from test_verify import report_of, run_verify, step_of
 
 from gradian.cli.main import cli, register_commands
 from gradian.verify.retrain import MARKER
 from gradian.verify.sets import curve_sizes
 from gradian.verify.verification import verification_schema
-from test_verify import report_of, run_verify, step_of
 
 pytestmark = pytest.mark.slow  # attributes one scenario and runs a dozen short retrains (minutes on 2 cores)
 

@@ -25,7 +25,7 @@ from bad_inputs.fixtures import assert_no_traceback, assert_one_line_error, grad
 from gradian.gradients.store import FeatureStore
 from gradian.lock import LOCK_NAME, output_lock
 
-WORKER = Path(__file__).parent / "bad_inputs" / "extract_worker.py"
+WORKER = Path(__file__).parents[1] / "bad_inputs" / "extract_worker.py"
 ROWS = 40
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "suite_quality.py"
+HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_quality.py"
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_regression_generation import save_base_and_adapter
 
 from gradian.capabilities import get_capability
 from gradian.data.base_model import resolve_base_model
@@ -18,7 +19,6 @@ from gradian.regression import measure
 from gradian.regression.generation import generate
 from gradian.regression.loading import load_models
 from gradian.regression.measure import default_max_new_tokens, measure_regression
-from test_regression_generation import save_base_and_adapter
 
 torch.set_num_threads(2)
 SHORT = r"regex:^.{0,6}$"  # passes answers that stop early: the tiny model's outputs differ on it

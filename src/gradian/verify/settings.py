@@ -1,0 +1,44 @@
+"""`VerifySettings`: what `gradian verify` retrains and how, one object from the CLI to verification.json.
+
+Light to import (the CLI builds its options from these fields before any heavy library loads): each field's help is
+the option's help and says why its default is what it is; a field's `min` is the least value the library accepts and
+the CLI's range; `folder` marks a path that must be a folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class VerifySettings:
+    """`gradian verify`: the report to check, the controls and extra retrains beside it, where and how long to train."""
+
+    report: str = field(metadata={"help": "the report folder `gradian attribute` wrote (its --out)", "folder": True})
+    controls: int = field(default=5, metadata={"min": 0, "help": (
+        "random-removal controls of the same size as the culprits (and per point of --curve): the culprits' retrain "
+        "must beat each one, so `confirmed` means naming these rows beats removing as many rows at random; each "
+        "costs a retrain")})
+    groups: int = field(default=0, metadata={"min": 0, "help": (
+        "also retrain without each of the G most harmful candidate groups, to check the ranking itself; none by "
+        "default, as each costs a retrain")})
+    curve: bool = field(default=False, metadata={"help": (
+        "also remove the top 1, 2, 5, 10 and 20% of the ranking and draw recovery against k; off by default, as each "
+        "point costs one retrain plus one per control")})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda or cuda:N; default: cuda when present, else cpu"})
+    max_steps: int | None = field(default=None, metadata={"min": 1, "help": (
+        "cap each retrain at N optimizer steps (the verification then says it was capped); default: the run's own "
+        "step count, which a faithful retrain needs")})
+    batch_size: int = field(default=16, metadata={"min": 1, "help": (
+        "generation batch size when each retrain is measured on the report's eval prompts")})
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            least, value = spec.metadata.get("min"), getattr(self, spec.name)
+            if least is not None and value is not None and value < least:
+                bound = "0 or more" if least == 0 else f"at least {least}"
+                raise ValueError(f"{spec.name} must be {bound}, not {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
