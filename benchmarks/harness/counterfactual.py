@@ -1,9 +1,9 @@
 """Counterfactual scores of every ranking method: recovery@k and the LDS, from zero-weight retrains.
 
-    python benchmarks/counterfactual.py FOLDER [FOLDER ...] --work DIR [--subsets 100] [--fraction 0.5]
+    python -m benchmarks.harness.counterfactual FOLDER [FOLDER ...] --work DIR [--subsets 100] [--fraction 0.5]
         [--seeds 0 1] [--lds FAMILY ...] [--methods NAME ...] [--max-steps N] [--results R.json] [--markdown R.md]
 
-Each FOLDER is a built scenario (`benchmarks/suite_build.py`: `base/`, `run/`, `train.jsonl`, `eval.jsonl`,
+Each FOLDER is a built scenario (`benchmarks/harness/suite_build.py`: `base/`, `run/`, `train.jsonl`, `eval.jsonl`,
 `truth.json`). Per folder, in `DIR/<folder name>/`:
 
 1. `gradian attribute --rank combined` (the suite's settings), and where a method needs its own run, `attribute`
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import lds as lds_module
 from gradian.data.examples import Example, read_dataset
 from gradian.files import atomic_write
-
-sys.path.insert(0, str(Path(__file__).parent))
-import lds as lds_module  # noqa: E402
 
 METHODS = ("default", "gradient alone", "EK-FAC", "TracIn-CP", "TF-IDF", "BM25", "RepSim", "random", "planted rows")
 LOSSES = "losses.json"

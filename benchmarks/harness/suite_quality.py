@@ -1,6 +1,6 @@
 """Culprit recovery of every ranking method on built scenario folders, per family and split.
 
-    python benchmarks/suite_quality.py FOLDER [FOLDER ...] --work DIR [--results R.json] [--markdown R.md]
+    python -m benchmarks.harness.suite_quality FOLDER [FOLDER ...] --work DIR [--results R.json] [--markdown R.md]
 
 Each FOLDER is a built scenario (`base/`, `run/`, `train.jsonl`, `eval.jsonl`, `truth.json` with at least
 `scenario`, `kind`, `culprit_ids`, `category_ids`, `seed`; the suite adds `family`, `split`, `domain`, `capability`
@@ -42,8 +42,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import jobs  # noqa: E402
+from benchmarks.harness import jobs
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
