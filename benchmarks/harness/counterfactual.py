@@ -78,13 +78,14 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         if all(m in cached for m in wanted if m not in ("TracIn-CP",)):
             return cached
     from gradian.report.rows import read_examples
+    from gradian.scenarios.evaluate import random_scores
     from gradian.scores import relevance as rel
 
     truth, report = built.truth, built.report_dir
     rows = read_examples(report)
     column = {name: np.array([row.get(name) if row.get(name) is not None else np.nan for row in rows], dtype=float)
               for name in ("rank_score", "row_harm", "gradient_effect", "relevance_tfidf", "relevance_repsim")}
-    out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": rel.random_scores(len(rows), truth["seed"])}
+    out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": random_scores(len(rows), truth["seed"])}
     harm = column["row_harm"]
     out["gradient alone"] = harm if np.isfinite(harm).all() else -column["gradient_effect"]
     out["TF-IDF"], out["RepSim"] = column["relevance_tfidf"], column["relevance_repsim"]

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import suite_quality
+from gradian.scenarios.evaluate import auprc
 
 SCALES = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 TOPS = (0.05, 0.10)
@@ -56,7 +57,7 @@ def run_scores(work: Path) -> tuple[str, str, dict[str, float]] | None:
     relevances = relevances_from(parts, RELEVANCE_AGGREGATE)
     scores = {name: (-effect if harm is None else harm) if kwargs is None
               else combine(effect[None, :], relevances, harm=harm, **kwargs).score for name, kwargs in rules().items()}
-    return meta["split"], meta["family"], {name: suite_quality.auprc(s, positive) for name, s in scores.items()}
+    return meta["split"], meta["family"], {name: auprc(s, positive) for name, s in scores.items()}
 
 
 def table(works: Sequence[Path]) -> str:

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import average_precision_score
 
 from benchmarks.harness import jobs
+from gradian.scenarios.evaluate import auprc  # the one AUPRC, the library's
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
@@ -54,14 +54,6 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
-
-def auprc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """Average precision (scikit-learn's), the planted culprits positive, higher scores more suspect."""
-    positive = np.asarray(positive, dtype=bool)
-    if not positive.any():
-        raise ValueError("no positive rows")
-    return float(average_precision_score(positive, np.asarray(scores, dtype=np.float64)))
-
 
 def precision_at_k(scores: np.ndarray, positive: np.ndarray, k: int | None = None) -> float:
     """Share of culprits among the k highest scores (k = number of culprits by default; ties in index order)."""
@@ -298,6 +290,7 @@ def variant_arrays(variant: str) -> tuple[str, str | None]:
 
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
     """name -> ((N,) score, higher = more suspect; cost) for every method, from the ingredients."""
+    from gradian.scenarios.evaluate import category_oracle, random_scores
     from gradian.scores import relevance as rel
     from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from
 
@@ -309,8 +302,8 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
 
     free = {"backward_rows": 0, "forward_rows": 0, "seconds": 0.0}
     methods: dict[str, tuple] = {
-        "random": (rel.random_scores(n_rows, truth["seed"]), free),
-        "category oracle": (rel.category_oracle(meta["ids"], truth, truth["seed"], meta["categories"]), free),
+        "random": (random_scores(n_rows, truth["seed"]), free),
+        "category oracle": (category_oracle(meta["ids"], truth, truth["seed"], meta["categories"]), free),
     }
     for how in ("max", "mean"):
         methods[f"TF-IDF ({how})"] = (rel.aggregate(arrays["sim/tfidf"], how), {**free, "seconds": seconds["tfidf"]})

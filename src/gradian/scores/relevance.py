@@ -9,8 +9,8 @@ it into one score per row. Four kinds, one job each:
   token of the sequence (prompt + answer), as the representation-similarity baselines of LLM data-attribution
   benchmarks compute it; a training row is the sequence as trained, a query the failing prompt with the fine-tuned
   model's own (failing) answer;
-- and two references that are not methods: random order, and the category oracle (benchmarks only: it reads the
-  scenario's ground truth).
+- the two references that are not methods, random order and the category oracle, read a scenario's ground truth
+  and live with the other culprit metrics in `gradian.scenarios.evaluate`.
 
 Words are runs of letters (digits and punctuation dropped): ids and amounts differ in every row and would make
 every row look unlike every other.
@@ -111,24 +111,3 @@ def aggregate(similarity: np.ndarray, how: str) -> np.ndarray:
     if similarity.shape[1] == 0:
         return np.zeros(similarity.shape[0])
     return similarity.max(axis=1) if how == "max" else similarity.mean(axis=1)
-
-
-def random_scores(n_rows: int, seed: int = 0) -> np.ndarray:
-    """(N,) a seeded random order: the floor every method must clear."""
-    return np.random.default_rng(seed).random(n_rows)
-
-
-def category_oracle(ids: Sequence[str], truth: dict[str, Any], seed: int = 0,
-                    row_categories: Sequence[str | None] | None = None) -> np.ndarray:
-    """(N,) every row of the affected category(ies) above every other row, in random order within each group.
-
-    Benchmarks only: it reads the scenario's `truth.json`: `category_ids`, and for a two-cause run each cause's
-    `category` (the rows whose `category` in `row_categories`, the training rows' own field, is that one).
-    A method that cannot beat it names the category, not the culprits among their clean neighbours.
-    """
-    category = set(truth.get("category_ids") or [])
-    named = {cause.get("category") for cause in truth.get("causes") or []} - {None}
-    if named and row_categories is not None:
-        category |= {i for i, c in zip(ids, row_categories, strict=True) if c in named}
-    inside = np.array([example_id in category for example_id in ids], dtype=np.float64)
-    return inside + 0.5 * random_scores(len(ids), seed)
