@@ -77,6 +77,7 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         cached = dict(np.load(cache))
         if all(m in cached for m in wanted if m not in ("TracIn-CP",)):
             return cached
+    from benchmarks.harness.baselines import bm25_scores
     from gradian.report.rows import read_examples
     from gradian.scenarios.evaluate import random_scores
     from gradian.scores import relevance as rel
@@ -95,7 +96,7 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         texts = [e.text for e in built.train]
         generations = [json.loads(line) for line in (report / "generations.jsonl").read_text().splitlines()]
         failing = set(built.report["run"]["queries"])
-        out["BM25"] = rel.aggregate(rel.bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
+        out["BM25"] = rel.aggregate(bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
                                     "mean")
     if "EK-FAC" in wanted:
         out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", truth, preconditioner="ekfac", rank="gradient"))

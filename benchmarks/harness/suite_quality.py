@@ -123,6 +123,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
                                                                                      dict[str, np.ndarray]]:
     """What every method is computed from, kept in WORK (`ingredients.json`, `ingredients.npz`) for reruns:
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
+    from benchmarks.harness.baselines import bm25_scores
     from gradian import attribute
     from gradian.scores import relevance as rel
     from gradian.scores.combine import repsim_relevance
@@ -155,7 +156,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     failing_prompts = [row.prompt for row in queries]
     texts = [e.text for e in run.audit.examples]
     arrays["sim/tfidf"] = clock.timed("tfidf", rel.tfidf_similarity, texts, failing_prompts)
-    arrays["sim/bm25"] = clock.timed("bm25", rel.bm25_scores, texts, failing_prompts)
+    arrays["sim/bm25"] = clock.timed("bm25", bm25_scores, texts, failing_prompts)
     arrays["part/repsim/sim"] = clock.timed("repsim", repsim_relevance, run.model, run.audit.rendered, queries,
                                             batch_size=settings.batch_size)  # with sim/tfidf: relevance_parts
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
