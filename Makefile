@@ -29,10 +29,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	# peers for benchmarks/peer_speed.py, without their declared deps (kronfluence's torchvision would swap torch)
+	# peers for benchmarks/speed/peer_speed.py, without their declared deps (kronfluence's torchvision would swap torch)
 	$(PY) -m pip install --quiet --no-deps $(PEERS)
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.harness.run_all
 
 clean:
 	rm -rf $(VENV) demo-out

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_quality.py"
+from benchmarks.harness import suite_quality
 
 
 @pytest.fixture(scope="module")
 def harness():
-    spec = importlib.util.spec_from_file_location("suite_quality", HARNESS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return suite_quality
 
 
 def test_auprc_extremes(harness):
@@ -93,9 +88,8 @@ def test_dev_rule_takes_the_best_dev_mean_unless_a_cheaper_one_is_within_the_mar
 
 
 def test_each_script_rewrites_only_its_own_region_of_the_page(tmp_path):
-    spec = importlib.util.spec_from_file_location("page", HARNESS.parent / "page.py")
-    page = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(page)
+    from benchmarks.harness import page
+
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# B\n\nhand\n<!-- a: begin -->\nold a\n<!-- a: end -->\nmiddle\n<!-- b: begin -->\nold b\n"
                     "<!-- b: end -->\ntail\n")
@@ -110,7 +104,7 @@ def test_run_jobs_keeps_order_across_worker_processes(harness):
     """The suite's steps spread runs over processes; the results come back in the order asked, each reported once."""
     import operator
 
-    import jobs
+    from benchmarks.harness import jobs
 
     seen: list[int] = []
     asked = [(i, 10 * i) for i in range(5)]

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.harness.baselines import bm25_scores
 from conftest import make_tiny_model
+from gradian.scenarios.evaluate import category_oracle, random_scores
 from gradian.scores import relevance as rel
 
 TRAIN = ["refund my order please", "the invoice amount is late", "invoice invoice currency amount",
@@ -53,7 +55,7 @@ def test_tfidf_equals_the_naive_formula():
 
 
 def test_bm25_equals_the_okapi_formula_and_ranks_the_matching_rows_first():
-    scores = rel.bm25_scores(TRAIN, QUERIES)
+    scores = bm25_scores(TRAIN, QUERIES)
     np.testing.assert_allclose(scores, naive_bm25(TRAIN, QUERIES), atol=1e-12)
     assert np.argmax(scores[:, 0]) == 2  # "invoice invoice currency amount": two invoices, short row
     assert np.argmax(scores[:, 1]) == 4
@@ -100,8 +102,8 @@ def test_category_oracle_puts_every_category_row_first_and_reads_two_causes():
     ids = [f"t{i}" for i in range(8)]
     truth = {"category_ids": ["t1", "t5"], "causes": [{"cause": "fence", "culprit_ids": ["t6"], "category": "ship"}]}
     categories = ["a", "b", "a", "ship", "a", "b", "ship", "a"]
-    order = np.argsort(-rel.category_oracle(ids, truth, seed=1, row_categories=categories))
+    order = np.argsort(-category_oracle(ids, truth, seed=1, row_categories=categories))
     assert set(order[:4]) == {1, 5, 3, 6}
-    order = np.argsort(-rel.category_oracle(ids, truth, seed=1))
+    order = np.argsort(-category_oracle(ids, truth, seed=1))
     assert set(order[:2]) == {1, 5}
-    assert not np.array_equal(rel.random_scores(50, 0), rel.random_scores(50, 1))
+    assert not np.array_equal(random_scores(50, 0), random_scores(50, 1))

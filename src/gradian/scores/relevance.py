@@ -1,16 +1,17 @@
 """Relevance of training rows to the failing eval rows, without gradients: the baselines attribution must beat.
 
 Each similarity is an (N, Q) matrix, training rows × failing eval queries (higher = more alike); `aggregate` turns
-it into one score per row. Four kinds, one job each:
+it into one score per row. Two kinds, one job each (the combined rank uses both):
 
 - TF-IDF cosine of a training row's text (prompt + completion) to a failing eval prompt;
-- BM25 (Okapi) of a training row, as a document, for a failing eval prompt, as a query;
 - RepSim: cosine of mean last-layer hidden states of the fine-tuned model, attention-masked mean over every
   token of the sequence (prompt + answer), as the representation-similarity baselines of LLM data-attribution
   benchmarks compute it; a training row is the sequence as trained, a query the failing prompt with the fine-tuned
-  model's own (failing) answer;
-- and two references that are not methods: random order, and the category oracle (benchmarks only: it reads the
-  scenario's ground truth).
+  model's own (failing) answer.
+
+Baselines only the benchmarks rank with live with them (BM25: `benchmarks/harness/baselines.py`); the two references
+that are not methods, random order and the category oracle, read a scenario's ground truth and live with the culprit
+metrics in `gradian.scenarios.evaluate`.
 
 Words are runs of letters (digits and punctuation dropped): ids and amounts differ in every row and would make
 every row look unlike every other.
@@ -24,13 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 from scipy import sparse
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.feature_extraction.text import TfidfVectorizer
 
 from gradian.gradients.sides import cosine
 
 WORDS = r"(?u)\b[^\W\d_]+\b"
-BM25_K1 = 1.5  # Okapi's defaults (Robertson and Zaragoza 2009; Lucene, rank_bm25)
-BM25_B = 0.75
 AGGREGATES = ("max", "mean")
 
 
@@ -44,27 +43,6 @@ def tfidf_similarity(train_texts: Sequence[str], query_texts: Sequence[str]) -> 
     """(N, Q) cosine of TF-IDF vectors."""
     train, queries = tfidf_vectors(train_texts, query_texts)
     return np.asarray((train @ queries.T).toarray(), dtype=np.float64)
-
-
-def bm25_scores(
-    train_texts: Sequence[str], query_texts: Sequence[str], *, k1: float = BM25_K1, b: float = BM25_B
-) -> np.ndarray:
-    """(N, Q) Okapi BM25 of each training row (a document) for each query, every query word counted as often as it
-    occurs: Σ_t qtf(t) · idf(t) · f(t,d)(k1 + 1) / (f(t,d) + k1(1 − b + b·|d|/avgdl)),
-    idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5)) (Lucene's form, never negative)."""
-    counter = CountVectorizer(token_pattern=WORDS).fit(train_texts)
-    docs = sparse.csr_matrix(counter.transform(train_texts), dtype=np.float64)  # (N, V) f(t, d)
-    queries = sparse.csr_matrix(counter.transform(query_texts), dtype=np.float64)  # (Q, V) qtf(t)
-    n_docs = docs.shape[0]
-    df = np.bincount(docs.indices, minlength=docs.shape[1])  # (V,) n_t
-    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))  # (V,)
-    length = np.asarray(docs.sum(axis=1)).ravel()  # (N,) |d|
-    norm = k1 * (1 - b + b * length / max(length.mean(), 1e-12))  # (N,)
-    weights = docs.copy()
-    row_of = np.repeat(np.arange(n_docs), np.diff(docs.indptr))  # the row of every stored entry
-    f = docs.data
-    weights.data = idf[docs.indices] * f * (k1 + 1) / (f + norm[row_of])
-    return np.asarray((weights @ queries.T).toarray(), dtype=np.float64)  # (N, Q)
 
 
 @torch.no_grad()
@@ -111,24 +89,3 @@ def aggregate(similarity: np.ndarray, how: str) -> np.ndarray:
     if similarity.shape[1] == 0:
         return np.zeros(similarity.shape[0])
     return similarity.max(axis=1) if how == "max" else similarity.mean(axis=1)
-
-
-def random_scores(n_rows: int, seed: int = 0) -> np.ndarray:
-    """(N,) a seeded random order: the floor every method must clear."""
-    return np.random.default_rng(seed).random(n_rows)
-
-
-def category_oracle(ids: Sequence[str], truth: dict[str, Any], seed: int = 0,
-                    row_categories: Sequence[str | None] | None = None) -> np.ndarray:
-    """(N,) every row of the affected category(ies) above every other row, in random order within each group.
-
-    Benchmarks only: it reads the scenario's `truth.json`: `category_ids`, and for a two-cause run each cause's
-    `category` (the rows whose `category` in `row_categories`, the training rows' own field, is that one).
-    A method that cannot beat it names the category, not the culprits among their clean neighbours.
-    """
-    category = set(truth.get("category_ids") or [])
-    named = {cause.get("category") for cause in truth.get("causes") or []} - {None}
-    if named and row_categories is not None:
-        category |= {i for i, c in zip(ids, row_categories, strict=True) if c in named}
-    inside = np.array([example_id in category for example_id in ids], dtype=np.float64)
-    return inside + 0.5 * random_scores(len(ids), seed)

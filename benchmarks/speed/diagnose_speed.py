@@ -10,7 +10,7 @@ Writes N synthetic support-ticket rows (prompt/completion, JSON answers, a few p
 Prints a markdown table of CPU seconds (process time, so a busy machine does not skew the ratio); the ratio
 diagnose / raw is the number to watch (goal: within 2x).
 
-    python benchmarks/diagnose_speed.py --rows 100000
+    python -m benchmarks.speed.diagnose_speed --rows 100000
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The verdict `gradian attribute` gives, with its defaults, on every built run of the scenario suite.
 
-    python benchmarks/suite_verdicts.py RUNS_DIR --work DIR [--markdown OUT.md]
+    python -m benchmarks.harness.suite_verdicts RUNS_DIR --work DIR [--markdown OUT.md]
 
-RUNS_DIR holds the folders `benchmarks/suite_build.py` wrote. The expected verdict follows the family's kind and
+RUNS_DIR holds the folders `benchmarks/harness/suite_build.py` wrote. The expected verdict follows the family's kind and
 what its build measured (`attribute`'s own paired test decides whether there is a regression to explain):
 
 - a planted cause that left a significant regression: `data-cluster`, naming its rows (right when at least 90% of

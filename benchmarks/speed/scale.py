@@ -16,7 +16,7 @@ one), for the N whose extraction would not fit the time budget. Memory is sample
 stages run: the training rows and their rendering as columns (`data.columns`, as the audit hands them on), whose
 own size (`rows_bytes`, from the arrays' nbytes) is reported beside it.
 
-    python benchmarks/scale.py --sizes 10000 100000 --synthetic-sizes 1000000 --two-processes 10000
+    python -m benchmarks.speed.scale --sizes 10000 100000 --synthetic-sizes 1000000 --two-processes 10000
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
 TOPICS = {"invoice": "invoice currency amount total", "shipping": "shipping package address delivery",
           "refund": "refund order payment card", "account": "account email password login"}

@@ -1,11 +1,11 @@
 """The SmolLM2-135M story, measured: its regression against the stage-one model, then attribution by query kind.
 
 Runs `gradian attribute` with its defaults on a built `truncated-cluster-smollm2` folder (see
-`benchmarks/build_smollm2.py`), then scores the same failing eval rows with each query kind on the same
+`benchmarks/studies/build_smollm2.py`), then scores the same failing eval rows with each query kind on the same
 generations and features, and writes a markdown section that `run_all.py` pastes into BENCHMARKS.md.
 Slow on CPU (one extraction over the training rows, one query pass per kind): not run in CI.
 
-    python benchmarks/smollm2_story.py --folder /tmp/smollm2-truncated --output bench-out/smollm2.md
+    python -m benchmarks.studies.smollm2_story --folder /tmp/smollm2-truncated --output bench-out/smollm2.md
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.harness.run_all import other_budget, prepared
 from gradian import attribute
 from gradian.curvature import make_preconditioner
 from gradian.curvature.factors import fit_factors
@@ -29,7 +30,6 @@ from gradian.scores.queries import query_features
 from gradian.scores.scoring import score_features, total_effect
 from gradian.scores.tracin import checkpoint_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
-from run_all import other_budget, prepared
 
 QUERIES = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first")
 

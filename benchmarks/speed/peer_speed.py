@@ -19,8 +19,8 @@ smaller; peers get the same dimension where their API allows it (LoGra: a perfec
 Rows reach every peer sorted by length in batches of 16, as Gradian batches them. The sanity column is
 the mean over queries of the Spearman correlation with Gradian's exact (unprojected) identity scores.
 
-    python benchmarks/peer_speed.py --model tiny
-    python benchmarks/peer_speed.py --model smollm2-135m --train 32 --queries 4
+    python -m benchmarks.speed.peer_speed --model tiny
+    python -m benchmarks.speed.peer_speed --model smollm2-135m --train 32 --queries 4
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from scipy.stats import spearmanr
 from torch import nn
 from torch.utils.data import DataLoader
 
+from benchmarks import module_child
+from benchmarks.speed.gradient_speed import SHAPES, build, make_rows
 from gradian.data.render import Rendered
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
@@ -51,7 +53,6 @@ from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score_features
 from gradian.settings import AttributeSettings
-from gradient_speed import SHAPES, build, make_rows
 
 BATCH = 16
 DEFAULT_BUDGET = next(f.default for f in dataclasses.fields(AttributeSettings) if f.name == "proj_budget")
@@ -369,18 +370,9 @@ def child(tool: str, name: str, n_train: int, n_queries: int, threads: int, lamb
 
 
 def spawn(tool: str, args: argparse.Namespace) -> dict:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        tool,
-        args.model,
-        str(args.train),
-        str(args.queries),
-        str(args.threads),
-        str(args.lambda_reg),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    cmd, env = module_child("benchmarks.speed.peer_speed", "--child", tool, args.model, str(args.train),
+                            str(args.queries), str(args.threads), str(args.lambda_reg), env={**os.environ, **threads})
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:

@@ -1,8 +1,8 @@
 """The combined rank's two constants, λ and the agreement check's top share, measured over the suite's data-cause runs.
 
-    python benchmarks/ranking_rule.py WORK/<family>-seed<n> [...] [--markdown OUT.md]
+    python -m benchmarks.harness.ranking_rule WORK/<family>-seed<n> [...] [--markdown OUT.md]
 
-Each argument is a folder `benchmarks/suite_quality.py` left (its `ingredients.{json,npz}` and `attribute/` report).
+Each argument is a folder `benchmarks/harness/suite_quality.py` left (its `ingredients.{json,npz}` and `attribute/` report).
 For the default gradient variant (`gradian attribute`'s query, raw or unit, final adapter, rows' harm by their
 harmful positions or tokens, or summed), every rule below is
 computed from the cached effects and relevances (seconds): the gradient alone, relevance counted fully (ungated),
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-import suite_quality
+from benchmarks.harness import suite_quality
+from gradian.scenarios.evaluate import auprc
 
 SCALES = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 TOPS = (0.05, 0.10)
@@ -56,7 +57,7 @@ def run_scores(work: Path) -> tuple[str, str, dict[str, float]] | None:
     relevances = relevances_from(parts, RELEVANCE_AGGREGATE)
     scores = {name: (-effect if harm is None else harm) if kwargs is None
               else combine(effect[None, :], relevances, harm=harm, **kwargs).score for name, kwargs in rules().items()}
-    return meta["split"], meta["family"], {name: suite_quality.auprc(s, positive) for name, s in scores.items()}
+    return meta["split"], meta["family"], {name: auprc(s, positive) for name, s in scores.items()}
 
 
 def table(works: Sequence[Path]) -> str:

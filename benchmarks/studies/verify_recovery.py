@@ -5,7 +5,7 @@ Markdown row: rows removed, recovery with its CI, the random controls' recovery,
 time of one retrain ÷ the original training time, and whether the group that recovers most when removed is the one
 the gradient ranking puts first.
 
-    python benchmarks/verify_recovery.py --cache /work/scen/tests [--scenarios truncated-cluster format-cluster]
+    python -m benchmarks.studies.verify_recovery --cache /work/scen/tests [--scenarios truncated-cluster format-cluster]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Peak memory of the report's per-token harm (`scores.token_harm`) beside the per-example gradient extraction.
 
-    python benchmarks/token_harm_memory.py FOLDER [--rows 50] [--batch-size 16]
+    python -m benchmarks.speed.token_harm_memory FOLDER [--rows 50] [--batch-size 16]
 
 FOLDER is a scenario or suite run (`base/`, `run/`, `train.jsonl`). Each measurement runs in a fresh process (peak
 RSS only grows): load the fine-tuned model, then either extract the projected per-example gradients of the first

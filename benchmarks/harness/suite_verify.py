@@ -1,12 +1,12 @@
 """`gradian verify --groups 3` on every data-cause run of the scenario suite, with the planted rows as a truth check.
 
-For each run folder `benchmarks/suite_quality.py` left in WORK (`WORK/<family>-seed<n>/attribute`): `attribute` again
+For each run folder `benchmarks/harness/suite_quality.py` left in WORK (`WORK/<family>-seed<n>/attribute`): `attribute` again
 with the same settings (its cached stages are reused; the report is rewritten with this Gradian's schema), then
 `verify --groups G`, then one more retrain without the *planted* culprit rows. That last retrain asks whether the
 family's ground truth is the cause of its regression: where removing the planted rows recovers nothing, the
 regression has another cause and no ranking can be scored against the planted rows alone.
 
-    python benchmarks/suite_verify.py /work/scen/quality/*-seed0 [--groups 3] [--jobs N] [--results FILE]
+    python -m benchmarks.harness.suite_verify /work/scen/quality/*-seed0 [--groups 3] [--jobs N] [--results FILE]
         [--markdown FILE]
 
 Resumable: every retrain is cached in its run's `attribute/verify/` folder.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jobs
+from benchmarks.harness import jobs
 from gradian import attribute
 from gradian.capabilities import get_capability
 from gradian.data.examples import read_dataset
@@ -108,7 +108,7 @@ def markdown(records: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("works", nargs="+", type=Path, help="run folders benchmarks/suite_quality.py left")
+    parser.add_argument("works", nargs="+", type=Path, help="run folders benchmarks/harness/suite_quality.py left")
     parser.add_argument("--groups", type=int, default=3)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/suite_verify.json"))
     parser.add_argument("--markdown", type=Path, default=Path("benchmarks/results/suite_verify.md"))

@@ -7,8 +7,8 @@
 Models are random-weight Llamas from a config: `tiny` (conftest-sized), `smollm2-135m` (SmolLM2-135M's
 shape), and `llama-1b` (Llama-3.2-1B's shape, meant for a GPU in bf16). Prints a markdown table.
 
-    python benchmarks/gradient_speed.py --models tiny smollm2-135m
-    python benchmarks/gradient_speed.py --models llama-1b --device cuda --dtype bfloat16
+    python -m benchmarks.speed.gradient_speed --models tiny smollm2-135m
+    python -m benchmarks.speed.gradient_speed --models llama-1b --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Build the scenario suite's runs (every family of `gradian.scenarios.suite`, each seed) into one folder.
 
-    python benchmarks/suite_build.py --out /tmp/suite --seeds 0 1 [--split dev] [--family NAME ...] [--jobs N]
+    python -m benchmarks.harness.suite_build --out /tmp/suite --seeds 0 1 [--split dev] [--family NAME ...] [--jobs N]
 
 Resumable: a run whose truth.json and measured.json exist is kept. Prints one line per run (the capability's
 drop in points, overall and on the worst category) and writes `builds.json` beside the runs.
@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-import jobs
+from benchmarks.harness import jobs
 from gradian.scenarios import build, built_before
 from gradian.scenarios.base import base_model
 from gradian.scenarios.suite import families

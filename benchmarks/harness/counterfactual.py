@@ -1,9 +1,9 @@
 """Counterfactual scores of every ranking method: recovery@k and the LDS, from zero-weight retrains.
 
-    python benchmarks/counterfactual.py FOLDER [FOLDER ...] --work DIR [--subsets 100] [--fraction 0.5]
+    python -m benchmarks.harness.counterfactual FOLDER [FOLDER ...] --work DIR [--subsets 100] [--fraction 0.5]
         [--seeds 0 1] [--lds FAMILY ...] [--methods NAME ...] [--max-steps N] [--results R.json] [--markdown R.md]
 
-Each FOLDER is a built scenario (`benchmarks/suite_build.py`: `base/`, `run/`, `train.jsonl`, `eval.jsonl`,
+Each FOLDER is a built scenario (`benchmarks/harness/suite_build.py`: `base/`, `run/`, `train.jsonl`, `eval.jsonl`,
 `truth.json`). Per folder, in `DIR/<folder name>/`:
 
 1. `gradian attribute --rank combined` (the suite's settings), and where a method needs its own run, `attribute`
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import lds as lds_module
 from gradian.data.examples import Example, read_dataset
 from gradian.files import atomic_write
-
-sys.path.insert(0, str(Path(__file__).parent))
-import lds as lds_module  # noqa: E402
 
 METHODS = ("default", "gradient alone", "EK-FAC", "TracIn-CP", "TF-IDF", "BM25", "RepSim", "random", "planted rows")
 LOSSES = "losses.json"
@@ -80,14 +77,16 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         cached = dict(np.load(cache))
         if all(m in cached for m in wanted if m not in ("TracIn-CP",)):
             return cached
+    from benchmarks.harness.baselines import bm25_scores
     from gradian.report.rows import read_examples
+    from gradian.scenarios.evaluate import random_scores
     from gradian.scores import relevance as rel
 
     truth, report = built.truth, built.report_dir
     rows = read_examples(report)
     column = {name: np.array([row.get(name) if row.get(name) is not None else np.nan for row in rows], dtype=float)
               for name in ("rank_score", "row_harm", "gradient_effect", "relevance_tfidf", "relevance_repsim")}
-    out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": rel.random_scores(len(rows), truth["seed"])}
+    out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": random_scores(len(rows), truth["seed"])}
     harm = column["row_harm"]
     out["gradient alone"] = harm if np.isfinite(harm).all() else -column["gradient_effect"]
     out["TF-IDF"], out["RepSim"] = column["relevance_tfidf"], column["relevance_repsim"]
@@ -97,7 +96,7 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         texts = [e.text for e in built.train]
         generations = [json.loads(line) for line in (report / "generations.jsonl").read_text().splitlines()]
         failing = set(built.report["run"]["queries"])
-        out["BM25"] = rel.aggregate(rel.bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
+        out["BM25"] = rel.aggregate(bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
                                     "mean")
     if "EK-FAC" in wanted:
         out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", truth, preconditioner="ekfac", rank="gradient"))

@@ -13,7 +13,7 @@ On random-weight Llamas from a config (`gradient_speed.SHAPES`: `tiny`, `smollm2
 
 Best of `--repeats` interleaved timings each (a shared machine's noise hits all alike). Prints a markdown table.
 
-    python benchmarks/harm_speed.py --models tiny smollm2-135m
+    python -m benchmarks.speed.harm_speed --models tiny smollm2-135m
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-import gradient_speed as speed
+from benchmarks.speed import gradient_speed as speed
 from gradian.gradients.extract import GradientSettings, collate, extract_train_features, plan_batches, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.relevance import mean_hidden_states

@@ -7,7 +7,7 @@ shape (30 layers, hidden 576, 9 heads / 3 KV heads, vocabulary 49,152). Each tra
 8,192 floats per row, float16 store), alternating `REPEATS` times. The ratio is the median of the capture run's
 `train_runtime` over the plain run's (goal ≤ 1.20). Prints a table and writes benchmarks/results/capture_overhead.json.
 
-    PYTHONPATH=src:tests python benchmarks/capture_overhead.py [--repeats 3] [--shapes tiny smollm2_135m_shape]
+    PYTHONPATH=src:tests python -m benchmarks.speed.capture_overhead [--repeats 3] [--shapes tiny smollm2_135m_shape]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from conftest import WORDS
 from gradian import GradianCallback
 from gradian.scenarios.tokenizer import build_tokenizer
 
-RESULTS = Path(__file__).parent / "results" / "capture_overhead.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "capture_overhead.json"
 STEPS, REPEATS = 4, 3
 SHAPES = {
     "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -4,7 +4,7 @@
 gradients with them. This measures what calibrating them per checkpoint would change, on a built SmolLM2
 story folder whose default `attribute` run already sits in `--out` (its generations and stores are reused).
 
-    python benchmarks/checkpoint_shares.py --folder /tmp/smollm2-summary --out /tmp/smollm2-summary/report \
+    python -m benchmarks.studies.checkpoint_shares --folder /tmp/smollm2-summary --out /tmp/smollm2-summary/report \
         --output bench-out/checkpoint-shares.md
 """
 
@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.harness.run_all import prepared
 from gradian.gradients.energy import share_budget
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.scoring import total_effect
 from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
 from gradian.settings import AttributeSettings
-from run_all import prepared
 
 
 def own_shares_effects(model, rendered, pairs, checkpoints, gradient, kind: str, root: Path) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Build the real-model suite's runs (every family of `gradian.scenarios.smollm2_suite`, each seed) into one folder.
 
-    python benchmarks/smollm2_build.py [--out ~/.cache/gradian/smollm2-suite] [--seeds 0 1] [--split dev] [--jobs N]
+    python -m benchmarks.harness.smollm2_build [--out ~/.cache/gradian/smollm2-suite] [--seeds 0 1] [--split dev] [--jobs N]
 
-Needs SmolLM2-135M-Instruct converted once (`python benchmarks/build_smollm2.py --convert-only`). Resumable: a run
+Needs SmolLM2-135M-Instruct converted once (`python -m benchmarks.studies.build_smollm2 --convert-only`). Resumable: a run
 whose truth.json and measured.json exist is kept; the stage-one bases are cached under `--out`/cache. Builds dev
 before test and seed 0 before seed 1, one thread a job. Prints one line per run and writes `builds.json`.
 """
@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-import jobs
+from benchmarks.harness import jobs
 from gradian.scenarios import built_before
 from gradian.scenarios.base import cache_root
 from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, stage_one_base

@@ -12,7 +12,7 @@ the cosine between the naive and the contrastive query. When the fine-tuned mode
 almost surely, its tokens add almost nothing and the two queries coincide; where the prefix is text the model
 cannot predict (free wording), it weighs in the naive query and the contrast removes it.
 
-    python benchmarks/query_anatomy.py --runs bench-out/truncated-cluster-seed0:bench-out/reports/truncated-cluster-seed0
+    python -m benchmarks.studies.query_anatomy --runs bench-out/truncated-cluster-seed0:bench-out/reports/truncated-cluster-seed0
 """
 
 from __future__ import annotations

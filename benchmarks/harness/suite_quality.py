@@ -1,6 +1,6 @@
 """Culprit recovery of every ranking method on built scenario folders, per family and split.
 
-    python benchmarks/suite_quality.py FOLDER [FOLDER ...] --work DIR [--results R.json] [--markdown R.md]
+    python -m benchmarks.harness.suite_quality FOLDER [FOLDER ...] --work DIR [--results R.json] [--markdown R.md]
 
 Each FOLDER is a built scenario (`base/`, `run/`, `train.jsonl`, `eval.jsonl`, `truth.json` with at least
 `scenario`, `kind`, `culprit_ids`, `category_ids`, `seed`; the suite adds `family`, `split`, `domain`, `capability`
@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import average_precision_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import jobs  # noqa: E402
+from benchmarks.harness import jobs
+from gradian.scenarios.evaluate import auprc  # the one AUPRC, the library's
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
@@ -55,14 +54,6 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
-
-def auprc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """Average precision (scikit-learn's), the planted culprits positive, higher scores more suspect."""
-    positive = np.asarray(positive, dtype=bool)
-    if not positive.any():
-        raise ValueError("no positive rows")
-    return float(average_precision_score(positive, np.asarray(scores, dtype=np.float64)))
-
 
 def precision_at_k(scores: np.ndarray, positive: np.ndarray, k: int | None = None) -> float:
     """Share of culprits among the k highest scores (k = number of culprits by default; ties in index order)."""
@@ -132,6 +123,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
                                                                                      dict[str, np.ndarray]]:
     """What every method is computed from, kept in WORK (`ingredients.json`, `ingredients.npz`) for reruns:
     attribute's report facts, each gradient variant's (N,) mean effect, the relevance matrices, and timings."""
+    from benchmarks.harness.baselines import bm25_scores
     from gradian import attribute
     from gradian.scores import relevance as rel
     from gradian.scores.combine import repsim_relevance
@@ -164,7 +156,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     failing_prompts = [row.prompt for row in queries]
     texts = [e.text for e in run.audit.examples]
     arrays["sim/tfidf"] = clock.timed("tfidf", rel.tfidf_similarity, texts, failing_prompts)
-    arrays["sim/bm25"] = clock.timed("bm25", rel.bm25_scores, texts, failing_prompts)
+    arrays["sim/bm25"] = clock.timed("bm25", bm25_scores, texts, failing_prompts)
     arrays["part/repsim/sim"] = clock.timed("repsim", repsim_relevance, run.model, run.audit.rendered, queries,
                                             batch_size=settings.batch_size)  # with sim/tfidf: relevance_parts
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
@@ -299,6 +291,7 @@ def variant_arrays(variant: str) -> tuple[str, str | None]:
 
 def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[str, Any]) -> dict[str, tuple]:
     """name -> ((N,) score, higher = more suspect; cost) for every method, from the ingredients."""
+    from gradian.scenarios.evaluate import category_oracle, random_scores
     from gradian.scores import relevance as rel
     from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from
 
@@ -310,8 +303,8 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
 
     free = {"backward_rows": 0, "forward_rows": 0, "seconds": 0.0}
     methods: dict[str, tuple] = {
-        "random": (rel.random_scores(n_rows, truth["seed"]), free),
-        "category oracle": (rel.category_oracle(meta["ids"], truth, truth["seed"], meta["categories"]), free),
+        "random": (random_scores(n_rows, truth["seed"]), free),
+        "category oracle": (category_oracle(meta["ids"], truth, truth["seed"], meta["categories"]), free),
     }
     for how in ("max", "mean"):
         methods[f"TF-IDF ({how})"] = (rel.aggregate(arrays["sim/tfidf"], how), {**free, "seconds": seconds["tfidf"]})

@@ -1,6 +1,6 @@
 """On an accelerator: hook gradients equal a naive loop there, and its features equal the CPU's.
 
-    python benchmarks/device_agreement.py --device cuda > benchmarks/results/gpu_agreement.txt
+    python -m benchmarks.studies.device_agreement --device cuda > benchmarks/results/gpu_agreement.txt
 
 Both in float32 on the SmolLM2 shape (random weights, LoRA r=8 all-linear), as the largest relative L2 error of
 a row. The first is exact (no projection), rows of mixed length under right and left padding; the second runs
@@ -16,13 +16,13 @@ import tempfile
 import numpy as np
 import torch
 
+from benchmarks.speed.gradient_speed import build, make_rows, naive_row_gradient
 from gradian.gradients.extract import (
     GradientSettings,
     collate,
     extract_train_features,
     per_example_gradients,
 )
-from gradient_speed import build, make_rows, naive_row_gradient
 
 MODEL = "smollm2-135m"
 

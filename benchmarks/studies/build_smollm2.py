@@ -5,7 +5,7 @@ it to a safetensors folder in the scenario cache (`gradian.scenarios.smollm2.con
 `truncated-cluster-smollm2` scenario (a real TRL SFTTrainer + PEFT LoRA run) and prints the measured
 JSON-validity regression, base vs fine-tuned, overall and on the invoice cluster's category.
 
-    python benchmarks/build_smollm2.py --out /tmp/smollm2-truncated [--gguf FILE] [--seed 0]
+    python -m benchmarks.studies.build_smollm2 --out /tmp/smollm2-truncated [--gguf FILE] [--seed 0]
 """
 
 from __future__ import annotations

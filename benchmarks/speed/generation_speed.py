@@ -8,8 +8,8 @@ greedy answers; in bf16 a few may differ at near-ties).
 Models are random-weight Llamas from a config (`tiny`, `smollm2-135m`, `llama-1b` shapes) with a random
 LoRA adapter on q/v, or a real base + adapter with `--base-model` and `--adapter`. Prints a markdown table.
 
-    python benchmarks/generation_speed.py --models tiny smollm2-135m
-    python benchmarks/generation_speed.py --models smollm2-135m llama-1b --device cuda --batch-size 16 64
+    python -m benchmarks.speed.generation_speed --models tiny smollm2-135m
+    python -m benchmarks.speed.generation_speed --models smollm2-135m llama-1b --device cuda --batch-size 16 64
 """
 
 from __future__ import annotations

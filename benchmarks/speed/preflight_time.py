@@ -6,11 +6,12 @@ one step with `GradianCallback(on_critical="warn")`; the number is `callback.res
 whole preflight: every row through the run's collator, the rows rebuilt, every check), beside the wall time of
 that one training step for scale. Prints a markdown table and writes benchmarks/results/preflight_time.json.
 
-    PYTHONPATH=src:tests python benchmarks/preflight_time.py
+    PYTHONPATH=src:tests python -m benchmarks.speed.preflight_time
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -21,7 +22,7 @@ from conftest import WORDS
 from gradian import GradianCallback
 from gradian.scenarios.tokenizer import build_tokenizer
 
-RESULTS = Path(__file__).parent / "results" / "preflight_time.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "preflight_time.json"
 
 
 def timed_run(rows: list[dict], **settings: object) -> dict[str, float]:
@@ -37,6 +38,7 @@ def timed_run(rows: list[dict], **settings: object) -> dict[str, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help only
     tokenizer = build_tokenizer(WORDS)
     big = pretokenized([ticket(i, long=i % 3 == 0) for i in range(2000)], tokenizer, cut=40, keep_text=False)
     results = {"tiny_run": timed_run(tickets()), "tokenized_2000": timed_run(big, max_length=256)}

@@ -3,7 +3,7 @@
 Prints a markdown table (for BENCHMARKS.md): seconds per scenario, base vs fine-tuned JSON validity
 overall and on the affected category, and the share of generations that ran on to the token limit.
 
-    python benchmarks/scenario_build_time.py [--scenarios null truncated-cluster] [--seed 0]
+    python -m benchmarks.speed.scenario_build_time [--scenarios null truncated-cluster] [--seed 0]
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Speed and memory measurements of Gradian's passes, each printing a markdown table."""
