@@ -152,7 +152,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     """`attribute --rank combined` end to end on the cheapest data-cluster scenario: the planted rows on top, above
     the category oracle and no worse than either part alone, and the report carries both parts per row.
 
-    Measured on seed 0 (benchmarks/suite_quality.py, repaired-first on the final adapter): combined 1.000, category
+    Measured on seed 0 (benchmarks/harness/suite_quality.py, repaired-first on the final adapter): combined 1.000, category
     oracle 0.703, TF-IDF alone 0.971; 0.99 allows one clean row among the culprits, so a combination whose relevance
     drowned the gradient (TF-IDF ranks clean neighbours among the culprits) fails it.
     """
