@@ -24,8 +24,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	# one worker per CPU: the scenario builds and retrains are single-threaded, and a scenario fixture builds each
-	# scenario once (a file lock per scenario), whichever worker asks first
-	$(PY) -m pytest -q -n auto
+	# scenario once (a file lock per scenario), whichever worker asks first; worksteal: an idle worker takes tests
+	# queued on a busy one (with the default split the slow e2e verify tests queued on one worker while the other
+	# sat idle for the last 20+ minutes)
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
