@@ -66,27 +66,19 @@ class ExtractSettings:
                 "the run has them and the preconditioner is identity; on; off (default): the final adapter only, "
                 "because on the suite the checkpoints cost a backward pass each and ranked no better "
                 "(BENCHMARKS.md)"})
-    proj_dim: int | None = field(default=None, metadata={"help": "projected feature size; None: automatic"})
+    proj_dim: int | None = field(default=None, metadata={"min": 1, "help": "projected feature size; None: automatic"})
     proj_budget: ProjBudget = field(default="energy", metadata={
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
                 "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
                 "size (equal shares)"})
-    batch_size: int = field(default=16, metadata={"help": "generation and gradient batch size"})
+    batch_size: int = field(default=16, metadata={"min": 1, "help": "generation and gradient batch size"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
-    seed: int = field(default=0, metadata={"help": "seeds projections, bootstraps and clustering"})
-    shard_rows: int = field(default=16384, metadata={
+    seed: int = field(default=0, metadata={"min": 0, "help": "seeds projections, bootstraps and clustering"})
+    shard_rows: int = field(default=16384, metadata={"min": 1,
         "help": "rows per feature-store file; under torchrun each process writes whole files"})
 
     def __post_init__(self) -> None:
-        for spec in fields(self):
-            allowed = choices(type(self), spec.name)
-            value = getattr(self, spec.name)
-            if allowed and value not in allowed:
-                raise ValueError(f"{spec.name} must be one of {allowed}, not {value!r}")
-            if spec.name in COUNTS and value is not None and value < 1:
-                raise ValueError(f"{spec.name} must be at least 1, not {value}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be 0 or more, not {self.seed}")
+        check_fields(self)
 
     @property
     def out_dir(self) -> Path:
@@ -96,7 +88,15 @@ class ExtractSettings:
         return asdict(self)
 
 
-COUNTS = ("batch_size", "max_new_tokens", "proj_dim", "n_clusters", "shard_rows")  # each None or at least 1
+def check_fields(settings: Any) -> None:
+    """Every field of a settings dataclass within what its type and metadata allow: a `Literal` field one of its
+    choices, a field with a `min` (None or) at least that; the CLI's choices and ranges come from the same place."""
+    for spec in fields(settings):
+        allowed, least, value = choices(type(settings), spec.name), spec.metadata.get("min"), getattr(settings, spec.name)
+        if allowed and value not in allowed:
+            raise ValueError(f"{spec.name} must be one of {allowed}, not {value!r}")
+        if least is not None and value is not None and value < least:
+            raise ValueError(f"{spec.name} must be {'0 or more' if least == 0 else f'at least {least}'}, not {value}")
 
 
 @dataclass
@@ -129,10 +129,10 @@ class AttributeSettings(ExtractSettings):
                 "cancel its wrong one), tokens (its harmful tokens alone, Σ_t max(0, vᵀ∇ℓ_t), one more forward-mode "
                 "pass), sum (its effect, every token summed) or auto (default: positions where the effects are the "
                 "final adapter's raw gradients with the identity preconditioner, else sum)"})
-    n_clusters: int | None = field(default=None, metadata={"help": "number of clusters; None: automatic"})
+    n_clusters: int | None = field(default=None, metadata={"min": 1, "help": "number of clusters; None: automatic"})
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
-    max_new_tokens: int | None = field(default=None, metadata={"help": "None: from the references' lengths"})
+    max_new_tokens: int | None = field(default=None, metadata={"min": 1, "help": "None: from the references' lengths"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

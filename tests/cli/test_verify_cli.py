@@ -72,3 +72,18 @@ def test_the_options_reach_verify_as_settings(cli_runner, tmp_path, monkeypatch)
     assert json.loads(result.stdout) == {"status": "confirmed"}
     cli_runner.invoke(cli, ["verify", "--report", str(tmp_path), "--json"])
     assert seen[-1] == VerifySettings(report=str(tmp_path))  # every default is the settings' own
+
+
+@pytest.mark.parametrize("options,message", [({"seed": -1}, "seed must be 0 or more, not -1"),
+                                             ({"batch_size": 0}, "batch_size must be at least 1, not 0"),
+                                             ({"proj_dim": 0}, "proj_dim must be at least 1, not 0"),
+                                             ({"n_clusters": 0}, "n_clusters must be at least 1, not 0"),
+                                             ({"rank": "best"}, "rank must be one of")])
+def test_attribute_settings_check_their_ranges_by_the_same_rule(options, message):
+    """`check_fields` serves every settings class: attribute's ranges are its fields' `min`, as verify's are."""
+    from gradian.settings import AttributeSettings
+
+    paths = {"base_model": "m", "adapter": "a", "dataset": "d", "out": "o", "eval_dataset": "e", "capability": "c"}
+    with pytest.raises(ValueError, match=message):
+        AttributeSettings(**paths, **options)
+    assert AttributeSettings(**paths, proj_dim=None, n_clusters=None).proj_dim is None

@@ -7,8 +7,10 @@ the CLI's range; `folder` marks a path that must be a folder.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from gradian.settings import check_fields
 
 
 @dataclass
@@ -34,11 +36,7 @@ class VerifySettings:
         "generation batch size when each retrain is measured on the report's eval prompts")})
 
     def __post_init__(self) -> None:
-        for spec in fields(self):
-            least, value = spec.metadata.get("min"), getattr(self, spec.name)
-            if least is not None and value is not None and value < least:
-                bound = "0 or more" if least == 0 else f"at least {least}"
-                raise ValueError(f"{spec.name} must be {bound}, not {value}")
+        check_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
