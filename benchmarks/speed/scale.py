@@ -144,7 +144,7 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
     from gradian.gradients.extract import GradientSettings, extract_train_features
     from gradian.gradients.store import FeatureStore
     from gradian.report.rows import ExampleRows
-    from gradian.report.schema import build_report
+    from gradian.report.schema import Attribution, build_report
     from gradian.report.writers import write_report
     from gradian.scores.scoring import effects_file, publish, score_features, total_effect
     from gradian.verdict import decide
@@ -181,8 +181,8 @@ def child(n: int, synthetic: bool, out: Path) -> dict:
     with meter.stage("report"):
         effect = total_effect(effects)
         verdict = decide(regression, [], summaries, effect, list(ids))  # decide takes a list of ids
-        report = build_report(regression=regression, verdict=verdict, findings=[], examples=examples,
-                              effects=effects, labels=fitted.labels, clusters=summaries, embedding=fitted.embedding)
+        report = build_report(regression, verdict, [], examples,
+                              attribution=Attribution(effects, fitted.labels, summaries, fitted.embedding))
         write_report(out / "report", report, examples, ExampleRows.of(ids, effect, fitted.labels, [],
                                                                       verdict.culprit_ids))
     meter.running = False

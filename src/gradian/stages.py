@@ -53,7 +53,7 @@ from gradian.regression.loading import load_models
 from gradian.regression.measure import RegressionResult, measure_regression
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows
-from gradian.report.schema import build_report
+from gradian.report.schema import Attribution, Context, build_report
 from gradian.report.writers import write_report
 from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import base_kind, query_pairs
@@ -339,15 +339,14 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
                               [row.prompt for row in failing], seed=settings.seed)
     summaries = groups.clusters  # the same clusters, each with where the failures sit
     verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups)
-    built = build_report(
-        regression=summary, verdict=verdict, findings=audit.findings, examples=audit.examples, effects=effects,
-        labels=labels, clusters=summaries, embedding=clusters.embedding if clusters is not None else None,
-        settings=settings.to_dict(),
-        run={"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in query.pairs] if query else [],
-             "tracin_cp": extraction.tracin if extraction is not None else None,
-             "tokenizer_source": tokenizer_source(audit)},
-        seed=settings.seed, symptoms=symptoms, groups=groups, ranking=ranking,
-    )
+    attribution = None if effects is None else Attribution(
+        effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
+    run = {"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in query.pairs] if query else [],
+           "tracin_cp": extraction.tracin if extraction is not None else None,
+           "tokenizer_source": tokenizer_source(audit)}
+    built = build_report(summary, verdict, audit.findings, audit.examples, attribution=attribution,
+                         symptoms=symptoms, groups=groups,
+                         context=Context(settings=settings.to_dict(), run=run, seed=settings.seed))
     if query is not None and query.direction is not None and model is not None and built["top_rows"]:
         found = harm_tokens(settings, audit, query.direction, model, tokenizer, [row["id"] for row in built["top_rows"]])
         for row in built["top_rows"]:

@@ -31,7 +31,7 @@ from gradian.data.render import IGNORE, Rendered, render_chunks, render_dataset
 from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.setup import TrainingSetup
 from gradian.report.rows import ExampleRows
-from gradian.report.schema import build_report
+from gradian.report.schema import Attribution, build_report
 from gradian.report.writers import write_report
 from gradian.verdict import Verdict
 
@@ -226,10 +226,8 @@ def test_the_report_from_columns_is_the_report_from_lists(tmp_path):
                       next_action="drop")
     outputs = []
     for rows in (train, columns):
-        report = build_report(regression=REGRESSION, verdict=verdict, findings=findings, examples=rows,
-                              effects=effects, labels=labels,
-                              clusters=summarize_clusters(ids_of(rows), labels, effects, {}, findings, seed=0),
-                              features=None, seed=0)
+        clusters = summarize_clusters(ids_of(rows), labels, effects, {}, findings, seed=0)
+        report = build_report(REGRESSION, verdict, findings, rows, attribution=Attribution(effects, labels, clusters))
         folder = tmp_path / type(rows).__name__
         write_report(folder, report, rows, ExampleRows.of(ids_of(rows), effects.mean(axis=0), labels, findings,
                                                           culprits))

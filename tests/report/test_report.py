@@ -24,7 +24,7 @@ from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows, read_examples
-from gradian.report.schema import SCHEMA_VERSION, build_report
+from gradian.report.schema import SCHEMA_VERSION, Attribution, Context, build_report
 from gradian.report.writers import markdown_cell, write_report
 from gradian.verdict import decide
 from report_numbers import NUMBER, json_leaves, renderings
@@ -94,14 +94,13 @@ def run(tmp_path):
     verdict = decide(SIGNIFICANT, findings, clusters, effects.mean(axis=0), ids)
     symptoms = classify_failures(failing_rows(), get_capability("json_formatting"))
     groups = candidate_groups(examples, findings, effects, clusters, [row.prompt for row in failing_rows()])
-    report = build_report(regression=SIGNIFICANT, verdict=verdict, findings=findings, examples=examples,
-                          effects=effects, labels=labels, clusters=groups.clusters, features=features,
-                          settings={"seed": 0, "preconditioner": "adam"}, artifacts={"features": "features/"},
-                          symptoms=symptoms, groups=groups)
+    attribution = Attribution(effects, labels, groups.clusters or [], features=features)
+    report = build_report(SIGNIFICANT, verdict, findings, examples, attribution=attribution, symptoms=symptoms,
+                          groups=groups, context=Context(settings={"seed": 0, "preconditioner": "adam"},
+                                                         artifacts={"features": "features/"}))
     joined = decide(SIGNIFICANT, findings, groups.clusters, effects.mean(axis=0), ids, symptoms=symptoms,
                     groups=groups.groups)
-    joined_report = build_report(regression=SIGNIFICANT, verdict=joined, findings=findings, examples=examples,
-                                 effects=effects, labels=labels, clusters=groups.clusters, features=features,
+    joined_report = build_report(SIGNIFICANT, joined, findings, examples, attribution=attribution,
                                  symptoms=symptoms, groups=groups)
     rows = ExampleRows.of(ids, effects.mean(axis=0), labels, findings, verdict.culprit_ids)
     return dict(dataset=dataset, examples=examples, culprits=culprits, report=report, out=tmp_path / "out", rows=rows,
@@ -200,7 +199,7 @@ def test_markdown_cells_cannot_break_the_table_or_inject_html():
 
 def test_no_regression_report_has_the_refusal_and_no_clusters(tmp_path, run):
     verdict = decide(NOISE, [], None, None, [])
-    report = build_report(regression=NOISE, verdict=verdict, findings=[], examples=run["examples"])
+    report = build_report(NOISE, verdict, [], run["examples"])
     written = write_report(tmp_path / "refusal", report, run["examples"])
     assert set(written) == {"report.json", "report.md", "report.html", "examples.jsonl"}
     assert report["clusters"] == [] and report["top_rows"] == [] and report["charts"] == {}
@@ -213,7 +212,7 @@ def test_no_regression_report_has_the_refusal_and_no_clusters(tmp_path, run):
 def test_json_is_strict_even_with_nan_inputs(tmp_path, run):
     regression = dict(SIGNIFICANT, p_value=float("nan"))
     verdict = decide(NOISE, [], None, None, [])
-    report = build_report(regression=regression, verdict=verdict, findings=[], examples=run["examples"])
+    report = build_report(regression, verdict, [], run["examples"])
     assert report["regression"]["p_value"] is None
     written = write_report(tmp_path / "nan", report, run["examples"])
     assert "NaN" not in written["report.json"].read_text(encoding="utf-8")
@@ -288,7 +287,7 @@ def test_culprits_name_the_cause_of_each_row(run, tmp_path):
     verdict = Verdict("data-cluster", "two causes", "drop these rows", {}, invoice + other,
                       [Cause("rows", "truncated_completion", "failures", invoice),
                        Cause("rows", "fails_capability:wrapped", "harm", other)])
-    report = build_report(regression=SIGNIFICANT, verdict=verdict, findings=[], examples=run["examples"])
+    report = build_report(SIGNIFICANT, verdict, [], run["examples"])
     written = write_report(tmp_path / "two", report, run["examples"])
     lines = [json.loads(line) for line in written["culprits.jsonl"].read_text(encoding="utf-8").splitlines()]
     assert {row["id"]: row["_gradian"]["cause"] for row in lines} == {

@@ -38,7 +38,7 @@ def test_a_data_cluster_report_and_its_rows_validate(run):  # noqa: F811
 
 def test_a_refusal_validates_and_a_broken_report_does_not(run, tmp_path):  # noqa: F811
     verdict = decide(NOISE, [], None, None, [e.id for e in run["examples"]])
-    report = build_report(regression=NOISE, verdict=verdict, findings=[], examples=run["examples"])
+    report = build_report(NOISE, verdict, [], run["examples"])
     validator().validate(json.loads(write_report(tmp_path / "refusal", report, run["examples"])["report.json"]
                                     .read_text(encoding="utf-8")))
     broken = {**run["report"], "verdict": {**run["report"]["verdict"], "kind": "maybe"}}

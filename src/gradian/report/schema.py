@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from gradian.data.framework_version import package_version
 from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
 from gradian.verdict import Verdict
+
+if TYPE_CHECKING:
+    from gradian.scores.combine import Ranking
 
 SCHEMA_VERSION = "2.6"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
 # 2.2: top_rows[].harm_token; 2.3: ranking.checks[].auc is the agreement with the gradient (it was a separation),
@@ -37,39 +41,46 @@ TEXT_CHARS = 2000
 MAP_POINTS = 4000
 
 
-def build_report(
-    *,
-    regression: dict[str, Any],
-    verdict: Verdict,
-    findings: list[Finding],
-    examples: Sequence[Example] | None = None,
-    effects: np.ndarray | None = None,
-    labels: np.ndarray | None = None,
-    clusters: list[ClusterSummary] | None = None,
-    features: np.ndarray | None = None,
-    embedding: Embedding | None = None,
-    settings: dict[str, Any] | None = None,
-    artifacts: dict[str, Any] | None = None,
-    run: dict[str, Any] | None = None,
-    seed: int = 0,
-    symptoms: Symptoms | None = None,
-    groups: CandidateGroups | None = None,
-    ranking: Any = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Attribution:
+    """What attribution found, as the report shows it: absent when it did not run (no regression, or a setup verdict
+    reached before it)."""
+
+    effects: np.ndarray  # (Q, N) per eval query and training row
+    labels: np.ndarray | None = None  # (N,) each row's cluster
+    clusters: list[ClusterSummary] = field(default_factory=list)
+    embedding: Embedding | None = None  # the space the clusters were fitted in, for the cluster map
+    features: np.ndarray | None = None  # (N, k): the map is fitted on these and the texts when `embedding` is None
+    ranking: Ranking | None = None  # each row's gradient effect, relevances and rank score
+
+
+@dataclass(frozen=True)
+class Context:
+    """How the report was made: the settings, the files written beside it, what was read of the run, the seed."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Finding],
+                 examples: Sequence[Example] = (), *, attribution: Attribution | None = None,
+                 symptoms: Symptoms | None = None, groups: CandidateGroups | None = None,
+                 context: Context | None = None) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
-    `effects` is (Q, N) per eval query and training row (None when attribution did not run: no-regression, or a
-    setup verdict reached before it); `labels` (N,) the cluster of each row; `embedding` the space the clusters
-    were fitted in, for the cluster map (else it is fitted here on `features` (N, k) and the texts). Per-row
-    results go to examples.jsonl (`report.rows.ExampleRows`), not into this dict.
-    `symptoms` classify the failing answers; `groups` hold the per-row finding groups and where the failures sit.
-    `ranking` (a `gradian.scores.combine.Ranking`) adds each row's gradient effect, relevances and rank score.
+    Per-row results go to examples.jsonl (`report.rows.ExampleRows`), not into this dict. `symptoms` classify the
+    failing answers; `groups` hold the per-row finding groups and where the failures sit.
     """
-    examples = examples if examples is not None else []
+    context = context or Context()
     ids = ids_of(examples)  # a StringColumn for ExampleColumns: no list of N ids
+    effects = attribution.effects if attribution is not None else None  # (Q, N)
     effect = None if effects is None else total_mean(np.atleast_2d(effects))  # (N,)
+    labels = attribution.labels if attribution is not None else None
     flags = RowFlags.of(ids, findings)
     culprits = mask_of(ids, verdict.culprit_ids)  # (N,) bool
+    ranking = attribution.ranking if attribution is not None else None
     report = {
         "schema_version": SCHEMA_VERSION,
         "gradian_version": package_version("gradian") or "unknown",
@@ -79,17 +90,17 @@ def build_report(
         "findings": [_finding(f) for f in by_severity(findings)],
         "examples_file": EXAMPLES_FILE,
         "n_examples": len(ids),
-        "clusters": [_cluster(c) for c in clusters or []] if effect is not None else [],
+        "clusters": [_cluster(c) for c in attribution.clusters] if attribution is not None else [],
         "symptoms": symptoms.to_dict() if symptoms is not None else {},
         "groups": [g.to_dict() for g in groups.groups] if groups is not None else [],
         "failure_sites": groups.sites() if groups is not None else {},
         "effects": _effects_summary(effects, effect),
         "top_rows": _top_rows(examples, effect, labels, flags, culprits),
-        "charts": _charts(ids, effect, labels, embedding or _embedding(examples, features, labels, seed),
-                          culprits, verdict, seed),
-        "settings": settings or {},
-        "artifacts": artifacts or {},
-        "run": run or {},
+        "charts": _charts(ids, effect, labels, _embedding(examples, attribution, context.seed), culprits, verdict,
+                          context.seed),
+        "settings": context.settings,
+        "artifacts": context.artifacts,
+        "run": context.run,
         "ranking": {"rank": ranking.rank, "row_harm": ranking.row_harm, "checks": ranking.checks}
         if ranking is not None else {},
     }
@@ -105,11 +116,10 @@ def _cluster(cluster: ClusterSummary) -> dict[str, Any]:
     return {**data, "size": cluster.size}
 
 
-def _embedding(examples: Sequence[Example], features: np.ndarray | None, labels: np.ndarray | None,
-               seed: int) -> Embedding | None:
-    if labels is None or not len(examples):
+def _embedding(examples: Sequence[Example], attribution: Attribution | None, seed: int) -> Embedding | None:
+    if attribution is None or attribution.labels is None or not len(examples):
         return None
-    return embed_examples(texts_of(examples), features, seed=seed)
+    return attribution.embedding or embed_examples(texts_of(examples), attribution.features, seed=seed)
 
 
 def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> dict[str, Any]:
