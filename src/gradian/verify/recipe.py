@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradian.data.run_folder import RunInfo, detect_framework, setup_fields
+from gradian.data.config_fields import detect_framework, setup_fields
+from gradian.data.run_folder import RunInfo
 from gradian.errors import InputError
 
 # SFTConfig fields read from training_args.bin (which records every field, derived ones included, so only the ones
