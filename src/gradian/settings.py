@@ -18,7 +18,7 @@ QueryKind = Literal[
     "departure-first", "departure", "repaired-first", "repaired", "contrastive-first", "contrastive", "naive"
 ]
 PreconditionerName = Literal["identity", "adam", "gauss-newton", "kfac", "ekfac"]
-CheckpointMode = Literal["auto", "on", "off"]
+CheckpointMode = Literal["auto", "on", "off", "captured"]
 ProjBudget = Literal["energy", "size"]
 RankRule = Literal["gradient", "combined"]
 RowHarm = Literal["auto", "positions", "tokens", "sum"]
@@ -65,7 +65,9 @@ class ExtractSettings:
         "help": "TracIn-CP: sum effects over the run's checkpoint-*/ folders, weighted by learning rate; auto: when "
                 "the run has them and the preconditioner is identity; on; off (default): the final adapter only, "
                 "because on the suite the checkpoints cost a backward pass each and ranked no better "
-                "(BENCHMARKS.md)"})
+                "(BENCHMARKS.md); captured: TracIn over the steps each row trained at, from the gradients "
+                "GradianCallback(capture=True) took in training (the run folder's gradian_capture/), with no "
+                "extraction pass"})
     proj_dim: int | None = field(default=None, metadata={"min": 1, "help": "projected feature size; None: automatic"})
     proj_budget: ProjBudget = field(default="energy", metadata={
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "
@@ -141,8 +143,9 @@ class AttributeSettings(ExtractSettings):
             raise ValueError(f"row_harm {self.row_harm} reads the final adapter's raw gradients with the identity "
                              "preconditioner; with checkpoints, another preconditioner or unit-normalised gradients "
                              "use row_harm sum or auto")
-        if self.checkpoints == "on" and self.preconditioner != "identity":
-            raise ValueError(f"checkpoints (TracIn-CP) uses the identity preconditioner, not {self.preconditioner!r}")
+        if self.checkpoints in ("on", "captured") and self.preconditioner != "identity":
+            raise ValueError(f"checkpoints {self.checkpoints} (TracIn) uses the identity preconditioner (captured "
+                             f"gradients hold the run's own Adam scaling), not {self.preconditioner!r}")
         if self.damping is not None and not self.damping > 0:
             raise ValueError(f"damping must be above 0, not {self.damping}")
         if not 0 <= self.min_effect <= 1:

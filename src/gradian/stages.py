@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gradian.audit import DiagnoseResult, diagnose
+from gradian.callback.capture import captured_store
 from gradian.capabilities import get_capability
 from gradian.clusters.cluster import Embedding, fit_clusters
 from gradian.clusters.groups import candidate_groups
@@ -87,11 +88,12 @@ class Extraction:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     checkpoint_stores: list[FeatureStore] = field(default_factory=list)
     skipped: str | None = None  # why `--checkpoints auto` fell back to the final adapter
+    captured_steps: int = 0  # `--checkpoints captured`: the steps whose captured gradients `store` sums
 
     @property
     def tracin(self) -> dict[str, Any]:
         return {"checkpoints": [{"step": c.step, "weight": c.weight} for c in self.checkpoints],
-                "skipped": self.skipped}
+                "skipped": self.skipped, "captured_steps": self.captured_steps}
 
 
 @dataclass
@@ -203,8 +205,9 @@ def queries(settings: AttributeSettings, audit: DiagnoseResult, measured: Regres
     rank 0 computes them and shares what the other ranks' extraction takes along; how a row's harm is read is
     decided here (`settings.row_harm_of`)."""
     ranks = ranks or Ranks()
+    captured = settings.checkpoints == "captured"
     row_harm = row_harm_of(settings.row_harm, settings.preconditioner, settings.unit_norm_train,
-                           tracin=bool(prepared.checkpoints))
+                           tracin=bool(prepared.checkpoints) or captured)
 
     def pairs_of() -> list[QueryPair]:
         assert measured is not None  # rank 0 measured it
@@ -221,9 +224,10 @@ def queries(settings: AttributeSettings, audit: DiagnoseResult, measured: Regres
     # backward gives the rows' harmful positions
     direction = ranks.main_only(lambda: query_direction(model, pairs, base_kind(settings.query)),
                                 share=row_harm == "positions")
-    # the failing queries' hidden states: the extraction's forward gives every row's RepSim to them
+    # the failing queries' hidden states: the extraction's forward gives every row's RepSim to them (captured
+    # gradients come with no forward: the ranking then takes RepSim in a pass of its own)
     states = ranks.main_only(lambda: query_states(model, failing, batch_size=settings.batch_size),
-                             share=True) if settings.rank == "combined" else None
+                             share=True) if settings.rank == "combined" and not captured else None
     return Query(pairs, failing, row_harm, direction, states)
 
 
@@ -238,6 +242,8 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     """
     ranks = ranks or Ranks()
     out = settings.out_dir
+    if settings.checkpoints == "captured":
+        return captured_extraction(settings, audit, ranks)
     scale, checkpoints, skipped = prepared or prepare(settings, audit, model)
     gradient = GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
                                 GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
@@ -260,6 +266,23 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
                                shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
                                barrier=ranks.barrier) if checkpoints else []
     return Extraction(store, gradient, scale, checkpoints, stores, skipped)
+
+
+def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks: Ranks) -> Extraction:
+    """`--checkpoints captured`: each row's gradients as GradianCallback(capture=True) took them in training, summed
+    over the steps it trained at (`callback.capture.captured_store`), in place of an extraction pass."""
+    run = audit.run
+    if run is None or run.path is None:
+        raise InputError("--checkpoints captured reads the run folder's gradian_capture/; pass --run DIR.",
+                         settings.adapter)
+    path, record, out = run.path, run.record, settings.out_dir / "gradients-captured"
+    ranks.main_only(lambda: captured_store(path, ids_of(audit.examples), out, record))
+    ranks.barrier()
+    store = FeatureStore(out)
+    gradient = dict(store.meta["gradient"])  # the capture's projection: the queries must be projected alike
+    weights = gradient.get("budget_weights")
+    gradient["budget_weights"] = tuple(weights) if weights is not None else None
+    return Extraction(store, GradientSettings(**gradient), None, captured_steps=store.meta["captured"]["steps"])
 
 
 def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult, query: Query, *,
@@ -379,7 +402,7 @@ def tracin_checkpoints(settings: ExtractSettings,
     `auto` uses them when the run has them and the preconditioner is identity: on the benchmark they recover the
     culprits a converged model no longer shows (its culprits' gradients are small once their failure is learned).
     """
-    if settings.checkpoints == "off":
+    if settings.checkpoints in ("off", "captured"):
         return [], None
     run_path = audit.run.path if audit.run is not None else None
     if settings.checkpoints == "auto":

@@ -6,6 +6,8 @@ SFTConfig turns bf16 autocast on by default (on a CPU too): the run here turns i
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -13,11 +15,14 @@ from transformers import TrainerCallback
 
 from callback_runs import sft_trainer, tickets
 from gradian import GradianCallback
-from gradian.callback.capture import CAPTURE_DIR, captured_steps, tracin_features
+from gradian.callback.capture import CAPTURE_DIR, captured_steps, captured_store, tracin_features
+from gradian.data.run_record import read_run_record
 from gradian.errors import InputError
-from gradian.gradients.extract import summed_nll
+from gradian.gradients.distributed import Ranks
+from gradian.gradients.extract import make_projector, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
+from gradian.stages import captured_extraction
 
 
 class Snapshots(TrainerCallback):
@@ -108,3 +113,29 @@ def test_a_store_cut_short_refuses_in_one_sentence(captured, tmp_path):
     flags.flush()
     with pytest.raises(InputError, match=r"step-000002: was cut short by a kill \(1 of 4 rows written\); resume"):
         captured_steps(copy)
+
+
+def test_the_captured_store_is_the_files_rows_by_id(captured, tmp_path):
+    """`attribute --checkpoints captured` scores this store: row i of the training file holds the captured
+    features of the trainer's row with its id, whatever order the file lists them in."""
+    out, _, _ = captured
+    ids = [f"t{i}" for i in (5, 0, 7, 2, 1, 6, 3, 4)]
+    store = captured_store(out, ids, tmp_path / "store", read_run_record(out))
+    by_index = tracin_features(out, 8)
+    np.testing.assert_allclose(store.rows(0, 8), by_index[[int(i[1:]) for i in ids]], rtol=1e-6)
+    assert list(store.ids) == ids and store.meta["captured"] == {"steps": 2}
+    with pytest.raises(InputError, match="trained on a row with id 't7' that the dataset does not hold"):
+        captured_store(out, ids[:2] + ids[3:], tmp_path / "short", read_run_record(out))
+    with pytest.raises(InputError, match="trained on 8 rows but the dataset holds 7"):
+        captured_store(out, ids[:7], tmp_path / "unrecorded", None)
+
+
+def test_captured_extraction_projects_queries_as_the_capture_did(captured, tmp_path):
+    """The queries are projected with the capture's own projection, so qᵀ(Σ features) is TracIn in one space."""
+    out, trainer, _ = captured
+
+    audit = SimpleNamespace(examples=[SimpleNamespace(id=f"t{i}") for i in range(8)],
+                            run=SimpleNamespace(path=out, record=read_run_record(out)))
+    extraction = captured_extraction(SimpleNamespace(out_dir=tmp_path, adapter=str(out)), audit, Ranks())
+    assert extraction.captured_steps == 2 and extraction.tracin["captured_steps"] == 2
+    assert make_projector(trainer.model, extraction.gradient).to_dict() == extraction.store.meta["projection"]

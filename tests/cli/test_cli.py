@@ -68,8 +68,8 @@ def test_a_scenario_folder_of_another_seed_is_not_reused(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["positions", "tokens"])
-@pytest.mark.parametrize("other", [["--checkpoints", "on"], ["--checkpoints", "auto"], ["--preconditioner", "adam"],
-                                   ["--unit-norm-train"]])
+@pytest.mark.parametrize("other", [["--checkpoints", "on"], ["--checkpoints", "auto"], ["--checkpoints", "captured"],
+                                   ["--preconditioner", "adam"], ["--unit-norm-train"]])
 def test_row_harm_with_what_it_cannot_read_is_one_sentence(cli_runner, tmp_path, other, how):
     """--row-harm positions or tokens reads the final adapter's raw gradients, identity preconditioner: any other is
     refused."""
@@ -78,6 +78,15 @@ def test_row_harm_with_what_it_cannot_read_is_one_sentence(cli_runner, tmp_path,
     result = cli_runner.invoke(cli, ["attribute", *args, "--row-harm", how, *other])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"row_harm {how} reads the final adapter's raw gradients" in result.output
+
+
+@pytest.mark.parametrize("checkpoints", ["on", "captured"])
+def test_tracin_with_another_preconditioner_is_one_sentence(cli_runner, tmp_path, checkpoints):
+    required = [f"--{name}" for name in ("base-model", "adapter", "dataset", "eval-dataset", "out")]
+    args = [x for flag in required for x in (flag, str(tmp_path / flag[2:]))] + ["--capability", "json_formatting"]
+    result = cli_runner.invoke(cli, ["attribute", *args, "--checkpoints", checkpoints, "--preconditioner", "kfac"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"checkpoints {checkpoints} (TracIn) uses the identity preconditioner" in result.output
 
 
 def test_library_warnings_and_loading_bars_stay_off_the_terminal(tmp_path):

@@ -19,6 +19,7 @@ store whose rows are not all flagged done (`captured_steps` names it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ import numpy as np
 import torch
 
 from gradian.curvature.adam import adam_inverse_sqrt
+from gradian.data.run_record import RunRecord
 from gradian.errors import InputError
-from gradian.gradients.extract import feature_meta, make_projector
+from gradian.gradients.extract import feature_meta, ids_sha, make_projector
 from gradian.gradients.hooks import LoraMatrix, capture_gradients, lora_matrices
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter
@@ -174,3 +176,46 @@ def tracin_features(run_dir: str | Path, n_rows: int) -> np.ndarray:
         rows = np.asarray([int(i) for i in store.ids], dtype=np.int64)
         np.add.at(total, rows, store.rows(0, store.n_rows).astype(np.float64))
     return total
+
+
+def captured_store(run_dir: str | Path, ids: Sequence[str], out: str | Path,
+                   record: RunRecord | None = None) -> FeatureStore:
+    """A feature store of the audited rows (`ids`, the training file's rows in order) at `out`: row i holds its
+    captured features summed over the steps it trained at (`tracin_features`), so scoring it as `extract`'s store
+    is scored gives TracIn over the run's own steps, learning rates and Adam scaling inside.
+
+    The trainer's dataset indices are mapped by the recorded `id` column when the run had one, else by position,
+    which needs the trainer to have trained on as many rows as the file holds; otherwise `InputError`.
+    """
+    stores = captured_steps(run_dir)
+    if not stores:
+        raise InputError(f"holds no captured step in {CAPTURE_DIR}/.", run_dir)
+    dataset = (record.data.get("dataset") or {}) if record is not None else {}
+    seen = 1 + max(int(i) for store in stores for i in store.ids)  # without a record: at least the rows captured
+    trained_rows = dataset.get("rows") or max(seen, len(ids))
+    positions = _positions(dataset.get("ids"), ids, trained_rows, record.path if record is not None else run_dir)
+    by_index = tracin_features(run_dir, trained_rows)  # (trained rows, dim), the trainer's order
+    features = np.zeros((len(ids), by_index.shape[1]), np.float32)  # (N, dim) in the file's order
+    np.add.at(features, positions, by_index.astype(np.float32))
+    first = stores[0].meta
+    gradient = {**first["gradient"], "store_dtype": "float32"}  # a sum of float16 rows kept at full precision
+    meta = {**first, "gradient": gradient, "n_rows": len(ids), "captured": {"steps": len(stores)},
+            "ids_sha": ids_sha(ids)}
+    writer = ShardWriter(Path(out), meta, list(ids), 0, 1, features.shape[1])
+    writer.write(list(range(len(ids))), features)
+    return FeatureStore(out)
+
+
+def _positions(recorded: list[str] | None, ids: Sequence[str], trained_rows: int, where: str | Path) -> np.ndarray:
+    """(trained rows,) the file row of each trainer dataset index."""
+    if recorded is not None:
+        position = {str(row_id): i for i, row_id in enumerate(ids)}
+        missing = [row_id for row_id in recorded if str(row_id) not in position]
+        if missing:
+            raise InputError(f"trained on a row with id {missing[0]!r} that the dataset does not hold; pass the "
+                             f"training dataset the run trained on.", where)
+        return np.asarray([position[str(row_id)] for row_id in recorded], dtype=np.int64)
+    if trained_rows != len(ids):
+        raise InputError(f"trained on {trained_rows} rows but the dataset holds {len(ids)} (and the run had no id "
+                         f"column to match them by); pass the training dataset the run trained on.", where)
+    return np.arange(len(ids), dtype=np.int64)

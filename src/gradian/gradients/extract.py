@@ -340,8 +340,13 @@ def feature_meta(ids: list[str], settings: GradientSettings, projector: Kronecke
         "scale": scale,
         "n_rows": len(ids),
         "matrices": [m.name for m in matrices],
-        "ids_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+        "ids_sha": ids_sha(ids),
     }
+
+
+def ids_sha(ids: Sequence[str]) -> str:
+    """The digest of a store's row ids, in order: a store is of these rows and no others."""
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()
 
 
 @dataclass
