@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -103,6 +104,45 @@ def _build(name: str, seed: int, folder: Path, cache: Path, *, drop_stale: bool)
     build(name, staging, seed, cache_dir=cache)
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
+
+
+@pytest.fixture(scope="session")
+def attributed(scenario, tmp_path_factory, worker_id):
+    """`attributed(name, seed)`: the report folder of a default `attribute` of a built scenario, made once per test
+    run and shared by its workers (a lock per scenario). Read it; a test that writes (verify, another query into the
+    same folder) copies it first (`attributed_copy`)."""
+    from gradian import attribute
+    from gradian.settings import AttributeSettings
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / "attributed"  # this run's, shared by its workers
+    root.mkdir(parents=True, exist_ok=True)
+
+    def get(name: str, seed: int = 0) -> Path:
+        folder, out = scenario(name, seed), root / f"{name}-seed{seed}"
+        with FileLock(f"{out}.lock"):
+            if not (out / "attributed.done").exists():
+                shutil.rmtree(out, ignore_errors=True)
+                truth = json.loads((folder / "truth.json").read_text())
+                attribute(AttributeSettings(
+                    base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+                    dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+                    capability=truth.get("capability", "json_formatting"), out=str(out)))
+                (out / "attributed.done").touch()
+        return out
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def attributed_copy(attributed):
+    """`attributed_copy(name, dest, seed=0)`: a private copy of `attributed(name, seed)` at `dest`, to write into."""
+
+    def copy(name: str, dest: Path, seed: int = 0) -> Path:
+        shutil.copytree(attributed(name, seed), dest, ignore=shutil.ignore_patterns("attributed.done"))
+        return dest
+
+    return copy
 
 
 @pytest.fixture

@@ -35,11 +35,12 @@ def effect_of(report: dict) -> tuple[np.ndarray, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def truncated(scenario, tmp_path_factory):
+def truncated(scenario, attributed_copy, tmp_path_factory):
+    """The default report, copied: the tests below rerun other options into the same folder, reusing its stages."""
     folder = scenario("truncated-cluster", 0)
-    out = tmp_path_factory.mktemp("truncated") / "report"
-    report, truth = run(folder, out)
-    return folder, out, report, truth
+    out = attributed_copy("truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
+    report = {**json.loads((out / "report.json").read_text()), "examples": read_examples(out)}
+    return folder, out, report, json.loads((folder / "truth.json").read_text())
 
 
 def test_truncated_cluster_is_a_data_cluster(truncated):
@@ -172,16 +173,18 @@ def test_the_stages_one_by_one_give_what_attribute_gives(truncated, tmp_path):
                                extraction=extraction, model=model, tokenizer=tokenizer)
     expected = {key: value for key, value in report.items() if key != "examples"}
     assert any(row.get("harm_token") for row in expected["top_rows"]) and expected["ranking"]["row_harm"] != "sum"
-    assert without_paths(result.report, tmp_path / "stages") == without_paths(expected, out)
+    made_in = Path(expected["settings"]["out"])  # the shared default report's folder, which `out` copies
+    assert without_paths(result.report, tmp_path / "stages") == without_paths(expected, made_in)
     assert read_examples(tmp_path / "stages") == report["examples"]
 
 
-def test_null_run_is_refused(scenario, tmp_path):
-    report, _ = run(scenario("null", 0), tmp_path / "report")
+def test_null_run_is_refused(attributed):
+    out = attributed("null")
+    report = json.loads((out / "report.json").read_text())
     assert report["verdict"]["kind"] == "no-regression"
     assert not report["clusters"]
     assert report["symptoms"]["n_failing"] == 0 and all(g["harm_share"] is None for g in report["groups"])
-    assert (tmp_path / "report" / "report.html").exists()
+    assert (out / "report.html").exists()
 
 
 def test_format_cluster_is_a_data_cluster(scenario, tmp_path):
@@ -200,8 +203,8 @@ def test_format_cluster_is_a_data_cluster(scenario, tmp_path):
     assert contrast_metrics["auprc"] >= naive_metrics["auprc"], (contrast_metrics, naive_metrics)
 
 
-def test_pad_eos_is_a_setup_fault(scenario, tmp_path):
-    report, _ = run(scenario("pad-eos", 0), tmp_path / "report")
+def test_pad_eos_is_a_setup_fault(attributed):
+    report = json.loads((attributed("pad-eos") / "report.json").read_text())
     assert report["verdict"]["kind"] == "setup", report["verdict"]["summary"]
     assert report["verdict"]["evidence"]["finding"]["check"] == "pad_eos_masking"
     assert report["symptoms"]["dominant"] == "never-stops", report["symptoms"]["counts"]

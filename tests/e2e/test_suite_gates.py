@@ -22,26 +22,24 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from gradian import attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios.evaluate import oracle_auprc
-from gradian.settings import AUTO_ROW_HARM, AttributeSettings
+from gradian.settings import AUTO_ROW_HARM
 
 pytestmark = pytest.mark.slow
 
 
-def _attribute(folder, out):
-    truth = json.loads((folder / "truth.json").read_text())
-    settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-                                 dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-                                 capability=truth["capability"], out=str(out))
-    return attribute(settings).report, read_examples(out), truth
+def _attributed(scenario, attributed, family):
+    """The default report of the family's seed-0 build (made once per test run), its rows and its truth."""
+    out = attributed(family)
+    truth = json.loads((scenario(family, 0) / "truth.json").read_text())
+    return json.loads((out / "report.json").read_text()), read_examples(out), truth
 
 
 @pytest.mark.parametrize(("family", "floor"), [("tickets-cut", 0.95), ("travel-cut-small", 0.90),
                                                ("kitchen-fence-spaced", 0.98)])
-def test_combined_rank_beats_the_category_oracle(scenario, tmp_path, family, floor):
-    report, rows, truth = _attribute(scenario(family, 0), tmp_path / "report")
+def test_combined_rank_beats_the_category_oracle(scenario, attributed, family, floor):
+    report, rows, truth = _attributed(scenario, attributed, family)
     positive = np.array([row["id"] in set(truth["culprit_ids"]) for row in rows])
     auprc = average_precision_score(positive, [row["rank_score"] for row in rows])
     oracle = oracle_auprc([row["id"] for row in rows], truth)
@@ -50,8 +48,8 @@ def test_combined_rank_beats_the_category_oracle(scenario, tmp_path, family, flo
 
 
 @pytest.mark.parametrize("family", ["travel-cut-small", "kitchen-fence-spaced"])
-def test_the_verdict_names_the_planted_rows(scenario, tmp_path, family):
-    report, _, truth = _attribute(scenario(family, 0), tmp_path / "report")
+def test_the_verdict_names_the_planted_rows(scenario, attributed, family):
+    report, _, truth = _attributed(scenario, attributed, family)
     named, planted = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
     assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
     assert len(named & planted) >= 0.95 * len(named) and len(named & planted) >= 0.95 * len(planted), (

@@ -13,23 +13,16 @@ import json
 
 import pytest
 
-from gradian.pipeline import attribute
-from gradian.settings import AttributeSettings
-
 pytestmark = pytest.mark.slow
 MIN_RECALL = 0.8  # of each planted cause
 MIN_PRECISION = 0.9  # of all named rows
 
 
 @pytest.fixture(scope="module")
-def two_causes(scenario, tmp_path_factory):
+def two_causes(scenario, attributed):
     folder = scenario("travel-cut-prose", 1)
-    truth = json.loads((folder / "truth.json").read_text())
-    out = tmp_path_factory.mktemp("travel-cut-prose") / "report"
-    settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-                                 dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-                                 capability=truth["capability"], out=str(out))
-    return attribute(settings).report, truth, out, folder
+    out = attributed("travel-cut-prose", 1)
+    return json.loads((out / "report.json").read_text()), json.loads((folder / "truth.json").read_text()), out, folder
 
 
 def test_each_planted_cause_is_named(two_causes):

@@ -21,24 +21,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gradian import attribute
 from gradian.cli.main import cli, register_commands
 from gradian.scenarios.base import one_thread
-from gradian.settings import AttributeSettings
 from gradian.verify import VerifySettings, verify
 from gradian.verify.retrain import MARKER, ORDER, PROGRESS
 from gradian.verify.verification import verification_schema
 
 pytestmark = pytest.mark.slow  # attributes three scenarios and retrains each a few times (minutes on 2 cores)
-
-
-def report_of(scenario, name: str, out: Path) -> Path:
-    folder = scenario(name, 0)
-    attribute(AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability="json_formatting", out=str(out)))
-    return out
 
 
 def run_verify(report: Path, **options) -> dict:
@@ -47,8 +36,9 @@ def run_verify(report: Path, **options) -> dict:
 
 
 @pytest.fixture(scope="module")
-def truncated_report(scenario, tmp_path_factory):
-    return report_of(scenario, "truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
+def truncated_report(attributed_copy, tmp_path_factory):
+    """The default report of truncated-cluster, copied: verify writes its retrains and verification into it."""
+    return attributed_copy("truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +117,8 @@ def test_groups_check_the_ranking_by_retraining(truncated):
     assert all(r["scheme"] == "zero-weight" for r in verification["retrains"] if r["kind"] == "group")
 
 
-def test_the_pad_token_fix_recovers(scenario, tmp_path):
-    report = report_of(scenario, "pad-eos", tmp_path / "report")
+def test_the_pad_token_fix_recovers(attributed_copy, tmp_path):
+    report = attributed_copy("pad-eos", tmp_path / "report")
     assert json.loads((report / "report.json").read_text())["verdict"]["kind"] == "setup"
     verification = run_verify(report)
     assert verification["fix"]["changes"] == {"pad_token": "<pad>"}
@@ -136,8 +126,8 @@ def test_the_pad_token_fix_recovers(scenario, tmp_path):
     assert verification["status"] == "confirmed", verification["status_reason"]
 
 
-def test_a_null_run_shows_no_change_beyond_seed_noise(scenario, tmp_path):
-    report = report_of(scenario, "null", tmp_path / "report")
+def test_a_null_run_shows_no_change_beyond_seed_noise(attributed_copy, tmp_path):
+    report = attributed_copy("null", tmp_path / "report")
     assert json.loads((report / "report.json").read_text())["verdict"]["kind"] == "no-regression"
     verification = run_verify(report)
     assert not any(row["beyond_seed_noise"] for row in verification["retrains"]), verification["retrains"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_verify import report_of, run_verify, step_of
+from test_verify import run_verify, step_of
 
 from gradian.cli.main import cli, register_commands
 from gradian.verify.retrain import MARKER
@@ -31,8 +31,8 @@ STEPS = 6
 
 
 @pytest.fixture(scope="module")
-def curve_report(scenario, tmp_path_factory):
-    return report_of(scenario, "truncated-cluster", tmp_path_factory.mktemp("curve") / "report")
+def curve_report(attributed):
+    return attributed("truncated-cluster")  # read only: each test copies it
 
 
 def test_a_curve_killed_mid_retrain_resumes(curve_report, tmp_path):

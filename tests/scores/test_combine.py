@@ -148,7 +148,7 @@ def test_weights_above_one_in_total_are_averaged_so_relevance_stays_bounded():
 
 
 @pytest.mark.slow
-def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scenario, tmp_path):
+def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scenario, attributed):
     """`attribute --rank combined` end to end on the cheapest data-cluster scenario: the planted rows on top, above
     the category oracle and no worse than either part alone, and the report carries both parts per row.
 
@@ -158,19 +158,14 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     """
     import json
 
-    from gradian import attribute
     from gradian.report.rows import read_examples
     from gradian.scenarios.evaluate import oracle_auprc
-    from gradian.settings import AttributeSettings
 
-    folder = scenario("truncated-cluster", 0)
-    truth = json.loads((folder / "truth.json").read_text())
-    settings = AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"), capability="json_formatting",
-        out=str(tmp_path / "out"), rank="combined", checkpoints="off")  # the final adapter: one extraction
-    report = attribute(settings).report
-    rows = read_examples(tmp_path / "out")
+    truth = json.loads((scenario("truncated-cluster", 0) / "truth.json").read_text())
+    out = attributed("truncated-cluster")  # the defaults: combined rank on the final adapter, one extraction
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["rank"] == "combined" and report["settings"]["checkpoints"] == "off"
+    rows = read_examples(out)
     ids = [row["id"] for row in rows]
     positive = np.array([i in set(truth["culprit_ids"]) for i in ids])
     combined = ap(-np.array([row["effect"] for row in rows]), positive)
@@ -183,7 +178,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     assert effect_vs_score == pytest.approx(-1.0, abs=1e-9)  # the effect is the score in effect units
     named = set(report["verdict"]["culprit_ids"])
     assert report["verdict"]["kind"] == "data-cluster" and len(named & set(truth["culprit_ids"])) >= 0.9 * len(named)
-    assert (tmp_path / "out" / "ranking.json").exists()
+    assert (out / "ranking.json").exists()
 
 
 @pytest.mark.parametrize("rank", ["combined", "gradient"])

@@ -149,19 +149,13 @@ def test_harm_token_names_the_largest_token_and_its_share(tiny_tokenizer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,where", [("truncated-cluster", "last"), ("kitchen-fence-spaced", "first")])
-def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, tmp_path, name, where):
+def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, attributed, name, where):
     """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence (its first)."""
     import json
 
-    from gradian import attribute
-    from gradian.settings import AttributeSettings
-
-    folder = scenario(name, 0)
-    truth = json.loads((folder / "truth.json").read_text())
-    report = attribute(AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability=truth.get("capability", "json_formatting"), out=str(tmp_path / "report"))).report
+    truth = json.loads((scenario(name, 0) / "truth.json").read_text())
+    out = attributed(name)
+    report = json.loads((out / "report.json").read_text())
     planted = [row for row in report["top_rows"] if row["id"] in set(truth["culprit_ids"])]
     assert len(planted) >= 20, len(report["top_rows"])
     at = [row["harm_token"]["position"] == (row["harm_token"]["of"] if where == "last" else 1)
@@ -169,7 +163,7 @@ def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, 
     assert len(at) == len(planted) and sum(at) >= 0.9 * len(at), [row["harm_token"] for row in planted]
     if where == "first":
         assert all(row["harm_token"]["token"].strip() == "`" for row in planted if row["harm_token"]["position"] == 1)
-    markdown = (tmp_path / "report" / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
     assert markdown.count("harm at token") == 1
     allowed = set().union(*(renderings(v) for v in json_leaves(report)))
     assert [token for token in NUMBER.findall(markdown) if token not in allowed] == []  # every number is in json
