@@ -83,15 +83,11 @@ class RunRecord:
             raise InputError("records no optimizer step; train with GradianCallback to the end first.", self.path)
         return [by_epoch.get(e, []) for e in range(max(by_epoch) + 1)]
 
-    def learning_rate_of(self) -> dict[int, float]:
-        """The learning rate of each recorded optimizer step, by its 1-based global step."""
+    @property
+    def learning_rates(self) -> dict[int, float]:
+        """The learning rate of each recorded optimizer step, by its 1-based global step, in step order."""
         return {int(step["step"]): float(step["learning_rate"]) for step in self.steps
                 if step.get("step") is not None and step.get("learning_rate") is not None}
-
-    @property
-    def learning_rates(self) -> list[float]:
-        """The learning rate of every optimizer step, in order."""
-        return [float(step["learning_rate"]) for step in self.steps if step.get("learning_rate") is not None]
 
     @property
     def collator_masks_pad(self) -> bool | None:

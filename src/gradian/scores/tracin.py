@@ -112,7 +112,7 @@ def _final_state(root: Path, folders: list[Path]) -> Path:
 
 def _recorded_rates(record: RunRecord) -> Callable[[np.ndarray], np.ndarray]:
     """lr(t) as the run record holds it, step by step."""
-    rates = record.learning_rate_of()
+    rates = record.learning_rates
 
     def rate_of(steps: np.ndarray) -> np.ndarray:
         missing = [int(s) for s in steps if int(s) not in rates]
@@ -125,14 +125,8 @@ def _recorded_rates(record: RunRecord) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _logged_rates(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """lr(t) linearly interpolated between the log's `learning_rate` entries (flat before the first and after the
-    last)."""
-    steps, lrs = _logged_lrs(path)
-    return lambda at: np.interp(at, steps, lrs)
-
-
-def _logged_lrs(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, learning rates) logged in `log_history`, sorted by step."""
+    """lr(t) linearly interpolated between the `learning_rate` entries of `log_history` (flat before the first and
+    after the last)."""
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -144,7 +138,7 @@ def _logged_lrs(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise InputError("logs no learning_rate in log_history, so the checkpoints cannot be weighted; "
                          "train with logging_steps set.", path)
     steps, lrs = (np.array(column, dtype=np.float64) for column in zip(*points, strict=True))
-    return steps, lrs
+    return lambda at: np.interp(at, steps, lrs)
 
 
 def _number(value: Any) -> bool:
