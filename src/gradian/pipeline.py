@@ -58,7 +58,9 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
             return report(settings, audit, measured)
 
         query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
-        say(f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows"
+        say((f"gradients: the gradients GradianCallback captured in training, {len(audit.rendered)} training rows"
+             if settings.checkpoints == "captured" else
+             f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
             + (f", {ranks.world} processes" if ranks.world > 1 else "")
             + (", with their harmful positions" if query.harm_direction is not None else "")
             + (", with their RepSim" if query.states is not None else ""))
@@ -67,7 +69,8 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         if not ranks.is_main:
             return None  # rank 0 scores, ranks, clusters and reports
 
-        over = f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else ""
+        over = (f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else
+                f", TracIn over {extraction.captured_steps} captured steps" if extraction.captured_steps else "")
         say(f"scores: {len(query.pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} "
             f"preconditioner{over}")
         scores = score(settings, extraction, model, audit, query, bar=bar)
