@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,10 @@ HALF_CATEGORY_SHARE = (0.15, 0.20)  # `half`: a category of this share, half of 
 
 
 def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0,
-                 cache_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Path:
-    """Build one run of family `name` into `out_dir` (created; must be empty or absent) and return it."""
+                 cache_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
+                 callbacks: Sequence[Any] = ()) -> Path:
+    """Build one run of family `name` into `out_dir` (created; must be empty or absent) and return it; `callbacks`
+    join the fine-tune's trainer."""
     if name not in FAMILIES:
         raise InputError(f"unknown suite family {name!r}; choose one of: {', '.join(FAMILIES)}.")
     out = new_folder(out_dir)
@@ -53,7 +55,7 @@ def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: in
         collator = finetune.PAD_MASKING_COLLATOR if family.structural == "pad-eos" else None
         say(f"{name}: fine-tuning on {len(train)} rows ({family.epochs} epochs, learning rate {family.learning_rate:g})")
         finetune.train_lora(out / "base", train, out / "run", sft, {**LORA_DEFAULTS, **family.lora()}, collator,
-                            seed)
+                            seed, callbacks)
         say(f"{name}: measuring {family.capability} on {len(eval_rows)} eval rows")
         measured = measure_family(out / "base", out / "run", eval_rows, family.capability)
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")

@@ -7,6 +7,7 @@ fields the run used (plus `data_collator` when a custom collator replaced TRL's)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch
 import yaml
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoTokenizer, LlamaForCausalLM, PrinterCallback
+from transformers import AutoTokenizer, LlamaForCausalLM, PrinterCallback, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from gradian.verify.collator import PadMaskingCollator
@@ -30,8 +31,10 @@ RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed",
 
 
 def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: dict[str, Any],
-               lora: dict[str, Any], collator: str | None = None, seed: int = 0) -> None:
-    """Fine-tune `base_dir` with LoRA on prompt/completion (or `messages`) `rows`; write the run folder to `run_dir`."""
+               lora: dict[str, Any], collator: str | None = None, seed: int = 0,
+               callbacks: Sequence[TrainerCallback] = ()) -> None:
+    """Fine-tune `base_dir` with LoRA on prompt/completion (or `messages`) `rows`; write the run folder to `run_dir`.
+    `callbacks` join the trainer's (a `GradianCallback(capture=True)` to capture the run's gradients)."""
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     if sft.get("pad_token"):
         tokenizer.pad_token = sft["pad_token"]
@@ -49,6 +52,7 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
         processing_class=tokenizer,
         peft_config=LoraConfig(task_type="CAUSAL_LM", **lora),
         data_collator=PadMaskingCollator(tokenizer) if collator == PAD_MASKING_COLLATOR else None,
+        callbacks=list(callbacks),
     )
     if bars_were_on:
         datasets.enable_progress_bars()
