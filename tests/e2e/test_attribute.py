@@ -116,9 +116,11 @@ def test_curvature_and_checkpoints_still_find_the_truncated_cluster(truncated, o
         f"{options.get('preconditioner')}")
 
 
-def test_energy_shares_of_a_projection_are_recorded_and_still_find_the_truncated_cluster(truncated, tmp_path):
+def test_energy_shares_of_a_projection_are_recorded_and_still_find_the_truncated_cluster(truncated, attributed_copy,
+                                                                                         tmp_path):
     """The default shares a projected budget by gradient energy, and keeps the shares for a rerun."""
     folder, _, _, truth = truncated
+    attributed_copy("truncated-cluster", tmp_path / "report")  # its generations are reused
     report, _ = run(folder, tmp_path / "report", proj_dim=1024)  # projected: 1,024 floats
     metrics = culprit_metrics(*effect_of(report), truth)
     assert metrics["auprc"] >= 0.9, metrics
@@ -129,9 +131,10 @@ def test_energy_shares_of_a_projection_are_recorded_and_still_find_the_truncated
     assert json.loads((tmp_path / "report" / "projection-shares.json").read_text())["weights"] == weights
 
 
-def test_checkpoints_auto_sums_over_the_run_checkpoints(truncated, tmp_path):
+def test_checkpoints_auto_sums_over_the_run_checkpoints(truncated, attributed_copy, tmp_path):
     folder, _, default, truth = truncated
     assert default["run"]["tracin_cp"]["checkpoints"] == []  # the default: the final adapter alone
+    attributed_copy("truncated-cluster", tmp_path / "report")  # its generations are reused
     report, _ = run(folder, tmp_path / "report", checkpoints="auto")
     assert culprit_metrics(*effect_of(report), truth)["auprc"] >= 0.9
     recorded = report["run"]["tracin_cp"]
