@@ -139,3 +139,14 @@ def test_captured_extraction_projects_queries_as_the_capture_did(captured, tmp_p
     extraction = captured_extraction(SimpleNamespace(out_dir=tmp_path, adapter=str(out)), audit, Ranks())
     assert extraction.captured_steps == 2 and extraction.tracin["captured_steps"] == 2
     assert make_projector(trainer.model, extraction.gradient).to_dict() == extraction.store.meta["projection"]
+
+
+def test_a_run_under_bf16_autocast_is_captured(tmp_path):
+    """SFTConfig turns bf16 autocast on by default, on a CPU too: its per-example gradients come out in bf16 and are
+    projected and stored in float32."""
+    trainer = sft_trainer(tmp_path, tickets(4), bf16=True, max_steps=1, callbacks=[GradianCallback(
+        capture=True, capture_settings=GradientSettings(proj_dim=64), echo=lambda _: None)])
+    trainer.train()
+    (store,) = captured_steps(tmp_path)
+    features = store.rows(0, store.n_rows)
+    assert features.shape == (4, store.dim) and np.isfinite(features).all() and np.abs(features).sum() > 0

@@ -110,6 +110,7 @@ class StepCapture:
         parts = []
         for index, pieces in enumerate(grads):
             g = torch.cat(pieces)  # (N, out, in): the step's rows, micro-batch after micro-batch
+            g = g.float() if g.dtype in (torch.bfloat16, torch.float16) else g  # bf16 autocast: project in fp32
             scale = lr * adam[index].to(g) if adam is not None else torch.tensor(lr, dtype=g.dtype, device=g.device)
             parts.append(self.projector.project(index, g * scale))  # (N, k_m)
         features = torch.cat(parts, dim=1).cpu().numpy()  # (N, dim)
