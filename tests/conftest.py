@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
@@ -112,7 +111,7 @@ def attributed(scenario, tmp_path_factory, worker_id):
     run and shared by its workers (a lock per scenario). Read it; a test that writes (verify, another query into the
     same folder) copies it first (`attributed_copy`)."""
     from gradian import attribute
-    from gradian.settings import AttributeSettings
+    from gradian.scenarios import attribute_settings
 
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if worker_id != "master" else base) / "attributed"  # this run's, shared by its workers
@@ -123,11 +122,7 @@ def attributed(scenario, tmp_path_factory, worker_id):
         with FileLock(f"{out}.lock"):
             if not (out / "attributed.done").exists():
                 shutil.rmtree(out, ignore_errors=True)
-                truth = json.loads((folder / "truth.json").read_text())
-                attribute(AttributeSettings(
-                    base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-                    dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-                    capability=truth.get("capability", "json_formatting"), out=str(out)))
+                attribute(attribute_settings(folder, out))
                 (out / "attributed.done").touch()
         return out
 

@@ -57,16 +57,13 @@ class BuiltFolder:
     train: list[Example]  # train.jsonl
 
 
-def attribute_run(folder: Path, out: Path, truth: dict[str, Any], **overrides: Any) -> Path:
+def attribute_run(folder: Path, out: Path, **overrides: Any) -> Path:
     """`gradian attribute` on the scenario into `out` (cached by attribute's own stages); returns `out`."""
     from gradian.pipeline import attribute
-    from gradian.settings import AttributeSettings
+    from gradian.scenarios import attribute_settings
 
     if not (out / "report.json").is_file():
-        attribute(AttributeSettings(
-            base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-            dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-            capability=truth.get("capability", "json_formatting"), out=str(out), **{"rank": "combined", **overrides}))
+        attribute(attribute_settings(folder, out, **{"rank": "combined", **overrides}))
     return out
 
 
@@ -99,9 +96,9 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
         out["BM25"] = rel.aggregate(bm25_scores(texts, [g["prompt"] for g in generations if g["id"] in failing]),
                                     "mean")
     if "EK-FAC" in wanted:
-        out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", truth, preconditioner="ekfac", rank="gradient"))
+        out["EK-FAC"] = -effects(attribute_run(folder, work / "ekfac", preconditioner="ekfac", rank="gradient"))
     if "TracIn-CP" in wanted and list((folder / "run").glob("checkpoint-*")):
-        out["TracIn-CP"] = -effects(attribute_run(folder, work / "tracin", truth, checkpoints="on", rank="gradient"))
+        out["TracIn-CP"] = -effects(attribute_run(folder, work / "tracin", checkpoints="on", rank="gradient"))
     np.savez(cache, **out)
     return out
 
@@ -215,7 +212,7 @@ def slug(name: str) -> str:
 def run_folder(folder: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     truth = json.loads((folder / "truth.json").read_text())
-    report_dir = attribute_run(folder, work / "attribute", truth)
+    report_dir = attribute_run(folder, work / "attribute")
     built = BuiltFolder(truth, report_dir, json.loads((report_dir / "report.json").read_text()),
                         read_dataset(folder / "train.jsonl"))
     scores = method_scores(folder, work, args.methods, built)

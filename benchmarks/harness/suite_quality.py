@@ -129,7 +129,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     from gradian.scores.combine import repsim_relevance
 
     truth = json.loads((folder / "truth.json").read_text())
-    settings = _settings(folder, work, truth)
+    settings = _settings(folder, work)
     out = Path(settings.out)
     clock = Clock()
     fresh = {"attribute": not (out / "report.json").exists(), "final": _fresh(work / "gradients")}
@@ -163,13 +163,10 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
 
-def _settings(folder: Path, work: Path, truth: dict[str, Any]):
-    from gradian.settings import AttributeSettings
+def _settings(folder: Path, work: Path):
+    from gradian.scenarios import attribute_settings
 
-    return AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability=truth.get("capability", "json_formatting"), out=str(work / "attribute"), rank="combined")
+    return attribute_settings(folder, work / "attribute", rank="combined")
 
 
 class _GradientRun:
@@ -405,7 +402,7 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         if not (work / "attribute" / "report.json").exists():  # removed to rerun with today's Gradian: cached stages
             from gradian import attribute
 
-            attribute(_settings(folder, work, truth))
+            attribute(_settings(folder, work))
         meta = json.loads(meta_path.read_text()) | _report_facts(work / "attribute")
         with np.load(arrays_path) as stored:
             arrays = {key: stored[key] for key in stored.files}
@@ -414,7 +411,7 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
                     and any(key.format(kind=k) not in arrays for key in HARM_ARRAYS.values())]
         if missing or no_harms:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
-            run = _GradientRun(_settings(folder, work, truth), work, clock)
+            run = _GradientRun(_settings(folder, work), work, clock)
             run.effects(missing, arrays)
             run.row_harms(no_harms, arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}

@@ -22,9 +22,8 @@ import numpy as np
 
 from gradian import GradianCallback, attribute
 from gradian.report.rows import read_examples
-from gradian.scenarios import build, built_before
+from gradian.scenarios import attribute_settings, build, built_before
 from gradian.scenarios.evaluate import auprc, oracle_auprc, random_scores
-from gradian.settings import AttributeSettings
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "captured_tracin.json"
 FAMILIES = ("tickets-cut", "travel-cut-small", "kitchen-fence-spaced")  # the dev families tests/e2e gates
@@ -43,17 +42,14 @@ def measure(name: str, work: Path, seed: int) -> dict:
     plain = built(name, work / "plain" / f"{name}-seed{seed}", seed)
     captured = built(name, work / "captured" / f"{name}-seed{seed}", seed,
                      callbacks=[GradianCallback(capture=True, on_critical="warn", echo=lambda _: None)])
-    same = all((plain / "run" / f).read_bytes() == (captured / "run" / f).read_bytes()
-               for f in ("adapter_model.safetensors",))
+    adapter = Path("run") / "adapter_model.safetensors"
+    same = (plain / adapter).read_bytes() == (captured / adapter).read_bytes()
     truth = json.loads((captured / "truth.json").read_text())
     out = work / "reports" / f"{name}-seed{seed}"
     row = {"family": name, "seed": seed, "adapters_equal": same,
            "steps": len(list((captured / "run" / "gradian_capture").glob("step-*")))}
     for way, options in WAYS.items():
-        report = attribute(AttributeSettings(
-            base_model=str(captured / "base"), adapter=str(captured / "run"), run=str(captured / "run"),
-            dataset=str(captured / "train.jsonl"), eval_dataset=str(captured / "eval.jsonl"),
-            capability=truth["capability"], out=str(out), **options)).report
+        report = attribute(attribute_settings(captured, out, **options)).report
         rows = read_examples(out)
         positive = np.array([r["id"] in set(truth["culprit_ids"]) for r in rows])
         row[way] = auprc(np.array([r["rank_score"] for r in rows]), positive)

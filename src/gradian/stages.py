@@ -88,7 +88,11 @@ class Extraction:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     checkpoint_stores: list[FeatureStore] = field(default_factory=list)
     skipped: str | None = None  # why `--checkpoints auto` fell back to the final adapter
-    captured_steps: int = 0  # `--checkpoints captured`: the steps whose captured gradients `store` sums
+
+    @property
+    def captured_steps(self) -> int:
+        """`--checkpoints captured`: the steps whose captured gradients `store` sums (0 for an extracted store)."""
+        return int(self.store.meta.get("captured", {}).get("steps", 0))
 
     @property
     def tracin(self) -> dict[str, Any]:
@@ -278,11 +282,8 @@ def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks:
     path, record, out = run.path, run.record, settings.out_dir / "gradients-captured"
     ranks.main_only(lambda: captured_store(path, ids_of(audit.examples), out, record))
     ranks.barrier()
-    store = FeatureStore(out)
-    gradient = dict(store.meta["gradient"])  # the capture's projection: the queries must be projected alike
-    weights = gradient.get("budget_weights")
-    gradient["budget_weights"] = tuple(weights) if weights is not None else None
-    return Extraction(store, GradientSettings(**gradient), None, captured_steps=store.meta["captured"]["steps"])
+    store = FeatureStore(out)  # its settings hold the capture's projection: the queries are projected alike
+    return Extraction(store, GradientSettings.from_dict(store.meta["gradient"]), None)
 
 
 def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult, query: Query, *,

@@ -12,19 +12,14 @@ import pytest
 
 from gradian import attribute
 from gradian.report.rows import read_examples
+from gradian.scenarios import attribute_settings
 from gradian.scenarios.evaluate import culprit_metrics
-from gradian.settings import AttributeSettings
 
 pytestmark = pytest.mark.slow  # builds and attributes scenarios (minutes on 2 cores, once per machine)
 
 
 def run(folder: Path, out: Path, **options) -> tuple[dict, dict]:
-    settings = AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability="json_formatting", out=str(out), **options,
-    )
-    result = attribute(settings)
+    result = attribute(attribute_settings(folder, out, **options))
     report = {**result.report, "examples": read_examples(out)}  # the per-row results, from examples.jsonl
     return report, json.loads((folder / "truth.json").read_text())
 
@@ -157,10 +152,7 @@ def test_the_stages_one_by_one_give_what_attribute_gives(truncated, tmp_path):
     from gradian import stages
 
     folder, out, report, _ = truncated
-    settings = AttributeSettings(
-        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
-        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
-        capability="json_formatting", out=str(tmp_path / "stages"))
+    settings = attribute_settings(folder, tmp_path / "stages")
     with stages.output_folder(settings):  # created and locked, as attribute holds it
         audit = stages.run_audit(settings)
         model, tokenizer = stages.load(settings, audit)

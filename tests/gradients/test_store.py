@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -163,3 +164,11 @@ def test_extraction_gives_each_rows_harmful_positions_and_repsim_in_its_own_pass
                                      representations=states)
     assert np.array_equal(position_harms_of(resumed, direction), position_harms_of(both, direction))
     assert np.array_equal(repsim_of(resumed, states), repsim_of(both, states))
+
+
+def test_a_stores_gradient_settings_read_back_equal_what_wrote_them(tmp_path):
+    """settings.json holds `to_dict()` (budget weights as a JSON list); `from_dict` gives the same settings back."""
+    written = GradientSettings(proj_dim=64, seed=3, budget_weights=(0.25, 0.75), store_dtype="float32")
+    (tmp_path / "settings.json").write_text(json.dumps(written.to_dict()))
+    assert GradientSettings.from_dict(json.loads((tmp_path / "settings.json").read_text())) == written
+    assert GradientSettings.from_dict(GradientSettings().to_dict()) == GradientSettings()

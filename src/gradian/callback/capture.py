@@ -169,9 +169,18 @@ def captured_steps(run_dir: str | Path) -> list[FeatureStore]:
 def tracin_features(run_dir: str | Path, n_rows: int) -> np.ndarray:
     """(n_rows, dim) float64: each dataset row's captured features summed over the steps it trained at: with the
     final query q, the TracIn effect of row i is qᵀ of its row (learning rates and Adam scaling inside)."""
+    return _summed(_complete_steps(run_dir), n_rows)
+
+
+def _complete_steps(run_dir: str | Path) -> list[FeatureStore]:
     stores = captured_steps(run_dir)
     if not stores:
         raise InputError(f"holds no captured step in {CAPTURE_DIR}/.", run_dir)
+    return stores
+
+
+def _summed(stores: list[FeatureStore], n_rows: int) -> np.ndarray:
+    """(n_rows, dim) float64: the stores' rows added up by dataset index."""
     total = np.zeros((n_rows, stores[0].dim), np.float64)
     for store in stores:
         rows = np.asarray([int(i) for i in store.ids], dtype=np.int64)
@@ -188,14 +197,12 @@ def captured_store(run_dir: str | Path, ids: Sequence[str], out: str | Path,
     The trainer's dataset indices are mapped by the recorded `id` column when the run had one, else by position,
     which needs the trainer to have trained on as many rows as the file holds; otherwise `InputError`.
     """
-    stores = captured_steps(run_dir)
-    if not stores:
-        raise InputError(f"holds no captured step in {CAPTURE_DIR}/.", run_dir)
+    stores = _complete_steps(run_dir)
     dataset = (record.data.get("dataset") or {}) if record is not None else {}
-    seen = 1 + max(int(i) for store in stores for i in store.ids)  # without a record: at least the rows captured
-    trained_rows = dataset.get("rows") or max(seen, len(ids))
+    # without a record: at least the rows captured
+    trained_rows = dataset.get("rows") or max(len(ids), 1 + max(int(i) for store in stores for i in store.ids))
     positions = _positions(dataset.get("ids"), ids, trained_rows, record.path if record is not None else run_dir)
-    by_index = tracin_features(run_dir, trained_rows)  # (trained rows, dim), the trainer's order
+    by_index = _summed(stores, trained_rows)  # (trained rows, dim), the trainer's order
     features = np.zeros((len(ids), by_index.shape[1]), np.float32)  # (N, dim) in the file's order
     np.add.at(features, positions, by_index.astype(np.float32))
     first = stores[0].meta

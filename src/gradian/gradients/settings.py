@@ -39,3 +39,9 @@ class GradientSettings:
         if self.budget_weights is not None:  # as JSON reads it back, so a store's settings compare equal
             values["budget_weights"] = list(self.budget_weights)
         return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> GradientSettings:
+        """The settings `to_dict` wrote (a store's settings.json holds them)."""
+        weights = values.get("budget_weights")
+        return cls(**{**values, "budget_weights": tuple(weights) if weights is not None else None})

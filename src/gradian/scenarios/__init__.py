@@ -16,7 +16,7 @@ from gradian.errors import InputError
 from gradian.scenarios.catalog import CATALOG, SCENARIOS
 from gradian.scenarios.suite import FAMILIES
 
-__all__ = ["CATALOG", "FAMILIES", "SCENARIOS", "build", "built_before"]
+__all__ = ["CATALOG", "FAMILIES", "SCENARIOS", "attribute_settings", "build", "built_before"]
 
 
 def build(name: str, out_dir: str | Path, seed: int = 0, **options: Any) -> Path:
@@ -44,3 +44,16 @@ def built_before(out_dir: str | Path, name: str, seed: int) -> bool:
     except (OSError, ValueError):
         return False
     return (out / "measured.json").is_file() and truth.get("scenario") == name and truth.get("seed") == seed
+
+
+def attribute_settings(folder: str | Path, out: str | Path, **options: Any) -> Any:
+    """The `AttributeSettings` of `gradian attribute` on a built scenario `folder` into `out`, as a user would pass
+    them (its base, run folder, train and eval files, the capability its truth names), with `options` on top."""
+    from gradian.settings import AttributeSettings
+
+    folder = Path(folder)
+    truth = json.loads((folder / "truth.json").read_text())
+    return AttributeSettings(
+        base_model=str(folder / "base"), adapter=str(folder / "run"), run=str(folder / "run"),
+        dataset=str(folder / "train.jsonl"), eval_dataset=str(folder / "eval.jsonl"),
+        capability=truth.get("capability", "json_formatting"), out=str(out), **options)
