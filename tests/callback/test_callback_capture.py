@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from callback_runs import sft_trainer, tickets
 from gradian import GradianCallback
-from gradian.callback.capture import CAPTURE_DIR, captured_steps, captured_store, tracin_features
+from gradian.callback.capture import CAPTURE_DIR, captured_store, captured_stores, step_slices, tracin_features
 from gradian.data.run_record import read_run_record
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
@@ -79,22 +79,40 @@ def naive_features(trainer, snapshots, step, rows) -> np.ndarray:
 
 def test_captured_features_equal_a_float64_reference(captured):
     out, trainer, snapshots = captured
-    stores = captured_steps(out)
-    assert len(stores) == trainer.state.global_step == 2
-    for step, store in enumerate(stores, start=1):
-        rows = [int(i) for i in store.ids]
-        assert len(rows) == 4 and store.meta["captured"]["step"] == step and store.meta["scale"] == "adam"
+    (store,) = captured_stores(out)  # both steps kept, written as one store at the end of training
+    assert trainer.state.global_step == 2 and store.meta["scale"] == "adam"
+    assert [(step, part.stop - part.start) for step, part in step_slices(store)] == [(1, 4), (2, 4)]
+    for step, part in step_slices(store):
+        rows = [int(i) for i in list(store.ids)[part]]
         reference = naive_features(trainer, snapshots, step, rows)
-        features = store.rows(0, store.n_rows)
+        features = store.rows(part.start, part.stop)
         assert np.abs(reference).max() > 0
         np.testing.assert_allclose(features, reference, rtol=1e-5, atol=1e-7 * np.abs(reference).max())
+
+
+def test_a_checkpoint_writes_the_steps_before_it(tmp_path):
+    """A run resumed from a checkpoint recomputes only the steps after it, so those before are on disk."""
+    trainer = sft_trainer(tmp_path, tickets(12), save_strategy="steps", save_steps=2, callbacks=[GradianCallback(
+        capture=True, capture_settings=GradientSettings(proj_dim=64), echo=lambda _: None)])
+    trainer.train()
+    stores = captured_stores(tmp_path)
+    assert [[step for step, _ in step_slices(store)] for store in stores] == [[1, 2], [3]]
+    assert [store.root.name for store in stores] == ["step-000001", "step-000003"]
+
+
+def test_kept_steps_are_written_every_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr("gradian.callback.capture.CHUNK_STEPS", 2)
+    trainer = sft_trainer(tmp_path, tickets(12), callbacks=[GradianCallback(
+        capture=True, capture_settings=GradientSettings(proj_dim=64), echo=lambda _: None)])
+    trainer.train()
+    assert [[step for step, _ in step_slices(s)] for s in captured_stores(tmp_path)] == [[1, 2], [3]]
 
 
 def test_tracin_features_sum_each_rows_steps(captured):
     out, _, _ = captured
     total = tracin_features(out, 8)
     expected = np.zeros_like(total)
-    for store in captured_steps(out):
+    for store in captured_stores(out):
         for position, index in enumerate(store.ids):
             expected[int(index)] += store.rows(position, position + 1)[0]
     np.testing.assert_allclose(total, expected)
@@ -107,12 +125,12 @@ def test_a_store_cut_short_refuses_in_one_sentence(captured, tmp_path):
     import shutil
 
     shutil.copytree(out / CAPTURE_DIR, copy / CAPTURE_DIR)
-    (done,) = (copy / CAPTURE_DIR / "step-000002").glob("*.done.npy")
+    (done,) = (copy / CAPTURE_DIR / "step-000001").glob("*.done.npy")
     flags = np.load(done, mmap_mode="r+")
-    flags[1:] = False  # what a kill between the features and their flags leaves
+    flags[5:] = False  # what a kill between the features and their flags leaves
     flags.flush()
-    with pytest.raises(InputError, match=r"step-000002: was cut short by a kill \(1 of 4 rows written\); resume"):
-        captured_steps(copy)
+    with pytest.raises(InputError, match=r"step-000001: was cut short by a kill \(5 of 8 rows written\); resume"):
+        captured_stores(copy)
 
 
 def test_the_captured_store_is_the_files_rows_by_id(captured, tmp_path):
@@ -147,6 +165,6 @@ def test_a_run_under_bf16_autocast_is_captured(tmp_path):
     trainer = sft_trainer(tmp_path, tickets(4), bf16=True, max_steps=1, callbacks=[GradianCallback(
         capture=True, capture_settings=GradientSettings(proj_dim=64), echo=lambda _: None)])
     trainer.train()
-    (store,) = captured_steps(tmp_path)
+    (store,) = captured_stores(tmp_path)
     features = store.rows(0, store.n_rows)
     assert features.shape == (4, store.dim) and np.isfinite(features).all() and np.abs(features).sum() > 0

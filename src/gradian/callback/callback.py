@@ -131,6 +131,8 @@ class GradianCallback(TrainerCallback):
             self.recorder.end_step(state.global_step)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.capture is not None:
+            self.capture.flush()  # a checkpoint's steps are on disk before a resume can start from it
         if self.recorder is None or not state.is_world_process_zero:
             return
         for folder in (checkpoint_dir(args.output_dir, state.global_step), Path(args.output_dir)):

@@ -6,15 +6,17 @@ batch's summed token NLL times a scale κ (1 / `num_items_in_batch`, times the w
 across devices), so each row's gradient is divided by κ and is, as in `extract`, the gradient of the row's summed
 token NLL. κ is read where the loss is made: from the `num_items_in_batch` the Trainer hands the model, or, when
 TRL computes the loss itself from the model's per-token `log_probs`, from the gradient that reaches them (−κ at
-every supervised token). At the
-optimizer step the step's rows are scaled by its learning rate and, under Adam, by 1 / (√v̂ + ε) from the
-second moments the step itself just updated (v̂ bias-corrected), then projected and written:
+every supervised token). At the optimizer step the step's rows are scaled by its learning rate and, under Adam, by
+1 / (√v̂ + ε) from the second moments the step itself just updated (v̂ bias-corrected), then projected and kept.
+The kept steps are written as one store every `CHUNK_STEPS` steps, at each checkpoint save and at the end of
+training (a store write costs milliseconds, a tiny model's whole step about ten):
 
-    output_dir/gradian_capture/step-000001/     settings.json, ids.json (dataset indices), shard files
-    output_dir/gradian_capture/step-000001-rank-1/   under torchrun, every other rank's rows of that step
+    output_dir/gradian_capture/step-000001/     settings.json, ids.json (dataset indices, step after step), shards;
+                                                settings.json's `captured` names each step, its rows and rate
+    output_dir/gradian_capture/step-000001-rank-1/   under torchrun, every other rank's rows of those steps
 
-A step's store is written whole at its optimizer step; a kill leaves the steps before it complete and at most one
-store whose rows are not all flagged done (`captured_steps` names it).
+A kill leaves the stores written before it complete (every checkpoint's steps among them, so a resumed run rewrites
+only what it recomputes) and at most one store whose rows are not all flagged done (`captured_stores` names it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore, ShardWriter
 
 CAPTURE_DIR = "gradian_capture"
+CHUNK_STEPS = 32  # optimizer steps kept in memory between store writes
 
 
 class StepCapture:
@@ -51,6 +54,9 @@ class StepCapture:
         self.kappa: float | None = None  # d(training loss) / d(summed token NLL) of the current micro-batch
         self.problem: str | None = None
         self.hooks = ExitStack()
+        self.kept: list[tuple[int, list[str], np.ndarray, float]] = []  # steps not yet written: (step, rows,
+        # (rows, dim) features, learning rate)
+        self.adam = False
 
     def attach(self, model: torch.nn.Module) -> None:
         self.hooks.enter_context(capture_gradients(self.matrices, self._on_grad))
@@ -58,6 +64,7 @@ class StepCapture:
 
     def detach(self) -> None:
         self.hooks.close()
+        self.flush()
 
     def _on_grad(self, index: int, grads: torch.Tensor) -> None:
         """One LoRA matrix's per-example gradients of the training loss, (B, out, in); a module used twice adds."""
@@ -99,13 +106,13 @@ class StepCapture:
         self.batch = [None] * len(self.matrices)
 
     def optimizer_stepped(self, global_step: int, rows: list[int | None], learning_rate: float,
-                          optimizer: Any) -> Path | None:
-        """Scale, project and write the step's rows (dataset indices `rows`, this rank's, in feeding order) by the
-        rate the update used (`learning_rate`, as the run record holds it) and the optimizer's Adam state."""
+                          optimizer: Any) -> None:
+        """Scale and project the step's rows (dataset indices `rows`, this rank's, in feeding order) by the rate the
+        update used (`learning_rate`, as the run record holds it) and the optimizer's Adam state; keep them."""
         self._close_batch()
         grads, self.step = self.step, [[] for _ in self.matrices]
         if self.problem is not None or not grads[0] or any(i is None for i in rows):
-            return None
+            return
         lr, adam = learning_rate, _adam_scales(optimizer, self.matrices)
         parts = []
         for index, pieces in enumerate(grads):
@@ -116,16 +123,26 @@ class StepCapture:
         features = torch.cat(parts, dim=1).cpu().numpy()  # (N, dim)
         if features.shape[0] != len(rows):
             self.problem = f"step {global_step} fed {len(rows)} rows but its backward gave {features.shape[0]}"
-            return None
-        return self._write(global_step, [str(i) for i in rows], features, lr, adam is not None)
+            return
+        self.kept.append((global_step, [str(i) for i in rows], features, lr))
+        self.adam = adam is not None
+        if len(self.kept) >= CHUNK_STEPS:
+            self.flush()
 
-    def _write(self, step: int, ids: list[str], features: np.ndarray, lr: float, adam: bool) -> Path:
-        name = f"step-{step:06d}" + (f"-rank-{self.rank}" if self.rank else "")
-        meta = {**feature_meta(ids, self.settings, self.projector, "adam" if adam else "identity", self.matrices),
-                "captured": {"step": step, "learning_rate": lr, "loss": "summed token NLL per row",
-                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if adam else "learning_rate"}}
+    def flush(self) -> Path | None:
+        """Write the kept steps as one store, named by its first step; the store, or None when none was kept."""
+        if not self.kept:
+            return None
+        kept, self.kept = self.kept, []
+        ids = [i for _, rows, _, _ in kept for i in rows]
+        name = f"step-{kept[0][0]:06d}" + (f"-rank-{self.rank}" if self.rank else "")
+        scale = "adam" if self.adam else "identity"
+        meta = {**feature_meta(ids, self.settings, self.projector, scale, self.matrices),
+                "captured": {"steps": [step for step, _, _, _ in kept], "rows": [len(rows) for _, rows, _, _ in kept],
+                             "learning_rates": [lr for _, _, _, lr in kept], "loss": "summed token NLL per row",
+                             "scaled_by": "learning_rate × 1/(√v̂ + ε)" if self.adam else "learning_rate"}}
         writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
-        writer.write(list(range(len(ids))), features)
+        writer.write(list(range(len(ids))), np.concatenate([features for _, _, features, _ in kept]))
         return self.root / name
 
 
@@ -145,8 +162,8 @@ def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tenso
     return scales
 
 
-def captured_steps(run_dir: str | Path) -> list[FeatureStore]:
-    """The complete step stores of a captured run, in step order.
+def captured_stores(run_dir: str | Path) -> list[FeatureStore]:
+    """The complete stores of a captured run, in step order.
 
     Raises `InputError` in one sentence when a store was cut short by a kill: the run must resume from its last
     checkpoint with capture on (which rewrites that step), or the store be removed to use the steps before it.
@@ -169,11 +186,18 @@ def captured_steps(run_dir: str | Path) -> list[FeatureStore]:
 def tracin_features(run_dir: str | Path, n_rows: int) -> np.ndarray:
     """(n_rows, dim) float64: each dataset row's captured features summed over the steps it trained at: with the
     final query q, the TracIn effect of row i is qᵀ of its row (learning rates and Adam scaling inside)."""
-    return _summed(_complete_steps(run_dir), n_rows)
+    return _summed(_complete_stores(run_dir), n_rows)
 
 
-def _complete_steps(run_dir: str | Path) -> list[FeatureStore]:
-    stores = captured_steps(run_dir)
+def step_slices(store: FeatureStore) -> list[tuple[int, slice]]:
+    """Each step a store holds and the slice of its rows that step trained on."""
+    captured = store.meta["captured"]
+    ends = np.cumsum(captured["rows"]).tolist()
+    return [(step, slice(end - n, end)) for step, n, end in zip(captured["steps"], captured["rows"], ends, strict=True)]
+
+
+def _complete_stores(run_dir: str | Path) -> list[FeatureStore]:
+    stores = captured_stores(run_dir)
     if not stores:
         raise InputError(f"holds no captured step in {CAPTURE_DIR}/.", run_dir)
     return stores
@@ -197,7 +221,7 @@ def captured_store(run_dir: str | Path, ids: Sequence[str], out: str | Path,
     The trainer's dataset indices are mapped by the recorded `id` column when the run had one, else by position,
     which needs the trainer to have trained on as many rows as the file holds; otherwise `InputError`.
     """
-    stores = _complete_steps(run_dir)
+    stores = _complete_stores(run_dir)
     dataset = (record.data.get("dataset") or {}) if record is not None else {}
     # without a record: at least the rows captured
     trained_rows = dataset.get("rows") or max(len(ids), 1 + max(int(i) for store in stores for i in store.ids))
@@ -207,7 +231,8 @@ def captured_store(run_dir: str | Path, ids: Sequence[str], out: str | Path,
     np.add.at(features, positions, by_index.astype(np.float32))
     first = stores[0].meta
     gradient = {**first["gradient"], "store_dtype": "float32"}  # a sum of float16 rows kept at full precision
-    meta = {**first, "gradient": gradient, "n_rows": len(ids), "captured": {"steps": len(stores)},
+    steps = len({step for store in stores for step in store.meta["captured"]["steps"]})  # ranks share steps
+    meta = {**first, "gradient": gradient, "n_rows": len(ids), "captured": {"steps": steps},
             "ids_sha": ids_sha(ids)}
     writer = ShardWriter(Path(out), meta, list(ids), 0, 1, features.shape[1])
     writer.write(list(range(len(ids))), features)
