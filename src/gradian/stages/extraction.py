@@ -1,0 +1,72 @@
+"""The training rows' gradient features: extracted from the final adapter (and each TracIn-CP checkpoint), or
+summed from what GradianCallback(capture=True) took in training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradian.audit import DiagnoseResult
+from gradian.callback.capture import captured_store
+from gradian.data.columns import ids_of
+from gradian.errors import InputError
+from gradian.gradients.distributed import Ranks
+from gradian.gradients.energy import share_budget
+from gradian.gradients.extract import GradientSettings, extract_train_features, project_sample
+from gradian.gradients.store import FeatureStore
+from gradian.scores.query import Query
+from gradian.scores.tracin import checkpoint_stores
+from gradian.settings import ExtractSettings
+from gradian.stages.artifacts import Bar, Extraction, Prepared, wrap
+from gradian.stages.run import prepare
+
+
+def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ranks: Ranks | None = None,
+            bar: Bar | None = None, prepared: Prepared | None = None, query: Query | None = None) -> Extraction:
+    """The training rows' features (final adapter, then every TracIn-CP checkpoint), this process's shard of each;
+    with a `query`, its side stores too: each row's harmful positions along `query.harm_direction` from the final
+    adapter's backward, and each row's RepSim to `query.states` from its forward (`gradients.sides`).
+
+    Rank 0 computes the projection shares and broadcasts them with the energy pass's projected rows; every rank
+    writes its files of each store; a barrier after each store, so every rank returns complete stores.
+    """
+    ranks = ranks or Ranks()
+    out = settings.out_dir
+    if settings.checkpoints == "captured":
+        return captured_extraction(settings, audit, ranks)
+    scale, checkpoints, skipped = prepared or prepare(settings, audit, model)
+    gradient = GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
+                                GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
+                                shard_rows=settings.shard_rows)
+
+    def shares() -> tuple[GradientSettings, Any]:
+        shared, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget, scale=scale,
+                                       progress=wrap(bar, "projection shares"), cache=out / "projection-shares.json")
+        return shared, (project_sample(model, audit.rendered, sampled, shared, scale) if sampled else None)
+
+    gradient, projected = ranks.main_only(shares, share=True)  # type: ignore[misc]
+    extract_train_features(model, audit.rendered, out / "gradients", settings=gradient, shard=ranks.shard,
+                           progress=wrap(bar, "gradients"), scale=scale, sampled=projected,
+                           direction=query.harm_direction if query is not None else None,
+                           representations=query.states if query is not None else None)
+    del projected
+    ranks.barrier()
+    store = FeatureStore(out / "gradients")  # every rank's files written
+    stores = checkpoint_stores(model, audit.rendered, checkpoints, out / "gradients-checkpoints", settings=gradient,
+                               shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
+                               barrier=ranks.barrier) if checkpoints else []
+    return Extraction(store, gradient, scale, checkpoints, stores, skipped)
+
+
+def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks: Ranks) -> Extraction:
+    """`--checkpoints captured`: each row's gradients as GradianCallback(capture=True) took them in training, summed
+    over the steps it trained at (`callback.capture.captured_store`), in place of an extraction pass."""
+    run = audit.run
+    if run is None or run.path is None:
+        raise InputError("--checkpoints captured reads the run folder's gradian_capture/; pass --run DIR.",
+                         settings.adapter)
+    path, record, out = run.path, run.record, settings.out_dir / "gradients-captured"
+    ranks.main_only(lambda: captured_store(path, ids_of(audit.examples), out, record))
+    ranks.barrier()
+    store = FeatureStore(out)  # its settings hold the capture's projection: the queries are projected alike
+    return Extraction(store, GradientSettings.from_dict(store.meta["gradient"]), None)

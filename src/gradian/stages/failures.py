@@ -1,0 +1,83 @@
+"""What the fine-tune got wrong: the regression on the eval rows, whether attribution goes on, and the queries
+made from the failing rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradian.audit import DiagnoseResult
+from gradian.capabilities import get_capability
+from gradian.errors import InputError
+from gradian.gradients.distributed import Ranks
+from gradian.regression.measure import RegressionResult, measure_regression
+from gradian.scores.pairs import base_kind, query_pairs
+from gradian.scores.queries import QueryPair
+from gradian.scores.query import Query, failing_queries, query_direction, query_states
+from gradian.settings import AttributeSettings, row_harm_of
+from gradian.stages.artifacts import Bar, Prepared
+
+
+def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tokenizer: Any, *,
+               bar: Bar | None = None, ranks: Ranks | None = None) -> RegressionResult | None:
+    """Generate with the base and the fine-tuned model on the eval rows and measure the capability's drop (rank 0;
+    None on the other ranks)."""
+    return (ranks or Ranks()).main_only(lambda: _measure(settings, audit, model, tokenizer, bar))
+
+
+def _measure(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tokenizer: Any,
+             bar: Bar | None) -> RegressionResult:
+    ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
+    steps = iter(ticks) if ticks is not None else None
+
+    def advance(n: int = 1) -> None:  # measure_regression says how many answers each batch finished
+        for _ in range(n):
+            next(steps, None)  # type: ignore[arg-type]
+
+    try:
+        return measure_regression(
+            model, tokenizer, audit.eval_examples or [], get_capability(settings.capability), audit.setup,
+            settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            progress=advance if steps is not None else None,
+            seed=settings.seed, min_effect=settings.min_effect,
+        )
+    finally:
+        getattr(ticks, "close", lambda: None)()
+
+
+def attributes(settings: AttributeSettings, measured: RegressionResult | None, ranks: Ranks | None = None) -> bool:
+    """Whether attribution goes on: the drop is outside the noise band, or `force`; rank 0's answer on every rank."""
+    significant = measured.summary.to_dict().get("significant") if measured is not None else None
+    return bool((ranks or Ranks()).broadcast(significant or settings.force))
+
+
+def queries(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult | None, model: Any,
+            tokenizer: Any, prepared: Prepared, *, ranks: Ranks | None = None) -> Query:
+    """The failing eval rows' query pairs, the query direction v and their hidden states, made once (`scores.query`):
+    rank 0 computes them and shares what the other ranks' extraction takes along; how a row's harm is read is
+    decided here (`settings.row_harm_of`)."""
+    ranks = ranks or Ranks()
+    captured = settings.checkpoints == "captured"
+    row_harm = row_harm_of(settings.row_harm, settings.preconditioner, settings.unit_norm_train,
+                           tracin=bool(prepared.checkpoints) or captured)
+
+    def pairs_of() -> list[QueryPair]:
+        assert measured is not None  # rank 0 measured it
+        pairs = query_pairs(measured, get_capability(settings.capability), audit.eval_examples or [], tokenizer,
+                            audit.setup, settings.query, model)
+        if not pairs:
+            raise InputError("no failing eval row has a correct answer to contrast with (no reference, and the base "
+                             "model fails too); add reference answers to the eval set.", settings.eval_dataset)
+        return pairs
+
+    pairs = ranks.main_only(pairs_of) or []
+    failing = failing_queries(measured, pairs) if measured is not None else []
+    # v: the direction of the rows' harm and the report's tokens; every process needs it where its extraction's
+    # backward gives the rows' harmful positions
+    direction = ranks.main_only(lambda: query_direction(model, pairs, base_kind(settings.query)),
+                                share=row_harm == "positions")
+    # the failing queries' hidden states: the extraction's forward gives every row's RepSim to them (captured
+    # gradients come with no forward: the ranking then takes RepSim in a pass of its own)
+    states = ranks.main_only(lambda: query_states(model, failing, batch_size=settings.batch_size),
+                             share=True) if settings.rank == "combined" and not captured else None
+    return Query(pairs, failing, row_harm, direction, states)
