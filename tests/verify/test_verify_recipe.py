@@ -89,6 +89,17 @@ def test_axolotl_dropping_overlong_rows_is_listed(tmp_path):
     assert any(item.startswith("excess_length_strategy") for item in recipe.unmapped)
 
 
+def test_a_pipeline_that_appends_eos_after_the_cut_is_replayed_not_unmapped(tmp_path):
+    """`add_eos_token: true` has no SFTConfig field: the retrains tokenize the rows that way (`retrain`)."""
+    path = tmp_path / "sft_config.yaml"
+    path.write_text(yaml.safe_dump({"max_length": 56, "add_eos_token": True, "learning_rate": 1e-3}))
+    recipe = read_recipe(read_run(None, path), {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})
+    assert recipe.eos_after_truncation and recipe.unmapped == [] and training_kwargs(recipe)["max_length"] == 56
+    path.write_text(yaml.safe_dump({"max_length": 56, "learning_rate": 1e-3}))
+    assert not read_recipe(read_run(None, path), {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+                           ).eos_after_truncation
+
+
 def test_another_trainer_is_refused():
     run = RunInfo(path=None, training_args={"__class__": "trl.trainer.dpo_config.DPOConfig", "seed": 0})
     with pytest.raises(InputError, match="DPOConfig"):

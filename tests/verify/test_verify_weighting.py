@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -165,3 +166,26 @@ def test_the_order_a_gradian_callback_recorded_replays_the_run_bit_for_bit(world
         replayed, _ = retrain(Retrain("from-record", rows, RECIPE.seed, order=order), RECIPE, base, root / "verify")
     assert json.loads((replayed / ORDER).read_text()) == order
     assert all(torch.equal(adapter(replayed)[k], v) for k, v in recorded.items())
+
+
+def test_a_run_that_appends_eos_after_the_cut_is_retrained_on_its_own_tokens(world):
+    """`add_eos_token` with truncation (no SFTConfig field says it): a row past max_length is cut and still ends in
+    a supervised EOS, as the run trained it; under a fix that raises max_length each row is TRL's own, whole."""
+    root, base, rows = world
+    limit = 14  # inside the completion of every row it cuts (prompts take at most 12 tokens)
+    recipe = dataclasses.replace(RECIPE, training={**RECIPE.training, "max_length": limit}, eos_after_truncation=True)
+    cut = build_trainer(Retrain("cut", rows, RECIPE.seed), recipe, base, root / "eos-cut").train_dataset
+    fixed = build_trainer(Retrain("fixed", rows, RECIPE.seed, changes={"max_length": 64}), recipe, base,
+                          root / "eos-fixed").train_dataset
+    plain = build_trainer(Retrain("trl", rows, RECIPE.seed, changes={"max_length": 64}), RECIPE, base, root / "trl")
+    trl, eos = plain.train_dataset, plain.processing_class.eos_token_id  # TRL's own tokens, nothing cut
+    assert len(cut) == len(fixed) == len(trl) == ROWS
+    n_cut = 0
+    for mine, whole, reference in zip(cut, fixed, trl, strict=True):
+        assert whole["input_ids"] == reference["input_ids"] and whole["labels"] == reference["labels"]
+        ids, labels = reference["input_ids"], reference["labels"]
+        if len(ids) > limit:
+            ids, labels, n_cut = ids[: limit - 1] + [eos], labels[: limit - 1] + [eos], n_cut + 1  # cut, then EOS
+        assert mine["input_ids"] == ids and mine["labels"] == labels and ids[-1] == labels[-1] == eos
+    assert 0 < n_cut < ROWS
+

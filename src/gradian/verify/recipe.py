@@ -64,6 +64,8 @@ AXOLOTL_IGNORED_PREFIXES = ("wandb_", "mlflow_", "comet_", "hub_", "save_", "eva
 LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules", "rank_pattern", "alpha_pattern", "use_rslora",
                "use_dora", "bias", "modules_to_save", "layers_to_transform", "exclude_modules", "fan_in_fan_out",
                "init_lora_weights")
+# Config keys of a user's own tokenization that no SFTConfig field holds and retrains replay (`retrain.tokenized_as_run`).
+REPLAYED = {"add_eos_token"}
 SFT_TRAINERS = ("SFTConfig", "TrainingArguments", "Seq2SeqTrainingArguments")
 DEFAULT_SEED = 42  # transformers' TrainingArguments.seed
 
@@ -80,6 +82,8 @@ class Recipe:
     sources: dict[str, str] = field(default_factory=dict, metadata={"help": "field → the file it was read from"})
     defaults: dict[str, Any] = field(default_factory=dict, metadata={"help": "fields the run did not record"})
     unmapped: list[str] = field(default_factory=list, metadata={"help": "config keys Gradian could not map"})
+    eos_after_truncation: bool = field(default=False, metadata={
+        "help": "the run tokenized its rows itself, cutting at max_length and then appending EOS (add_eos_token)"})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,8 +113,10 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     defaults = _defaults(training, framework)
     if seed_source is None:
         defaults["seed"] = seed
+    eos_after_cut = framework == "trl" and bool(setup_fields(config, "trl").get("eos_after_truncation"))
     return Recipe(training={**training}, lora=lora, seed=seed, collator=_collator(config), framework=framework,
-                  sources=sources, defaults=defaults, unmapped=_unmapped(config, framework))
+                  sources=sources, defaults=defaults, unmapped=_unmapped(config, framework),
+                  eos_after_truncation=eos_after_cut)
 
 
 def _check_trainer(run: RunInfo) -> None:
@@ -233,7 +239,7 @@ def _unmapped(config: dict[str, Any], framework: str) -> list[str]:
         return keys
     from trl import SFTConfig
 
-    known = {f.name for f in dataclasses.fields(SFTConfig)} | TRL_SCRIPT_KEYS
+    known = {f.name for f in dataclasses.fields(SFTConfig)} | TRL_SCRIPT_KEYS | REPLAYED
     return sorted(key for key in config if key not in known)
 
 

@@ -2,7 +2,8 @@
 
 A retrain either trains on fewer rows (`rows`, what a user who drops them will see) or on every row with some of them
 at zero loss weight (`zero_ids`: the run's seed, data order and step count kept, see `weighting`), optionally
-replaying an explicit order (`order`: row indices per optimizer step).
+replaying an explicit order (`order`: row indices per optimizer step). A run that tokenized its rows itself with EOS
+appended after the cut (`add_eos_token`, which no SFTConfig field says) is retrained on its rows tokenized that way.
 
     DIR/verify/<name>/            adapter_model.safetensors, adapter_config.json, tokenizer files, trainer_state.json,
                                   order.json (the row indices of every optimizer step, as trained)
@@ -22,7 +23,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from transformers import TrainerCallback
 
 from gradian.data.base_model import BaseModelRef
 from gradian.data.examples import Example
+from gradian.data.render import IGNORE, render_dataset
+from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
 from gradian.files import atomic_write
 from gradian.verify.collator import PadMaskingCollator
@@ -68,6 +71,8 @@ class Retrain:
                 "zero": sorted(self.zero_ids), "order": self.order,
                 "recipe": {"training": recipe.training, "lora": recipe.lora, "collator": recipe.collator},
                 "max_steps": max_steps, "version": RETRAIN_VERSION}
+        if recipe.eos_after_truncation:
+            spec["tokenized"] = "EOS after the cut"
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -145,6 +150,9 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
         settings["max_steps"] = max_steps
     if device == "cpu":
         settings["fp16"] = False  # fp16 mixed precision needs a GPU; bf16 runs on CPU as the run recorded it
+    rows = [e.fields for e in job.rows]
+    if recipe.eos_after_truncation:
+        rows, settings = tokenized_as_run(job.rows, tokenizer, settings)
     try:
         config = SFTConfig(output_dir=str(out / "trainer"), report_to="none", save_strategy="no", logging_steps=5,
                            seed=job.seed, use_cpu=device == "cpu", disable_tqdm=True, dataloader_num_workers=0,
@@ -157,7 +165,7 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
     datasets.disable_progress_bars()  # library code draws no bars; the CLI's come through `steps`
     try:
         trainer = ZeroWeightTrainer(
-            model=model, args=config, train_dataset=datasets.Dataset.from_list([e.fields for e in job.rows]),
+            model=model, args=config, train_dataset=datasets.Dataset.from_list(rows),
             processing_class=tokenizer, peft_config=lora, data_collator=_collator(recipe, tokenizer),
             callbacks=[StepCallback(steps)] if steps is not None else None, zero_rows=job.zero_rows(),
             order=job.order)
@@ -166,6 +174,18 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
             datasets.enable_progress_bars()
     trainer.remove_callback(PrinterCallback)
     return trainer
+
+
+def tokenized_as_run(examples: list[Example], tokenizer: Any,
+                     settings: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows as the run's own pipeline tokenized them, and the settings to train them as given: TRL's tokenization
+    (`data.render`, which mirrors it) cut at this retrain's max_length, then EOS appended, so a cut row still ends
+    in a supervised EOS (`add_eos_token` with truncation). Under a fix that raises max_length no row is cut."""
+    names = {f.name for f in fields(TrainingSetup)}
+    setup = TrainingSetup(**{k: v for k, v in settings.items() if k in names}, eos_after_truncation=True)
+    rows = [{"input_ids": r.input_ids, "completion_mask": [int(label != IGNORE) for label in r.labels]}
+            for r in render_dataset(examples, tokenizer, setup)]
+    return rows, {**settings, "completion_only_loss": True, "assistant_only_loss": False}  # the mask holds the loss
 
 
 def _recorded(staging: Path, steps: Steps | None) -> Steps:

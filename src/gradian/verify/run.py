@@ -53,6 +53,8 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
         say(f"recipe: the run does not record {name}; using the default, {value!r}")
     if recipe.unmapped:
         say(f"recipe: not applied (no TRL equivalent): {', '.join(recipe.unmapped)}")
+    if recipe.eos_after_truncation:
+        say("recipe: add_eos_token: the retrains tokenize the rows as the run did, EOS appended after the cut")
     device = str(pick_device_dtype(settings.device, None)[0])
     capability = get_capability(used.get("capability", "json_formatting"))
     original = read_original(folder, capability)
