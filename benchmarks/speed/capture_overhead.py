@@ -100,8 +100,8 @@ def main() -> None:
             captured.append(run(SHAPES[name], tokenizer, True, STEPS[name]))
             print(f"{name}: plain {plain[-1]:.2f} s, capture {captured[-1]:.2f} s", flush=True)
         ratio = statistics.median(c / p for c, p in zip(captured, plain, strict=True))
-        results[name] = {"steps": STEPS[name], "warmup": WARMUP, "chunk_steps": CHUNK_STEPS, "plain_step_s": plain, "capture_step_s": captured,
-                         "ratio": round(ratio, 3)}
+        results[name] = {"steps": STEPS[name], "warmup": WARMUP, "chunk_steps": CHUNK_STEPS, "plain_step_s": plain,
+                         "capture_step_s": captured, "ratio": round(ratio, 3)}
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print("| shape | plain step (s) | step with capture (s) | ratio |\n|---|---|---|---|")
     for name, row in results.items():

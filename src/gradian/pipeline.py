@@ -9,7 +9,7 @@ ranks, clusters and reports (the others return None).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from gradian.gradients.distributed import Ranks, join
 from gradian.settings import AttributeSettings
@@ -28,11 +28,11 @@ from gradian.stages import (
     run_audit,
     score,
 )
+from gradian.stages.artifacts import Bar
 
 __all__ = ["AttributeResult", "attribute"]
 
 Say = Callable[[str], None]
-Bar = Callable[[Iterable, str], Iterable]
 
 
 def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar | None = None,

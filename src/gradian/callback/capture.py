@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -41,6 +41,15 @@ CAPTURE_DIR = "gradian_capture"
 CHUNK_STEPS = 32  # optimizer steps kept in memory between store writes
 
 
+class KeptStep(NamedTuple):
+    """A step's projected rows, kept until its store is written."""
+
+    step: int
+    ids: list[str]  # dataset indices, in feeding order
+    features: np.ndarray  # (rows, dim)
+    learning_rate: float
+
+
 class StepCapture:
     """Per-example gradients of the rows each micro-batch fed, gathered over a step and written at its update."""
 
@@ -54,8 +63,7 @@ class StepCapture:
         self.kappa: float | None = None  # d(training loss) / d(summed token NLL) of the current micro-batch
         self.problem: str | None = None
         self.hooks = ExitStack()
-        self.kept: list[tuple[int, list[str], np.ndarray, float]] = []  # steps not yet written: (step, rows,
-        # (rows, dim) features, learning rate)
+        self.kept: list[KeptStep] = []  # steps not yet written
         self.adam = False
 
     def attach(self, model: torch.nn.Module) -> None:
@@ -124,26 +132,24 @@ class StepCapture:
         if features.shape[0] != len(rows):
             self.problem = f"step {global_step} fed {len(rows)} rows but its backward gave {features.shape[0]}"
             return
-        self.kept.append((global_step, [str(i) for i in rows], features, lr))
+        self.kept.append(KeptStep(global_step, [str(i) for i in rows], features, lr))
         self.adam = adam is not None
         if len(self.kept) >= CHUNK_STEPS:
             self.flush()
 
-    def flush(self) -> Path | None:
-        """Write the kept steps as one store, named by its first step; the store, or None when none was kept."""
+    def flush(self) -> None:
+        """Write the kept steps as one store, named by its first step (nothing when none is kept)."""
         if not self.kept:
-            return None
+            return
         kept, self.kept = self.kept, []
-        ids = [i for _, rows, _, _ in kept for i in rows]
-        name = f"step-{kept[0][0]:06d}" + (f"-rank-{self.rank}" if self.rank else "")
-        scale = "adam" if self.adam else "identity"
-        meta = {**feature_meta(ids, self.settings, self.projector, scale, self.matrices),
-                "captured": {"steps": [step for step, _, _, _ in kept], "rows": [len(rows) for _, rows, _, _ in kept],
-                             "learning_rates": [lr for _, _, _, lr in kept], "loss": "summed token NLL per row",
+        ids = [i for k in kept for i in k.ids]
+        name = f"step-{kept[0].step:06d}" + (f"-rank-{self.rank}" if self.rank else "")
+        meta = {**feature_meta(ids, self.settings, self.projector, "adam" if self.adam else "identity", self.matrices),
+                "captured": {"steps": [k.step for k in kept], "rows": [len(k.ids) for k in kept],
+                             "learning_rates": [k.learning_rate for k in kept], "loss": "summed token NLL per row",
                              "scaled_by": "learning_rate × 1/(√v̂ + ε)" if self.adam else "learning_rate"}}
         writer = ShardWriter(self.root / name, meta, ids, 0, 1, self.projector.dim)
-        writer.write(list(range(len(ids))), np.concatenate([features for _, _, features, _ in kept]))
-        return self.root / name
+        writer.write(list(range(len(ids))), np.concatenate([k.features for k in kept]))  # (rows of the steps, dim)
 
 
 def _adam_scales(optimizer: Any, matrices: list[LoraMatrix]) -> list[torch.Tensor] | None:
@@ -193,7 +199,8 @@ def step_slices(store: FeatureStore) -> list[tuple[int, slice]]:
     """Each step a store holds and the slice of its rows that step trained on."""
     captured = store.meta["captured"]
     ends = np.cumsum(captured["rows"]).tolist()
-    return [(step, slice(end - n, end)) for step, n, end in zip(captured["steps"], captured["rows"], ends, strict=True)]
+    return [(step, slice(end - n, end))
+            for step, n, end in zip(captured["steps"], captured["rows"], ends, strict=True)]
 
 
 def _complete_stores(run_dir: str | Path) -> list[FeatureStore]:
