@@ -168,10 +168,12 @@ def _messages_row(request: Any, purpose: bool) -> dict[str, Any]:
 
 def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root: str | Path | None = None,
                          progress: Callable[[str], None] | None = None, model_dir: Path | None = None,
-                         rows: int = ROWS, eval_per_category: int = EVAL_PER_CATEGORY) -> Path:
+                         rows: int = ROWS, eval_per_category: int = EVAL_PER_CATEGORY,
+                         learning_rate: float | None = None) -> Path:
     """Build one run of SmolLM2 family `name` into `out_dir` (created; must be empty or absent) and return it.
 
-    `model_dir` replaces SmolLM2 (the tests pass a tiny ChatML model, so every path here runs in CI)."""
+    `model_dir` replaces SmolLM2 (the tests pass a tiny ChatML model, so every path here runs in CI);
+    `learning_rate` replaces the family's (a tiny stand-in learns at a tiny model's step size)."""
     if name not in SMOL_FAMILIES:
         raise InputError(f"unknown SmolLM2 suite family {name!r}; choose one of: {', '.join(SMOL_FAMILIES)}.")
     out = new_folder(out_dir)
@@ -186,14 +188,17 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
         if smol.rows == "prompt":
             train, eval_rows = [_as_prompt(row, tokenizer) for row in train], [_as_prompt(r, tokenizer) for r in eval_rows]
         sft, collator, trained = smol.sft(), None, train
+        if learning_rate is not None:
+            sft["learning_rate"] = learning_rate
         if smol.family.structural == "pad-eos":
             collator, sft["pad_token"] = finetune.PAD_MASKING_COLLATOR, tokenizer.eos_token
         if smol.family.structural == "max-length-eos":
             trained, limit, cut, longest = eos_after_cut(train, tokenizer)
             sft.update(max_length=limit, add_eos_token=True)
             truth.update(culprit_ids=cut, max_length=limit, needed_max_length=longest)
-        truth.update(scenario=name, row_format=smol.rows, recipe={"epochs": smol.epochs, "learning_rate": smol.learning_rate,
-                                                             "save": smol.save, "targets": smol.targets, "rows": smol.rows})
+        recipe = {"epochs": smol.epochs, "learning_rate": sft["learning_rate"], "save": smol.save,
+                  "targets": smol.targets, "rows": smol.rows}
+        truth.update(scenario=name, row_format=smol.rows, recipe=recipe)
         write_jsonl(out / "train.jsonl", train)
         write_jsonl(out / "eval.jsonl", eval_rows)
         say(f"{name} seed {seed}: fine-tuning on {len(train)} rows ({smol.epochs} epochs, {smol.rows} rows)")
