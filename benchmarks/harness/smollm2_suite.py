@@ -13,7 +13,9 @@ In order, each step resumable in OUT (a rerun recomputes only what is missing):
 4. the seed's claim where it applies: per query kind, the share of planted rows among the 10% most helpful rows.
 
 The tables replace the region `smollm2_suite.py` of BENCHMARKS.md; every variant's per-run table and its JSON go
-to `benchmarks/results/smollm2_quality.*`.
+to `benchmarks/results/smollm2_quality.*`. `--split test` writes the region `smollm2_suite.py test` and
+`smollm2_quality_test.*` instead, so the held-out half is reported beside the dev half that chose the defaults
+without replacing it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def builds_table(builds: list[dict[str, Any]]) -> list[str]:
     lines = ["| family | split | planted (recipe) | " + " | ".join(f"points lost, seed {s} (worst category)"
                                                                    for s in seeds) + " | train s / epoch |",
              "|---|---|---|" + "---|" * len(seeds) + "---|"]
-    for f in SMOL_FAMILIES.values():
+    for f in (f for f in SMOL_FAMILIES.values() if any((f.name, s) in by for s in seeds)):
         cells = [f"{by[(f.name, s)]['drop_overall']:+.1f} ({by[(f.name, s)]['worst_category']} "
                  f"{by[(f.name, s)]['drop_worst']:+.1f})" if (f.name, s) in by else "–" for s in seeds]
         epoch = [by[(f.name, s)]["train_seconds"] / f.epochs for s in seeds if (f.name, s) in by]
@@ -113,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--page", type=Path, default=BENCHMARKS.parent / "BENCHMARKS.md")
     parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="runs at once (default: CPUs)")
     args = parser.parse_args(argv)
-    page.region(args.page, "smollm2_suite.py")  # before hours of work, not after
+    name, stem = ("smollm2_suite.py test", "smollm2_quality_test") if args.split == "test" else \
+        ("smollm2_suite.py", "smollm2_quality")
+    page.region(args.page, name)  # before hours of work, not after
     clock, n = suite_quality.Clock(), ["--jobs", str(args.jobs)]
     half = ["--split", args.split] if args.split else []
     clock.timed("build", smollm2_build.main, ["--out", str(args.out), "--seeds", *map(str, args.seeds), *half, *n])
@@ -124,9 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quality = args.out / "quality"
     if data_runs:
         clock.timed("rank", suite_quality.main, [*map(str, data_runs), "--work", str(quality), *n, "--kinds", *KINDS,
-                                                 "--results", str(RESULTS / "smollm2_quality.json"),
-                                                 "--markdown", str(RESULTS / "smollm2_quality.md")])
-    records = json.loads((RESULTS / "smollm2_quality.json").read_text()) if data_runs else []
+                                                 "--results", str(RESULTS / f"{stem}.json"),
+                                                 "--markdown", str(RESULTS / f"{stem}.md")])
+    records = json.loads((RESULTS / f"{stem}.json").read_text()) if data_runs else []
     others = [Path(b["folder"]) for b in builds if Path(b["folder"]) not in data_runs]
     checks = clock.timed("verdicts", jobs.run_jobs, verdict_check,
                          [(f, quality / f.name / "attribute") for f in data_runs]
@@ -139,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "### The seed's claim: does a query rank the planted rows among the most helpful?", "",
               *claim_table(claims), "", "### This regeneration's wall time", "",
               ", ".join(f"{k} {v / 60:.1f} min" for k, v in clock.seconds.items())]
-    page.replace_region(args.page, "smollm2_suite.py", "\n".join(tables))
+    page.replace_region(args.page, name, "\n".join(tables))
     print(f"wrote the real-model suite's tables into {args.page}")
     return 0
 
