@@ -1,28 +1,34 @@
 """Quality gates on three cheap dev families of the scenario suite (BENCHMARKS.md, "The scenario suite").
 
-Measured there on seed 0 with the defaults (naive query, raw gradients, combined rank with λ = 2 and the top 10%,
-rows' harm by their harmful positions): combined AUPRC 0.999 on tickets-cut, 0.914 on travel-cut-small (a 5%
-cluster) and 0.999 on kitchen-fence-spaced (a fenced category whose failures are garbled objects in every
-category, no fence among them), against the category oracle's 0.810, 0.850 and 0.819. Each floor sits just under
-its measurement and fails what came before: with each row's effect summed over its tokens kitchen-fence-spaced
-reaches 0.969 (its fenced rows' JSON bodies pay back their fences) and travel-cut-small 0.872; with the harmful
-tokens instead of positions travel-cut-small reaches 0.862, with the weighting of relevance two rounds ago (by
-separation of the eval prompts) 0.689, and the gradient alone 0.599. The margin over the oracle is 0.05: with
-today's constants travel-cut-small beats the oracle by 0.064 (0.090 at last round's λ = 3, top 5%). On
-travel-cut-small the verdict names exactly the 20 planted rows from the audit's cut_in_data group; on
-kitchen-fence-spaced exactly the 70 fenced rows (the repaired-first default before it found none: `diffuse`). Test
-families are never gated here: they are reported, not tuned on.
+The product default ranks by the gradient alone (`--rank gradient`, naive query, raw gradients, rows' harm by their
+harmful positions), the real-model suite's choice (BENCHMARKS.md, "The real-model suite"). On these ~1M-parameter
+models the gradient is the weak half, so the default is gated where it holds and the combined rank where it is
+needed. Measured on seed 0:
+- the default: 0.974 on tickets-cut and 0.995 on kitchen-fence-spaced (a fenced category whose failures are
+  garbled objects in every category, no fence among them), against the category oracle's 0.810 and 0.819;
+- on travel-cut-small (a 5% cluster) the gradient alone ranks 0.665, below the oracle's 0.850, and the combined
+  rank (`--rank combined`: λ = 2, the top 10%) 0.956. With the combined rank's older variants: each row's effect
+  summed over its tokens, 0.872; the harmful tokens instead of positions, 0.862; the relevance weighting of two
+  rounds ago (by separation of the eval prompts), 0.689.
+
+Each floor sits just under its measurement, and the margin over the oracle is 0.05. Under the default the
+verdict names exactly the planted rows on travel-cut-small (the 20 rows of the audit's cut_in_data group) and on
+kitchen-fence-spaced (the 70 fenced rows; the repaired-first default before found none: `diffuse`), as it did under
+the combined rank. Test families are never gated here: they are reported, not tuned on.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
+from gradian import attribute
 from gradian.report.rows import read_examples
+from gradian.scenarios import attribute_settings
 from gradian.scenarios.evaluate import oracle_auprc
 from gradian.settings import AUTO_ROW_HARM
 
@@ -36,15 +42,29 @@ def _attributed(scenario, attributed, family):
     return json.loads((out / "report.json").read_text()), read_examples(out), truth
 
 
-@pytest.mark.parametrize(("family", "floor"), [("tickets-cut", 0.95), ("travel-cut-small", 0.90),
-                                               ("kitchen-fence-spaced", 0.98)])
-def test_combined_rank_beats_the_category_oracle(scenario, attributed, family, floor):
-    report, rows, truth = _attributed(scenario, attributed, family)
+def _auprc(rows, truth):
     positive = np.array([row["id"] in set(truth["culprit_ids"]) for row in rows])
-    auprc = average_precision_score(positive, [row["rank_score"] for row in rows])
-    oracle = oracle_auprc([row["id"] for row in rows], truth)
-    assert report["ranking"]["rank"] == "combined" and report["ranking"]["row_harm"] == AUTO_ROW_HARM
+    return average_precision_score(positive, [row["rank_score"] for row in rows]), \
+        oracle_auprc([row["id"] for row in rows], truth)
+
+
+@pytest.mark.parametrize(("family", "floor"), [("tickets-cut", 0.95), ("kitchen-fence-spaced", 0.98)])
+def test_the_default_gradient_rank_beats_the_category_oracle(scenario, attributed, family, floor):
+    report, rows, truth = _attributed(scenario, attributed, family)
+    auprc, oracle = _auprc(rows, truth)
+    assert report["ranking"]["rank"] == "gradient" and report["ranking"]["row_harm"] == AUTO_ROW_HARM
     assert auprc >= floor and auprc > oracle + 0.05, (auprc, oracle)
+
+
+def test_the_combined_rank_finds_the_small_cluster(scenario, attributed_copy, tmp_path):
+    """travel-cut-small: where the tiny model's gradient alone cannot, the combined rank finds the 5% cluster."""
+    folder = scenario("travel-cut-small", 0)
+    out = attributed_copy("travel-cut-small", tmp_path / "combined")  # generations and gradients reused
+    attribute(replace(attribute_settings(folder, out), rank="combined"))
+    report = json.loads((out / "report.json").read_text())
+    auprc, oracle = _auprc(read_examples(out), json.loads((folder / "truth.json").read_text()))
+    assert report["ranking"]["rank"] == "combined" and report["ranking"]["row_harm"] == AUTO_ROW_HARM
+    assert auprc >= 0.90 and auprc > oracle + 0.05, (auprc, oracle)
 
 
 @pytest.mark.parametrize("family", ["travel-cut-small", "kitchen-fence-spaced"])

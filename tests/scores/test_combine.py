@@ -148,7 +148,7 @@ def test_weights_above_one_in_total_are_averaged_so_relevance_stays_bounded():
 
 
 @pytest.mark.slow
-def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scenario, attributed):
+def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scenario, attributed_copy, tmp_path):
     """`attribute --rank combined` end to end on the cheapest data-cluster scenario: the planted rows on top, above
     the category oracle and no worse than either part alone, and the report carries both parts per row.
 
@@ -157,12 +157,17 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     drowned the gradient (TF-IDF ranks clean neighbours among the culprits) fails it.
     """
     import json
+    from dataclasses import replace
 
+    from gradian import attribute
     from gradian.report.rows import read_examples
+    from gradian.scenarios import attribute_settings
     from gradian.scenarios.evaluate import oracle_auprc
 
-    truth = json.loads((scenario("truncated-cluster", 0) / "truth.json").read_text())
-    out = attributed("truncated-cluster")  # the defaults: combined rank on the final adapter, one extraction
+    folder = scenario("truncated-cluster", 0)
+    truth = json.loads((folder / "truth.json").read_text())
+    out = attributed_copy("truncated-cluster", tmp_path / "combined")  # its generations and gradients reused
+    attribute(replace(attribute_settings(folder, out), rank="combined"))  # on the final adapter, as the default
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["rank"] == "combined" and report["settings"]["checkpoints"] == "off"
     rows = read_examples(out)
