@@ -6,6 +6,10 @@ SFTConfig turns bf16 autocast on by default (on a CPU too): the run here turns i
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -168,3 +172,42 @@ def test_a_run_under_bf16_autocast_is_captured(tmp_path):
     (store,) = captured_stores(tmp_path)
     features = store.rows(0, store.n_rows)
     assert features.shape == (4, store.dim) and np.isfinite(features).all() and np.abs(features).sum() > 0
+
+
+def rows_by_step(stores) -> dict[int, list[int]]:
+    """step -> the dataset indices it trained on, over every store (every rank's)."""
+    out: dict[int, list[int]] = {}
+    for store in stores:
+        ids = list(store.ids)
+        for step, part in step_slices(store):
+            out.setdefault(step, []).extend(int(i) for i in ids[part])
+    return {step: sorted(rows) for step, rows in out.items()}
+
+
+def test_torchrun_capture_writes_a_store_per_rank_equal_to_one_process(tmp_path):
+    """Under torchrun (2 gloo processes, 2 rows each a step) each rank writes its own rows' store, and together they
+    hold what one process training the same 4 rows a step captures: every row once, at the same step, with the
+    same features (float64 runs: the two runs' weights differ only by the order DDP adds the gradients in)."""
+    worker = Path(__file__).parent / "callback_distributed_worker.py"
+    two = tmp_path / "two"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker),
+               str(two), "capture"]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exact = GradientSettings(proj_dim=None, store_dtype="float32")
+    one = sft_trainer(tmp_path / "one", tickets(16), dtype=torch.float64, bf16=False, per_device_train_batch_size=4,
+                      callbacks=[GradianCallback(capture=True, capture_settings=exact, echo=lambda _: None)])
+    one.train()
+
+    stores = captured_stores(two)
+    assert [store.root.name for store in stores] == ["step-000001", "step-000001-rank-1"]
+    assert [[(step, part.stop - part.start) for step, part in step_slices(s)] for s in stores] == [
+        [(step, 2) for step in (1, 2, 3, 4)]] * 2
+    (alone,) = captured_stores(tmp_path / "one")
+    assert rows_by_step(stores) == rows_by_step([alone])  # the same 4 rows at each step
+    assert sorted(i for rows in rows_by_step(stores).values() for i in rows) == list(range(16))  # every row once
+
+    shared, single = tracin_features(two, 16), tracin_features(tmp_path / "one", 16)
+    assert np.abs(single).sum(1).min() > 0
+    np.testing.assert_allclose(shared, single, rtol=1e-6, atol=1e-9 * np.abs(single).max())
