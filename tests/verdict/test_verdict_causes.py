@@ -11,7 +11,7 @@ import pytest
 from gradian import check, unregister_check
 from gradian.audit import registry
 from gradian.audit.finding import Finding
-from gradian.clusters.groups import FindingGroup, finding_groups
+from gradian.clusters.groups import FindingGroup, effects_by_symptom, finding_groups
 from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
 from gradian.verdict import Verdict, decide, rules
@@ -179,6 +179,57 @@ def test_a_further_cause_passes_a_weaker_harm_test_than_a_data_cluster():
     assert not rules.group_concentrated(small) and beyond_size(small)
     assert not beyond_size(dataclasses.replace(small, harm_share=0.0625))
     assert not beyond_size(dataclasses.replace(group, harm_share=None))
+
+
+DROPPED = list(range(100, 130))  # rows 100-129: leave out a field the eval's answers have
+MISSING = Finding("missing_fields", "critical", "30 rows leave out fields.", "add the fields",
+                  example_ids=ids_of(DROPPED))
+SPLIT = ["stops-early"] * 10 + ["wrong-fields"] * 10  # the symptom of each query's failing answer
+
+
+def split_effects(dropped_push: float, seed: int = 0) -> np.ndarray:
+    """(20, N): the cut rows hurt the first ten queries (stop early) hard, the dropped-field rows the last ten
+    (wrong fields) by `dropped_push`: over all twenty they hold less harm than their size."""
+    values = np.random.default_rng(seed).normal(0.0, 0.3, size=(20, N))
+    values[:10, CUT] -= 4.0
+    values[10:, DROPPED] -= dropped_push
+    return values
+
+
+def split_verdict(values: np.ndarray, query_symptoms: list[str] | None) -> Verdict:
+    findings = [CUT_FINDING, MISSING]
+    groups = [dataclasses.replace(g, failure_share=0.6 if g.check == "cut_in_data" else 0.0)
+              for g in finding_groups(IDS, findings, values, seed=0, query_symptoms=query_symptoms)]
+    clusters = summarize_clusters(IDS, LABELS, values, NAMES, findings, seed=0)
+    by_symptom = effects_by_symptom(values, query_symptoms) if query_symptoms else None
+    return decide(SIGNIFICANT, findings, clusters, values.mean(axis=0), IDS, groups=groups,
+                  symptoms=symptoms_of({"stops-early": 10, "wrong-fields": 10}), effects_by_symptom=by_symptom)
+
+
+def test_a_cause_that_breaks_other_answers_is_named_by_its_harm_on_them():
+    """Over all failing answers the dropped-field rows hold less harm than their size (the cut rows' is larger), so
+    rule 8's test fails; on the answers with wrong fields they hold most of it, and are named from there."""
+    values = split_effects(0.5)
+    dropped = next(g for g in finding_groups(IDS, [MISSING], values, seed=0, query_symptoms=SPLIT))
+    assert dropped.harm_share < dropped.size_share and not beyond_size(dropped)
+    on = dropped.on_symptom
+    assert on.symptom == "wrong-fields" and on.queries == 10 and on.harm_share > 0.5 and beyond_size(dropped, on)
+    harm = np.maximum(-values[10:].mean(axis=0), 0.0)  # naive reference over the wrong-fields queries
+    assert on.harm_share == pytest.approx(harm[DROPPED].sum() / harm.sum(), abs=1e-12)
+    verdict = split_verdict(values, SPLIT)
+    assert [(c.name, c.located_by, c.size) for c in verdict.causes] == [("cut_in_data", "failures", 30),
+                                                                         ("missing_fields", "symptom-harm", 30)]
+    second = verdict.causes[1]
+    assert second.symptom == "wrong-fields" and second.harm_share == on.harm_share and second.lift == on.lift
+    assert "Cause 2: 30 more rows with completions that leave out fields the eval's answers have: 50.0% of the " \
+        "failing answers are valid but have missing or renamed fields, and on those answers these rows hold" \
+        in verdict.summary
+    assert verdict.culprit_ids == ids_of(CUT) + ids_of(DROPPED)
+
+
+def test_no_cause_is_named_by_its_symptom_without_harm_on_it_or_without_query_symptoms():
+    assert [c.name for c in split_verdict(split_effects(0.5), None).causes] == ["cut_in_data"]
+    assert [c.name for c in split_verdict(split_effects(0.0), SPLIT).causes] == ["cut_in_data"]
 
 
 @pytest.fixture

@@ -15,6 +15,12 @@ registered as teaching `ANY_SYMPTOM` whose findings name their capability) flags
 rows cut mid-object teach stopping early, rows wrapped in prose teach wrapping. When its rows' own targets show at
 least two symptoms (`regression.symptoms.classify_answer` on each target, as an answer that stopped), the group is
 also given one sub-group per symptom (`name` `check:symptom`), so each cause can be named with its own rows.
+
+Harm on its own symptom: a group whose rows teach one symptom (a sub-group's, or a check's single one such as
+`missing_fields`'s `wrong-fields`) also gets its harm share over the failing queries whose answers show that symptom
+(`on_symptom`). Where two causes fail different answers, the all-query share can hide one: rows cut in one category
+and rows that drop a field in another each hold most of the harm on the answers they break (96% and 78% on a dev
+run), while over all failing answers the cut rows' larger effects leave the dropped-field rows 15%, under their size.
 """
 
 from __future__ import annotations
@@ -30,13 +36,24 @@ from gradian.audit.capability import target_text
 from gradian.audit.finding import Finding, by_severity
 from gradian.audit.registry import ANY_SYMPTOM, teaches
 from gradian.capabilities import get_capability
-from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
+from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics, total_mean
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
 from gradian.regression.symptoms import classify_answer
 
 NEIGHBOURS = 10
 METHOD = "tf-idf cosine of each failing eval prompt with the training rows' prompts"
+
+
+@dataclass
+class SymptomHarm:
+    """A group's harm over the failing queries that show the symptom its rows teach, as `group_statistics` computes it."""
+
+    symptom: str
+    queries: int
+    harm_share: float
+    harm_share_ci: tuple[float, float]
+    lift: float
 
 
 @dataclass
@@ -54,6 +71,7 @@ class FindingGroup:
     mean_effect: float | None = None
     failure_share: float | None = None
     symptom: str | None = None  # a sub-group: the symptom its rows' own targets show (see the module docstring)
+    on_symptom: SymptomHarm | None = None  # its harm on the queries that show the one symptom it teaches
 
     @property
     def name(self) -> str:
@@ -75,6 +93,8 @@ class FindingGroup:
         data = asdict(self)
         del data["example_ids"]
         data["harm_share_ci"] = None if self.harm_share_ci is None else list(self.harm_share_ci)
+        if self.on_symptom is not None:
+            data["on_symptom"]["harm_share_ci"] = list(self.on_symptom.harm_share_ci)
         return {**data, "name": self.name, "size": self.size, "failure_lift": self.failure_lift}
 
 
@@ -99,11 +119,13 @@ def candidate_groups(
     failing_prompts: Sequence[str],
     *,
     seed: int = 0,
+    query_symptoms: Sequence[str | None] | None = None,
 ) -> CandidateGroups:
     """Finding groups (most harmful first when effects exist, else largest first) and clusters, each with its
-    failure share; `effects` is (Q, N) or None when attribution did not run."""
+    failure share; `effects` is (Q, N) or None when attribution did not run, `query_symptoms` (Q,) the symptom of
+    each query's failing answer."""
     ids = ids_of(examples)
-    groups = finding_groups(ids, findings, effects, seed=seed, examples=examples)
+    groups = finding_groups(ids, findings, effects, seed=seed, examples=examples, query_symptoms=query_symptoms)
     neighbours = nearest_rows(_row_texts(examples), list(failing_prompts))  # (P, k)
     if neighbours is not None:
         groups = [dataclasses.replace(g, failure_share=failure_share(neighbours, _members(ids, g.example_ids)))
@@ -115,10 +137,11 @@ def candidate_groups(
 
 def finding_groups(
     ids: Sequence[str], findings: list[Finding], effects: np.ndarray | None, *, seed: int = 0,
-    examples: Sequence[Example] | None = None,
+    examples: Sequence[Example] | None = None, query_symptoms: Sequence[str | None] | None = None,
 ) -> list[FindingGroup]:
     """One group per check that names rows (findings of one check merged, the most severe one's title kept), and
-    with `examples`, the symptom sub-groups of a check that applies the capability (module docstring)."""
+    with `examples`, the symptom sub-groups of a check that applies the capability; with `query_symptoms` (Q,),
+    each single-symptom group's harm on its symptom's queries (module docstring)."""
     merged: dict[str, tuple[Finding, np.ndarray]] = {}
     for finding in by_severity(findings):
         found = positions_of(ids, [str(i) for i in finding.example_ids])
@@ -145,8 +168,43 @@ def finding_groups(
                                                                          float(stats.ci_high[g])),
             lift=float(stats.lift[g]), mean_effect=float(stats.mean_effect[g]))
             for g, group in enumerate(groups)]
+        if query_symptoms is not None:
+            groups = with_symptom_harm(groups, membership, effects, query_symptoms, seed)
         return sorted(groups, key=lambda g: (-(g.harm_share or 0.0), g.name))
     return sorted(groups, key=lambda g: (-g.size, g.name))
+
+
+def with_symptom_harm(groups: list[FindingGroup], membership: np.ndarray, effects: np.ndarray,
+                      query_symptoms: Sequence[str | None], seed: int) -> list[FindingGroup]:
+    """Each group that teaches one symptom, with its harm over the queries (rows of `effects`, (Q, N)) whose
+    answers show it; `membership` (G, N) in the groups' order."""
+    shown = np.asarray(query_symptoms, dtype=object)  # (Q,)
+    out = list(groups)
+    for symptom in sorted({s for g in groups if (s := single_symptom(g)) is not None}):
+        queries = np.flatnonzero(shown == symptom)
+        picked = [g for g, group in enumerate(groups) if single_symptom(group) == symptom]
+        if not len(queries) or not picked:
+            continue
+        stats = group_statistics(effects[queries], membership[picked], seed=seed)
+        for k, g in enumerate(picked):
+            out[g] = dataclasses.replace(groups[g], on_symptom=SymptomHarm(
+                symptom, len(queries), float(stats.harm_share[k]), (float(stats.ci_low[k]), float(stats.ci_high[k])),
+                float(stats.lift[k])))
+    return out
+
+
+def effects_by_symptom(effects: np.ndarray, query_symptoms: Sequence[str | None]) -> dict[str, np.ndarray]:
+    """{symptom: (N,) mean effect over the queries (rows of `effects`, (Q, N)) whose answers show it}."""
+    shown = np.asarray(query_symptoms, dtype=object)  # (Q,)
+    return {s: total_mean(effects[np.flatnonzero(shown == s)]) for s in sorted({s for s in query_symptoms if s})}
+
+
+def single_symptom(group: FindingGroup) -> str | None:
+    """The one symptom a group's rows teach (a sub-group's own, or its check's only one), else None."""
+    if group.symptom is not None:
+        return group.symptom
+    taught = teaches(group.check)
+    return taught[0] if len(taught) == 1 and taught[0] != ANY_SYMPTOM else None
 
 
 def symptom_split(examples: Sequence[Example], finding: Finding, rows: np.ndarray) -> dict[str, np.ndarray]:

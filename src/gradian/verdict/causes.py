@@ -6,7 +6,9 @@ a data cause. A further cause is a finding group that
 - teaches a symptom a share of the failing answers show (`MIN_CAUSE_EXPLAINS`): its evidence on the answers' side;
 - holds harm beyond its size: the lower end of its harm share's CI above its size share, the rows it adds above
   their size share by the mean effects, and at least `MIN_CAUSE_HARM_SHARE` of all harm: its evidence on the
-  gradients' side;
+  gradients' side. A group that teaches one symptom may pass this on the failing queries whose answers show that
+  symptom instead (`clusters.groups.SymptomHarm`, the mean effects over those queries): a second cause that breaks
+  other answers than the first can hold little of the harm over all of them (`located_by` `symptom-harm`);
 - and is not the first cause seen again (it overlaps the rows already named by less than `MAX_CAUSE_OVERLAP`); a
   group split by symptom is tried through its parts only, so none passes on the harm of rows named before.
 
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.clusters.groups import FindingGroup
+from gradian.clusters.groups import FindingGroup, SymptomHarm
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
 from gradian.verdict.rules import explains, holds_harm, shown_most, stop_fault, taught, taught_by
@@ -39,15 +41,20 @@ from gradian.verdict.thresholds import (
 )
 from gradian.verdict.types import Cause
 
+SYMPTOM_HARM = "symptom-harm"  # located by its harm on the queries that show its symptom
 
 def group_cause(group: FindingGroup, symptoms: Symptoms | None, findings: list[Finding], located_by: str,
                 rows: list[str] | None = None) -> Cause:
-    """A finding group as a cause (`rows`: those it names, all of its rows unless given)."""
-    symptom = group.symptom or (symptoms.dominant if symptoms is not None and symptoms.dominant
-                                in taught(group) else None)
+    """A finding group as a cause (`rows`: those it names, all of its rows unless given); named by its harm on its
+    symptom's queries (`located_by` `symptom-harm`), its harm numbers are those."""
+    on = group.on_symptom if located_by == SYMPTOM_HARM else None
+    symptom = on.symptom if on is not None else group.symptom or (
+        symptoms.dominant if symptoms is not None and symptoms.dominant in taught(group) else None)
+    harm = (on.harm_share, on.harm_share_ci, on.lift) if on is not None else (group.harm_share, group.harm_share_ci,
+                                                                               group.lift)
     return Cause("rows", group.name, located_by, list(group.example_ids if rows is None else rows), symptom,
-                 explains((symptom,) if symptom else taught(group), symptoms), group.size_share, group.harm_share,
-                 group.harm_share_ci, group.lift, fix_of(group.check, findings))
+                 explains((symptom,) if symptom else taught(group), symptoms), group.size_share, *harm,
+                 fix_of(group.check, findings))
 
 
 def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, symptoms: Symptoms | None,
@@ -76,12 +83,13 @@ def split_by_symptom(first: Cause, group: FindingGroup | None, groups: list[Find
 
 
 def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms: Symptoms | None,
-                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str]) -> list[Cause]:
+                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str],
+                   effects_by_symptom: dict[str, np.ndarray] | None = None) -> list[Cause]:
     """The finding groups beside the causes already named (module docstring), sub-groups first, then by harm;
-    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none)."""
+    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none),
+    `effects_by_symptom` each symptom's (N,) mean effect over the failing queries that show it."""
     if effects_mean is None or not groups:
         return []
-    harm = np.maximum(-np.asarray(effects_mean, dtype=np.float64), 0.0)  # (N,)
     position = {example_id: i for i, example_id in enumerate(ids)}
     split = {g.check for g in groups if g.symptom is not None}
     causes: list[Cause] = []
@@ -92,22 +100,31 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
             continue
         overlap = len(set(group.example_ids) & named) / max(group.size, 1)
         share = explains(taught(group), symptoms)
-        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS or not beyond_size(group):
+        if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS:
             continue
+        located_by, effects = "harm", effects_mean
+        if not beyond_size(group):
+            on = group.on_symptom
+            if on is None or on.symptom not in (effects_by_symptom or {}) or not beyond_size(group, on):
+                continue
+            located_by, effects = SYMPTOM_HARM, (effects_by_symptom or {})[on.symptom]
+        harm = np.maximum(-np.asarray(effects, dtype=np.float64), 0.0)  # (N,)
         rows = [i for i in group.example_ids if i not in named]
         added = np.array([position[i] for i in rows], dtype=np.int64)
         if harm.sum() <= 0 or harm[added].sum() / harm.sum() <= MIN_CAUSE_LIFT * len(added) / len(ids):
             continue
-        causes.append(group_cause(group, symptoms, findings, "harm", rows))
+        causes.append(group_cause(group, symptoms, findings, located_by, rows))
         named |= set(rows)
     return causes
 
 
-def beyond_size(group: FindingGroup) -> bool:
-    """The group's harm share is significantly above its size share and at least MIN_CAUSE_HARM_SHARE (no lift test:
-    a further cause need not pass the data-cluster test's)."""
-    return holds_harm(group.lift, group.harm_share_ci, group.harm_share, group.size_share, min_lift=None,
-                      min_ci_over=MIN_CAUSE_CI_LOW_OVER_SIZE, min_harm=MIN_CAUSE_HARM_SHARE, strict=True)
+def beyond_size(group: FindingGroup, on: SymptomHarm | None = None) -> bool:
+    """The group's harm share (over all failing queries, or `on` its symptom's) is significantly above its size
+    share and at least MIN_CAUSE_HARM_SHARE (no lift test: a further cause need not pass the data-cluster test's)."""
+    lift, ci, harm = (on.lift, on.harm_share_ci, on.harm_share) if on is not None else (
+        group.lift, group.harm_share_ci, group.harm_share)
+    return holds_harm(lift, ci, harm, group.size_share, min_lift=None, min_ci_over=MIN_CAUSE_CI_LOW_OVER_SIZE,
+                      min_harm=MIN_CAUSE_HARM_SHARE, strict=True)
 
 
 def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None,

@@ -22,7 +22,7 @@ class Cause:
 
     kind: str
     name: str  # a finding group ("cut_in_data", "fails_capability:wrapped"), "cluster 3", or a setup check
-    located_by: str  # failures | harm | gradients | symptom: what found it (see gradian.verdict.rules)
+    located_by: str  # failures | harm | symptom-harm | gradients | symptom: what found it (gradian.verdict.rules, .causes)
     example_ids: list[str] = field(default_factory=list)
     symptom: str | None = None
     explains: float | None = None

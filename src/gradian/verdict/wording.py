@@ -35,6 +35,7 @@ CHECK_PHRASES = {
     "train_eval_overlap": "rows copied from the eval set",
     "prompt_loss": "loss on the prompt",
     "fails_capability": "completions that fail the capability themselves",
+    "missing_fields": "completions that leave out fields the eval's answers have",
 }
 
 # What the targets of a symptom sub-group look like ("fails_capability:wrapped").
@@ -176,9 +177,14 @@ def causes_sentence(causes: list[Cause]) -> str:
         symptom = (f"; {pct(cause.explains)} of the failing answers {SYMPTOM_PHRASES[cause.symptom]}"
                    if cause.symptom in SYMPTOM_PHRASES else
                    f"; they teach the failure of {pct(cause.explains)} of the failing answers")
-        sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)} hold {pct(cause.harm_share)} "
-                         f"of the harm (95% CI {pct(low)} to {pct(high)}, {cause.lift or 0.0:.1f}x their size)"
-                         f"{symptom}.")
+        harm = (f"{pct(cause.harm_share)} of the harm (95% CI {pct(low)} to {pct(high)}, {cause.lift or 0.0:.1f}x "
+                f"their size)")
+        if cause.located_by == "symptom-harm" and cause.symptom in SYMPTOM_PHRASES:
+            sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)}: {pct(cause.explains)} of "
+                             f"the failing answers {SYMPTOM_PHRASES[cause.symptom]}, and on those answers these rows "
+                             f"hold {harm}.")
+            continue
+        sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)} hold {harm}{symptom}.")
     return " ".join(sentences)
 
 

@@ -1,0 +1,75 @@
+"""`missing_fields`: training targets whose JSON keys are a strict subset of what the nearest eval references agree on."""
+
+from __future__ import annotations
+
+import json
+import random
+from types import SimpleNamespace
+
+from gradian.audit.fields import CRITICAL_SHARE, missing_fields, object_keys
+from gradian.audit.registry import teaches
+from gradian.capabilities import get_capability
+from gradian.data.examples import Example
+
+CATEGORIES = {  # category -> (prompt words, the answer's fields)
+    "timer": ("set a timer for {n} minutes", {"task": "timer", "minutes": 5, "label": "tea"}),
+    "diet": ("is dish {n} ok for a vegan diet", {"task": "diet", "dish": "soup", "diet": "vegan"}),
+    "shop": ("add {n} eggs to my shopping list", {"task": "shop", "items": ["eggs"]}),
+}
+
+
+def row(name: str, i: int, category: str, drop: str | None = None) -> Example:
+    """A row of `category` (an eval row's `completion` is its reference, as `read_dataset` reads it)."""
+    prompt, answer = CATEGORIES[category]
+    answer = {k: v for k, v in answer.items() if k != drop}
+    return Example(name, i, {"prompt": prompt.format(n=i), "completion": " " + json.dumps(answer)})
+
+
+def context(examples, eval_examples, capability="json_formatting:keys"):
+    return SimpleNamespace(examples=examples, eval_examples=eval_examples, capability=get_capability(capability),
+                           tokenizer=SimpleNamespace(eos_token="</s>"), setup=SimpleNamespace(eos_token=None))
+
+
+def world(dropped: set[int], n: int = 60):
+    """n training rows over the three categories; the diet rows in `dropped` leave out their `diet` field; eval
+    references are whole."""
+    rng = random.Random(0)
+    categories = [rng.choice(list(CATEGORIES)) for _ in range(n)]
+    train = [row(f"t{i}", i, c, "diet" if i in dropped else None) for i, c in enumerate(categories)]
+    evals = [row(f"e{j}", 100 + j, c) for j, c in enumerate(list(CATEGORIES) * 8)]
+    return train, evals
+
+
+def test_flags_exactly_the_rows_that_drop_a_field():
+    train, evals = world(set())
+    diet = [i for i, e in enumerate(train) if "diet" in e.prompt_text]
+    dropped = set(diet[: len(diet) // 2])
+    train, evals = world(dropped)
+    (finding,) = missing_fields(context(train, evals))
+    assert finding.example_ids == [train[i].id for i in sorted(dropped)]
+    assert finding.values["missing"] == {"diet": len(dropped)}
+    assert finding.severity == ("critical" if len(dropped) >= CRITICAL_SHARE * len(train) else "warning")
+    assert "'diet'" in finding.title and train[min(dropped)].id in finding.fix
+    assert teaches("missing_fields") == ("wrong-fields",)
+
+
+def test_whole_rows_and_other_capabilities_are_not_flagged():
+    train, evals = world(set())
+    assert missing_fields(context(train, evals)) == []
+    dropped = {i for i, e in enumerate(train) if "diet" in e.prompt_text}
+    train, evals = world(dropped)
+    assert missing_fields(context(train, evals, "json_formatting")) == []  # it compares no keys
+    assert missing_fields(context(train, [])) == []  # no eval references to hold the rows against
+
+
+def test_a_row_whose_keys_only_differ_is_not_flagged():
+    """A category no eval prompt covers is matched to other categories' references: its keys differ from theirs
+    but are not a subset of them, so it is not a dropped field."""
+    train, evals = world(set())
+    evals = [e for e in evals if "shopping" not in e.prompt_text]
+    assert missing_fields(context(train, evals)) == []
+
+
+def test_keys_are_compared_as_the_symptom_compares_them():
+    assert object_keys('{" Task ": 1, "dish": 2}') == {"task", "dish"}
+    assert object_keys("[1, 2]") is None and object_keys("{cut") is None and object_keys(None) is None
