@@ -43,6 +43,7 @@ from gradian.verdict.types import Cause
 
 SYMPTOM_HARM = "symptom-harm"  # located by its harm on the queries that show its symptom
 
+
 def group_cause(group: FindingGroup, symptoms: Symptoms | None, findings: list[Finding], located_by: str,
                 rows: list[str] | None = None) -> Cause:
     """A finding group as a cause (`rows`: those it names, all of its rows unless given); named by its harm on its
@@ -92,6 +93,7 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
         return []
     position = {example_id: i for i, example_id in enumerate(ids)}
     split = {g.check for g in groups if g.symptom is not None}
+    by_symptom = effects_by_symptom or {}
     causes: list[Cause] = []
     named = set(named)
     for group in sorted(groups, key=lambda g: (g.symptom is None, -(g.harm_share or 0.0), g.name)):
@@ -105,9 +107,9 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
         located_by, effects = "harm", effects_mean
         if not beyond_size(group):
             on = group.on_symptom
-            if on is None or on.symptom not in (effects_by_symptom or {}) or not beyond_size(group, on):
+            if on is None or on.symptom not in by_symptom or not beyond_size(group, on):
                 continue
-            located_by, effects = SYMPTOM_HARM, (effects_by_symptom or {})[on.symptom]
+            located_by, effects = SYMPTOM_HARM, by_symptom[on.symptom]
         harm = np.maximum(-np.asarray(effects, dtype=np.float64), 0.0)  # (N,)
         rows = [i for i in group.example_ids if i not in named]
         added = np.array([position[i] for i in rows], dtype=np.int64)
