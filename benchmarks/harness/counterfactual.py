@@ -1,16 +1,18 @@
 """Counterfactual scores of every ranking method: recovery@k and the LDS, from zero-weight retrains.
 
     python -m benchmarks.harness.counterfactual FOLDER [FOLDER ...] --work DIR [--subsets 100] [--fraction 0.5]
-        [--seeds 0 1] [--lds FAMILY ...] [--methods NAME ...] [--max-steps N] [--results R.json] [--markdown R.md]
+        [--seeds 0 1] [--lds FAMILY ...] [--methods NAME ...] [--max-steps N] [--jobs N] [--results R.json]
+        [--markdown R.md]
 
 Each FOLDER is a built scenario (`benchmarks/harness/suite_build.py`: `base/`, `run/`, `train.jsonl`, `eval.jsonl`,
 `truth.json`). Per folder, in `DIR/<folder name>/`:
 
 1. `gradian attribute --rank combined` (the suite's settings), and where a method needs its own run, `attribute`
    with `--preconditioner ekfac` (EK-FAC) and with `--checkpoints on` (TracIn-CP, when the run kept checkpoints);
-2. each method's score per training row (higher = more suspect): the default (`rank_score`), the gradient alone
-   (the default's row harm), EK-FAC and TracIn-CP (−effect), TF-IDF, BM25 and RepSim (mean over the failing
-   prompts), random, and the planted rows (the scenario's claim, a ceiling on planted-row metrics);
+2. each method's score per training row (higher = more suspect): the default (`--rank gradient`: the report's
+   `row_harm`), the combined rank (`rank_score`), EK-FAC and TracIn-CP (−effect), TF-IDF, BM25 and RepSim (mean over
+   the failing prompts), the category oracle (every row of the planted rows' category first), random, and the
+   planted rows (the scenario's claim, a ceiling on planted-row metrics);
 3. recovery@k: the top k rows of each method (k = the number of planted rows) at zero weight under the run's seed
    (no recorded order is replayed: the data order is the one that seed draws, the same in every retrain;
    `gradian.verify.retrain`), measured on the report's eval prompts as `gradian verify` measures
@@ -39,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import jobs
 from benchmarks.harness import lds as lds_module
 from gradian.data.examples import Example, read_dataset
 from gradian.files import atomic_write
 
-METHODS = ("default", "gradient alone", "EK-FAC", "TracIn-CP", "TF-IDF", "BM25", "RepSim", "random", "planted rows")
+METHODS = ("default", "combined", "EK-FAC", "TracIn-CP", "TF-IDF", "BM25", "RepSim", "category oracle", "random",
+           "planted rows")
 LOSSES = "losses.json"
 
 
@@ -76,16 +80,18 @@ def method_scores(folder: Path, work: Path, wanted: Sequence[str], built: BuiltF
             return cached
     from benchmarks.harness.baselines import bm25_scores
     from gradian.report.rows import read_examples
-    from gradian.scenarios.evaluate import random_scores
+    from gradian.scenarios.evaluate import category_oracle, random_scores
     from gradian.scores import relevance as rel
 
     truth, report = built.truth, built.report_dir
     rows = read_examples(report)
     column = {name: np.array([row.get(name) if row.get(name) is not None else np.nan for row in rows], dtype=float)
               for name in ("rank_score", "row_harm", "gradient_effect", "relevance_tfidf", "relevance_repsim")}
-    out: dict[str, np.ndarray] = {"default": column["rank_score"], "random": random_scores(len(rows), truth["seed"])}
-    harm = column["row_harm"]
-    out["gradient alone"] = harm if np.isfinite(harm).all() else -column["gradient_effect"]
+    out: dict[str, np.ndarray] = {"combined": column["rank_score"], "random": random_scores(len(rows), truth["seed"])}
+    harm = column["row_harm"]  # the default's score: --rank gradient ranks by it
+    out["default"] = harm if np.isfinite(harm).all() else -column["gradient_effect"]
+    categories = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in built.train]
+    out["category oracle"] = category_oracle([e.id for e in built.train], truth, truth["seed"], categories)
     out["TF-IDF"], out["RepSim"] = column["relevance_tfidf"], column["relevance_repsim"]
     planted = set(truth["culprit_ids"])
     out["planted rows"] = np.array([1.0 if row["id"] in planted else 0.0 for row in rows])
@@ -225,6 +231,7 @@ def run_folder(folder: Path, work: Path, args: argparse.Namespace) -> dict[str, 
                               "methods_missing": [m for m in args.methods if m not in scores]}
     record["recovery_at_k"] = recovery_at_k(retrainer, scores, k) if k else {}
     record["curve"] = curve(retrainer, scores["default"]) if "default" in scores else []
+    record["curve_of"] = "default"
     if args.lds is None or record["family"] in args.lds or folder.name in args.lds:
         record["lds"] = lds_scores(retrainer, scores, args.subsets, args.fraction, args.seeds)
     atomic_write(work / "counterfactual.json", json.dumps(record, indent=2) + "\n")
@@ -264,12 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="cap retrains (a smoke run only)")
     parser.add_argument("--results", type=Path, default=None)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--jobs", type=int, default=1, help="folders at once, one thread each")
     args = parser.parse_args(argv)
-    from gradian.scenarios.base import one_thread
-
-    with one_thread():
-        records = [run_folder(folder, args.work / folder.name, args) for folder in args.folders]
-    if args.results:
+    records = jobs.run_jobs(run_folder, [(folder, args.work / folder.name, args) for folder in args.folders],
+                            args.jobs)
+    if args.results:  # one file over several invocations: a folder measured again replaces its record
+        done = {r["folder"] for r in records}
+        kept = [r for r in json.loads(args.results.read_text()) if r["folder"] not in done] \
+            if args.results.is_file() else []
+        records = kept + records
         atomic_write(args.results, json.dumps(records, indent=2) + "\n")
     text = markdown(records)
     if args.markdown:

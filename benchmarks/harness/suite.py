@@ -61,7 +61,7 @@ def ranked(builds: list[dict[str, Any]]) -> list[Path]:
             if kinds[b["family"]] == "data-cluster" and b["drop_overall"] >= REGRESSED_POINTS]
 
 
-CAUSAL_RECOVERY = 0.8  # the planted rows are the regression's cause where removing them recovers this much
+CAUSAL_RECOVERY = suite_verify.CAUSAL
 
 
 def truth_table(verified: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:

@@ -33,10 +33,11 @@ from gradian.verify.recipe import read_recipe
 from gradian.verify.retrain import Retrain, retrain
 
 PLANTED = "without-planted"
+CAUSAL = 0.8  # the planted rows are the regression's cause where removing them recovers this much
 
 
 def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
-    """Retrain without the planted culprit rows (the run's own recipe and seed) and measure its recovery."""
+    """Retrain without the planted culprit rows (zero weight, the run's own recipe and seed) and measure its recovery."""
     from gradian.data.base_model import resolve_base_model
     from gradian.data.run_folder import read_run
     from gradian.regression.loading import read_adapter_config
@@ -44,9 +45,10 @@ def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
     used = json.loads((out / "report.json").read_text())["settings"]
     base, run = resolve_base_model(used["base_model"]), read_run(used["run"], used.get("config"))
     recipe = read_recipe(run, read_adapter_config(Path(used["adapter"])))
-    planted = set(truth["culprit_ids"])
-    rows = [e for e in read_dataset(used["dataset"]) if e.id not in planted]
-    folder, marker = retrain(Retrain(PLANTED, rows, recipe.seed), recipe, base, out / "verify", device="cpu")
+    planted = frozenset(truth["culprit_ids"])  # at zero weight under the run's seed and order, as verify removes
+    rows = read_dataset(used["dataset"])
+    folder, marker = retrain(Retrain(PLANTED, rows, recipe.seed, zero_ids=planted), recipe, base, out / "verify",
+                             device="cpu")
     capability = get_capability(used.get("capability", "json_formatting"))
     original = read_original(out, capability)
     got = recovery(measure_adapter(folder, base, original, capability, device="cpu"), original)
@@ -73,7 +75,8 @@ def run_record(work: Path, groups: int) -> dict[str, Any]:
         "named_planted": len(named & planted), "planted": len(planted),
         "verification": {k: v[k] for k in ("removed", "recovery", "recovery_ci", "random_recovery",
                                             "random_recovery_ci", "seed_noise", "status", "primary",
-                                            "original_train_s", "retrain_s")},
+                                            "original_train_s", "retrain_s", "scheme", "dropped", "topic",
+                                            "tests")},
         "retrains": [{k: r[k] for k in ("name", "kind", "rows", "recovery", "wall_s", "reused")}
                      for r in v["retrains"]],
         "groups": v["groups"], "top_group_recovers_most": None if best is None else best["harm_rank"] == 1,
@@ -87,23 +90,37 @@ def _ci(ci: Sequence[float] | None) -> str:
 
 def markdown(records: list[dict[str, Any]]) -> str:
     lines = ["| family (split) | seed | verdict (named: planted) | removed | recovery (95% CI) | random recovery "
-             "(95% CI) | seed noise | status | planted rows removed: recovery (95% CI) | top group recovers most | "
-             "one retrain's s ÷ the run's training s |", "|" + "---|" * 11]
+             "(95% CI) | same topic | rows dropped | seed noise | status | planted rows removed: recovery (95% CI) | "
+             "top group recovers most | one retrain's s ÷ the run's training s |", "|" + "---|" * 13]
     for r in records:
         v, p = r["verification"], r["planted_removal"]
         walls = [x["wall_s"] for x in r["retrains"] if x["wall_s"]]  # as trained, also when reused since
         ratio = f"{sum(walls) / len(walls):.0f} / {v['original_train_s']:.0f}" if walls and v["original_train_s"] \
             else "–"
         top = {None: "n/a", True: "yes", False: "no"}[r["top_group_recovers_most"]]
+        topic, dropped = v.get("topic") or {}, v.get("dropped") or {}
         lines.append(
             f"| {r['family']} ({r['split']}) | {r['seed']} | {r['verdict']} ({r['named']}: {r['named_planted']}) | "
             f"{v['removed']} | {pct(v['recovery'])} ({_ci(v['recovery_ci'])}) | {pct(v['random_recovery'])} "
-            f"({_ci(v['random_recovery_ci'])}) | {pct(v['seed_noise'], signed=True)} | {v['status']} | "
+            f"({_ci(v['random_recovery_ci'])}) | {pct(topic.get('recovery'))} | {pct(dropped.get('recovery'))} | "
+            f"{pct(v['seed_noise'], signed=True)} | {v['status']} | "
             f"{pct(p['recovery'])} ({_ci(p['recovery_ci'])}) | {top} | {ratio} |")
     tested = [r for r in records if r["top_group_recovers_most"] is not None]
+    lines.append("\n" + status_line(records))
     lines.append(f"\nThe group ranked most harmful is the one whose removal recovers most in "
                  f"{sum(r['top_group_recovers_most'] for r in tested)} of {len(tested)} runs.")
     return "\n".join(lines) + "\n"
+
+
+def status_line(records: list[dict[str, Any]]) -> str:
+    """How many runs verify decides, overall and where removing the planted rows recovers most of the regression."""
+    def count(rs: list[dict[str, Any]]) -> str:
+        tally = {s: sum(r["verification"]["status"] == s for r in rs)
+                 for s in sorted({r["verification"]["status"] for r in rs})}
+        return ", ".join(f"{k} {n}" for k, n in tally.items()) + f" (of {len(rs)})"
+    causal = [r for r in records if (r["planted_removal"]["recovery"] or 0.0) >= CAUSAL]
+    return (f"Status over every run: {count(records)}. Where removing the planted rows recovers ≥ {CAUSAL:.0%}: "
+            f"{count(causal) if causal else 'no run'}.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
