@@ -73,3 +73,13 @@ def test_a_row_whose_keys_only_differ_is_not_flagged():
 def test_keys_are_compared_as_the_symptom_compares_them():
     assert object_keys('{" Task ": 1, "dish": 2}') == {"task", "dish"}
     assert object_keys("[1, 2]") is None and object_keys("{cut") is None and object_keys(None) is None
+
+
+def test_rows_are_matched_a_chunk_at_a_time_with_the_same_result(monkeypatch):
+    train, evals = world(set())
+    dropped = {i for i, e in enumerate(train) if "diet" in e.prompt_text}
+    train, evals = world(dropped)
+    (whole,) = missing_fields(context(train, evals))
+    monkeypatch.setattr("gradian.audit.fields.CHUNK_ROWS", 7)
+    (chunked,) = missing_fields(context(train, evals))
+    assert chunked.example_ids == whole.example_ids == [train[i].id for i in sorted(dropped)]

@@ -28,6 +28,7 @@ NEIGHBOURS = 5
 AGREE = 0.6  # share of the nearest references that must hold the same key set
 CRITICAL_SHARE = 0.10  # as `fails_capability`: a tenth of the targets is a habit, not a corner
 EXAMPLES_SHOWN = 3
+CHUNK_ROWS = 16384
 
 
 def object_keys(text: str | None) -> frozenset[str] | None:
@@ -58,15 +59,17 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
     if not references or not targets:
         return []
     vectorizer = TfidfVectorizer().fit([p for p, _ in references] + [p for _, p, _ in targets])
-    similarity = (vectorizer.transform([p for _, p, _ in targets])
-                  @ vectorizer.transform([p for p, _ in references]).T).toarray()  # (targets, references)
-    nearest = np.argsort(-similarity, axis=1, kind="stable")[:, :NEIGHBOURS]  # (targets, k)
+    evals = vectorizer.transform([p for p, _ in references]).T  # (V, R)
     reference_keys = [keys for _, keys in references]
     flagged: list[tuple[str, list[str]]] = []
-    for (row_id, _, keys), rows in zip(targets, nearest, strict=True):
-        wanted = agreed_keys(rows, reference_keys)
-        if wanted is not None and keys < wanted:
-            flagged.append((row_id, sorted(wanted - keys)))
+    for start in range(0, len(targets), CHUNK_ROWS):  # memory holds a (chunk, R) block, never (N, R)
+        block = targets[start : start + CHUNK_ROWS]
+        similarity = (vectorizer.transform([p for _, p, _ in block]) @ evals).toarray()  # (chunk, R)
+        nearest = np.argsort(-similarity, axis=1, kind="stable")[:, :NEIGHBOURS]  # (chunk, k)
+        for (row_id, _, keys), rows in zip(block, nearest, strict=True):
+            wanted = agreed_keys(rows, reference_keys)
+            if wanted is not None and keys < wanted:
+                flagged.append((row_id, sorted(wanted - keys)))
     if not flagged:
         return []
     ids = [row_id for row_id, _ in flagged]
