@@ -61,16 +61,13 @@ def ranked(builds: list[dict[str, Any]]) -> list[Path]:
             if kinds[b["family"]] == "data-cluster" and b["drop_overall"] >= REGRESSED_POINTS]
 
 
-CAUSAL_RECOVERY = suite_verify.CAUSAL
-
-
 def truth_table(verified: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
     """Culprit recovery on the runs whose planted rows verify as the cause: mean AUPRC per split of the main
     methods and the default over those runs only (a ranking cannot be scored against rows that are not the cause)."""
     causal = {(v["family"], v["seed"]) for v in verified
-              if (v["planted_removal"]["recovery"] or 0.0) >= CAUSAL_RECOVERY}
+              if (v["planted_removal"]["recovery"] or 0.0) >= suite_verify.CAUSAL}
     picked = [r for r in records if (r["family"], r["seed"]) in causal and r["methods"]]
-    lines = [f"Runs whose planted rows are the cause (removing them recovers ≥ {CAUSAL_RECOVERY:.0%}): "
+    lines = [f"Runs whose planted rows are the cause (removing them recovers ≥ {suite_verify.CAUSAL:.0%}): "
              + (", ".join(f"{r['family']} seed {r['seed']} ({r['split']})" for r in picked) or "none") + ".", ""]
     if not picked:
         return lines

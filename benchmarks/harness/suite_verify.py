@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,8 @@ def markdown(records: list[dict[str, Any]]) -> str:
 def status_line(records: list[dict[str, Any]]) -> str:
     """How many runs verify decides, overall and where removing the planted rows recovers most of the regression."""
     def count(rs: list[dict[str, Any]]) -> str:
-        tally = {s: sum(r["verification"]["status"] == s for r in rs)
-                 for s in sorted({r["verification"]["status"] for r in rs})}
-        return ", ".join(f"{k} {n}" for k, n in tally.items()) + f" (of {len(rs)})"
+        tally = sorted(Counter(r["verification"]["status"] for r in rs).items())
+        return ", ".join(f"{status} {n}" for status, n in tally) + f" (of {len(rs)})"
     causal = [r for r in records if (r["planted_removal"]["recovery"] or 0.0) >= CAUSAL]
     return (f"Status over every run: {count(records)}. Where removing the planted rows recovers ≥ {CAUSAL:.0%}: "
             f"{count(causal) if causal else 'no run'}.")
