@@ -11,7 +11,7 @@ import pytest
 from gradian import check, unregister_check
 from gradian.audit import registry
 from gradian.audit.finding import Finding
-from gradian.clusters.groups import FindingGroup, effects_by_symptom, finding_groups
+from gradian.clusters.groups import FindingGroup, finding_groups
 from gradian.clusters.summary import summarize_clusters
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
 from gradian.verdict import Verdict, decide, rules
@@ -201,9 +201,8 @@ def split_verdict(values: np.ndarray, query_symptoms: list[str] | None) -> Verdi
     groups = [dataclasses.replace(g, failure_share=0.6 if g.check == "cut_in_data" else 0.0)
               for g in finding_groups(IDS, findings, values, seed=0, query_symptoms=query_symptoms)]
     clusters = summarize_clusters(IDS, LABELS, values, NAMES, findings, seed=0)
-    by_symptom = effects_by_symptom(values, query_symptoms) if query_symptoms else None
     return decide(SIGNIFICANT, findings, clusters, values.mean(axis=0), IDS, groups=groups,
-                  symptoms=symptoms_of({"stops-early": 10, "wrong-fields": 10}), effects_by_symptom=by_symptom)
+                  symptoms=symptoms_of({"stops-early": 10, "wrong-fields": 10}))
 
 
 def test_a_cause_that_breaks_other_answers_is_named_by_its_harm_on_them():

@@ -37,7 +37,7 @@ from gradian.audit.capability import target_text
 from gradian.audit.finding import Finding, by_severity
 from gradian.audit.registry import ANY_SYMPTOM, teaches
 from gradian.capabilities import get_capability
-from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics, total_mean
+from gradian.clusters.summary import CHUNK_ROWS, ClusterSummary, group_statistics
 from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.examples import Example
 from gradian.regression.symptoms import classify_answer
@@ -192,12 +192,6 @@ def with_symptom_harm(groups: list[FindingGroup], membership: np.ndarray, effect
                 symptom, len(queries), float(stats.harm_share[k]), (float(stats.ci_low[k]), float(stats.ci_high[k])),
                 float(stats.lift[k])))
     return out
-
-
-def effects_by_symptom(effects: np.ndarray, query_symptoms: Sequence[str | None]) -> dict[str, np.ndarray]:
-    """{symptom: (N,) mean effect over the queries (rows of `effects`, (Q, N)) whose answers show it}."""
-    shown = np.asarray(query_symptoms, dtype=object)  # (Q,)
-    return {s: total_mean(effects[np.flatnonzero(shown == s)]) for s in sorted({s for s in query_symptoms if s})}
 
 
 def single_symptom(group: FindingGroup) -> str | None:

@@ -9,7 +9,7 @@ import numpy as np
 from gradian.audit import DiagnoseResult
 from gradian.capabilities import get_capability
 from gradian.clusters.cluster import fit_clusters
-from gradian.clusters.groups import candidate_groups, effects_by_symptom
+from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.columns import ids_of, positions_of, texts_of
@@ -63,8 +63,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     groups = candidate_groups(audit.examples, audit.findings, effects, clusters.summaries if clusters else None,
                               [row.prompt for row in failing], seed=settings.seed, query_symptoms=shown)
     summaries = groups.clusters  # the same clusters, each with where the failures sit
-    verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups,
-                     effects_by_symptom=None if shown is None or effects is None else effects_by_symptom(effects, shown))
+    verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups)
     attribution = None if effects is None else Attribution(
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
     run = {"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in query.pairs] if query else [],

@@ -6,9 +6,10 @@ a data cause. A further cause is a finding group that
 - teaches a symptom a share of the failing answers show (`MIN_CAUSE_EXPLAINS`): its evidence on the answers' side;
 - holds harm beyond its size: the lower end of its harm share's CI above its size share, the rows it adds above
   their size share by the mean effects, and at least `MIN_CAUSE_HARM_SHARE` of all harm: its evidence on the
-  gradients' side. A group that teaches one symptom may pass this on the failing queries whose answers show that
-  symptom instead (`clusters.groups.SymptomHarm`, the mean effects over those queries): a second cause that breaks
-  other answers than the first can hold little of the harm over all of them (`located_by` `symptom-harm`);
+  gradients' side. A group that teaches one symptom and holds no row named before may pass this on the failing
+  queries whose answers show that symptom instead (`clusters.groups.SymptomHarm`; its rows are then the rows it
+  adds, so its harm there is theirs): a second cause that breaks other answers than the first can hold little of
+  the harm over all of them (`located_by` `symptom-harm`);
 - and is not the first cause seen again (it overlaps the rows already named by less than `MAX_CAUSE_OVERLAP`); a
   group split by symptom is tried through its parts only, so none passes on the harm of rows named before.
 
@@ -84,16 +85,14 @@ def split_by_symptom(first: Cause, group: FindingGroup | None, groups: list[Find
 
 
 def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms: Symptoms | None,
-                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str],
-                   effects_by_symptom: dict[str, np.ndarray] | None = None) -> list[Cause]:
+                   findings: list[Finding], effects_mean: np.ndarray | None, ids: Sequence[str]) -> list[Cause]:
     """The finding groups beside the causes already named (module docstring), sub-groups first, then by harm;
-    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none),
-    `effects_by_symptom` each symptom's (N,) mean effect over the failing queries that show it."""
+    `effects_mean` (N,) is each row's mean effect (None when attribution did not run: then none)."""
     if effects_mean is None or not groups:
         return []
+    harm = np.maximum(-np.asarray(effects_mean, dtype=np.float64), 0.0)  # (N,)
     position = {example_id: i for i, example_id in enumerate(ids)}
     split = {g.check for g in groups if g.symptom is not None}
-    by_symptom = effects_by_symptom or {}
     causes: list[Cause] = []
     named = set(named)
     for group in sorted(groups, key=lambda g: (g.symptom is None, -(g.harm_share or 0.0), g.name)):
@@ -104,16 +103,15 @@ def further_causes(named: set[str], groups: list[FindingGroup] | None, symptoms:
         share = explains(taught(group), symptoms)
         if overlap >= MAX_CAUSE_OVERLAP or share is None or share < MIN_CAUSE_EXPLAINS:
             continue
-        located_by, effects = "harm", effects_mean
-        if not beyond_size(group):
-            on = group.on_symptom
-            if on is None or on.symptom not in by_symptom or not beyond_size(group, on):
-                continue
-            located_by, effects = SYMPTOM_HARM, by_symptom[on.symptom]
-        harm = np.maximum(-np.asarray(effects, dtype=np.float64), 0.0)  # (N,)
         rows = [i for i in group.example_ids if i not in named]
-        added = np.array([position[i] for i in rows], dtype=np.int64)
-        if harm.sum() <= 0 or harm[added].sum() / harm.sum() <= MIN_CAUSE_LIFT * len(added) / len(ids):
+        if beyond_size(group):
+            located_by = "harm"
+            added = np.array([position[i] for i in rows], dtype=np.int64)
+            if harm.sum() <= 0 or harm[added].sum() / harm.sum() <= MIN_CAUSE_LIFT * len(added) / len(ids):
+                continue
+        elif not overlap and group.on_symptom is not None and beyond_size(group, group.on_symptom):
+            located_by = SYMPTOM_HARM  # all its rows are added: its CI above their size share is their lift test
+        else:
             continue
         causes.append(group_cause(group, symptoms, findings, located_by, rows))
         named |= set(rows)

@@ -51,8 +51,6 @@ from gradian.verdict import rules, wording
 from gradian.verdict.causes import cluster_cause, further_causes, group_cause, setup_beside, split_by_symptom
 from gradian.verdict.types import Cause, Verdict
 
-Effects = tuple[np.ndarray | None, dict[str, np.ndarray] | None]  # (N,) mean effects; per symptom, over its queries
-
 
 def decide(
     regression: dict[str, Any],
@@ -63,10 +61,8 @@ def decide(
     *,
     symptoms: Symptoms | None = None,
     groups: list[FindingGroup] | None = None,
-    effects_by_symptom: dict[str, np.ndarray] | None = None,
 ) -> Verdict:
-    """Apply the rules in order (see the module docstring) and return the first verdict that holds;
-    `effects_by_symptom` holds each symptom's (N,) mean effect over the failing queries that show it (rule 8)."""
+    """Apply the rules in order (see the module docstring) and return the first verdict that holds."""
     if not rules.is_regression(regression):
         summary, action = wording.no_regression(regression)
         return Verdict("no-regression", summary, action, {"regression": {
@@ -79,7 +75,7 @@ def decide(
         return _setup(regression, setup, symptoms)
     ranked = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
     top = ranked[0] if ranked and effects_mean is not None else None
-    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, (effects_mean, effects_by_symptom))
+    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean)
     if verdict is None:
         return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
@@ -88,13 +84,14 @@ def decide(
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
                symptoms: Symptoms | None, groups: list[FindingGroup] | None,
-               effects: Effects) -> Verdict | None:
+               effects_mean: np.ndarray | None) -> Verdict | None:
     """Rules 4 and 5: the rows the audit and the gradients name, if any."""
     found = rules.symptom_group(symptoms, groups, len(ids))
     if found is not None and symptoms is not None:
-        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects, ids)
+        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids)
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
+            effects = np.asarray(effects_mean, dtype=np.float64)
             return _data_cluster(regression, findings, top, effects, ids, symptoms, groups)
     return None
 
@@ -111,19 +108,19 @@ def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | No
 
 
 def _named(regression: dict[str, Any], first: list[Cause], findings: list[Finding], symptoms: Symptoms | None,
-           groups: list[FindingGroup] | None, effects: Effects, ids: list[str]) -> list[Cause]:
+           groups: list[FindingGroup] | None, effects_mean: np.ndarray | None, ids: list[str]) -> list[Cause]:
     """Rule 8: the first cause's parts, the further data causes, then a setup cause beside them."""
     named = {i for cause in first for i in cause.example_ids}
-    return first + further_causes(named, groups, symptoms, findings, effects[0], ids, effects[1]) \
+    return first + further_causes(named, groups, symptoms, findings, effects_mean, ids) \
         + setup_beside(regression, findings, symptoms, len(ids))
 
 
 def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group: FindingGroup, located_by: str,
                      symptoms: Symptoms, top: ClusterSummary | None, groups: list[FindingGroup] | None,
-                     effects: Effects, ids: list[str]) -> Verdict:
+                     effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
     """Rule 4's verdict, with every cause beside it (rule 8) and whether the gradients agree."""
     first = split_by_symptom(group_cause(group, symptoms, findings, located_by), group, groups, symptoms, findings)
-    causes = _named(regression, first, findings, symptoms, groups, effects, ids)
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
     gradients = rules.agreement(list(group.example_ids), set(culprits), top)
     evidence: dict[str, Any] = {
@@ -142,7 +139,7 @@ def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group:
 
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,
-                  effects: Effects, ids: list[str], symptoms: Symptoms | None,
+                  effects_mean: np.ndarray, ids: list[str], symptoms: Symptoms | None,
                   groups: list[FindingGroup] | None) -> Verdict:
     """Rule 5's verdict: the cluster's flagged rows (its mechanism) or its outlying rows, and the causes beside."""
     found = rules.mechanism(cluster)
@@ -158,10 +155,10 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
         rows = [i for i in cluster.example_ids if i in flagged]
         evidence.update(mechanism={"check": check, "inside": inside, "outside": outside}, culprit_rule="flag")
     else:
-        rows, threshold = rules.culprits_by_effect(cluster, np.asarray(effects[0], dtype=np.float64), ids)
+        rows, threshold = rules.culprits_by_effect(cluster, effects_mean, ids)
         evidence["effect_threshold"] = threshold
     first = [cluster_cause(cluster, rows, found[0] if found else None, symptoms, findings)]
-    causes = _named(regression, first, findings, symptoms, groups, effects, ids)
+    causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
     evidence["n_culprits"] = len(culprits)
     summary = wording.cluster_summary(regression, cluster, found, len(rows), threshold)
