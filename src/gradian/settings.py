@@ -121,11 +121,10 @@ class AttributeSettings(ExtractSettings):
                 "harmful positions or tokens (--row-harm), and on summed effects raw ranked as well"})
     rank: RankRule = field(default="gradient", metadata={
         "help": "how training rows are ranked: gradient (default: the harm alone; chosen on the real-model suite's "
-                "dev half, SmolLM2-135M, where it ranked the culprits 1.000 against 0.998 combined, and combined "
-                "hid part of a second cause) or combined (the harm's robust z plus the TF-IDF and RepSim relevance "
-                "to the failing prompts, each counted only as far as it picks out the gradient's most harmful rows: "
-                "for models so small that large unrelated gradients outrank the culprits, where it ranked a tiny "
-                "model's 5% cut cluster 0.956 against the gradient's 0.665; BENCHMARKS.md)"})
+                "dev half, SmolLM2-135M, where relevance to the failing prompts, mostly about the first cause, hid "
+                "part of a second one) or combined (the harm's robust z plus the TF-IDF and RepSim relevance to the "
+                "failing prompts, each counted only as far as it picks out the gradient's most harmful rows: for "
+                "models so small that large unrelated gradients outrank the culprits; BENCHMARKS.md)"})
     row_harm: RowHarm = field(default="auto", metadata={
         "help": "a row's harm in the ranking: positions (its harmful positions alone, Σ_s max(0, h_s), from the "
                 "extraction's own backward pass: a culprit's right tokens, the rest of a valid answer, no longer "
