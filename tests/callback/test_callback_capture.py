@@ -1,6 +1,7 @@
 """GradianCallback(capture=True) on a real TRL SFTTrainer run in float64: each step's stored features equal a naive
 per-row `torch.autograd.grad` of the row's summed token NLL at that step's weights, times the step's learning rate
-and Adam's 1/(√v̂ + ε); a store cut short refuses in one sentence.
+and Adam's 1/(√v̂ + ε); a store cut short (by hand, or by a real SIGKILL inside a write) refuses in one sentence, and
+a SIGKILL between stores leaves the steps before it.
 
 SFTConfig turns bf16 autocast on by default (on a CPU too): the run here turns it off so the step is float64."""
 
@@ -135,6 +136,30 @@ def test_a_store_cut_short_refuses_in_one_sentence(captured, tmp_path):
     flags.flush()
     with pytest.raises(InputError, match=r"step-000001: was cut short by a kill \(5 of 8 rows written\); resume"):
         captured_stores(copy)
+
+
+def killed_run(tmp_path: Path, when: str) -> Path:
+    """A captured 4-step run SIGKILLed by tests/callback/callback_kill_worker.py at `when`."""
+    out = tmp_path / when
+    worker = Path(__file__).parent / "callback_kill_worker.py"
+    done = subprocess.run([sys.executable, str(worker), str(out), when], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == -9, done.stderr[-3000:]
+    return out
+
+
+def test_a_kill_inside_a_store_write_refuses_in_one_sentence(tmp_path):
+    out = killed_run(tmp_path, "mid-write")
+    with pytest.raises(InputError, match=r"step-000003: was cut short by a kill \(2 of 4 rows written\); resume"):
+        tracin_features(out, 16)
+
+
+def test_a_kill_between_stores_leaves_the_steps_before_it(tmp_path):
+    out = killed_run(tmp_path, "between-stores")
+    stores = captured_stores(out)
+    assert [[step for step, _ in step_slices(store)] for store in stores] == [[1], [2]]
+    trained = np.abs(tracin_features(out, 16)).sum(1) > 0
+    assert trained.sum() == 8  # the 8 rows of steps 1 and 2, each once
 
 
 def test_the_captured_store_is_the_files_rows_by_id(captured, tmp_path):
