@@ -16,6 +16,7 @@ from scipy.stats import bootstrap
 
 from gradian.audit.finding import Finding
 from gradian.data.columns import StringColumn, positions_of
+from gradian.scores.scoring import total_effect
 
 N_RESAMPLES = 2000
 CHUNK_ROWS = 16384  # rows read at a time when summing per group
@@ -182,7 +183,7 @@ def group_statistics(effects: np.ndarray, membership: np.ndarray | Membership, *
     (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an empty group)."""
     effects = np.atleast_2d(effects)  # (Q, N), read in chunks
     groups = as_membership(membership)
-    mean_effect = total_mean(effects)  # (N,)
+    mean_effect = total_effect(effects)  # (N,)
     shares = harm_shares(mean_effect, groups)  # (G,)
     low, high = harm_share_ci(effects, groups, seed=seed)
     sizes = group_sizes(groups)  # (G,)
@@ -212,7 +213,7 @@ def harm_share_ci(
     """
     groups = as_membership(membership)
     n_queries, n_rows = effects.shape
-    point = harm_shares(total_mean(effects, chunk_rows), groups)
+    point = harm_shares(total_effect(effects, chunk_rows), groups)
     if n_queries < 2:  # one query: nothing to resample, the share is all we know
         return point.copy(), point.copy()
 
@@ -235,13 +236,6 @@ def harm_share_ci(
     )
     low, high = result.confidence_interval
     return np.minimum(np.atleast_1d(low), point), np.maximum(np.atleast_1d(high), point)
-
-
-def total_mean(effects: np.ndarray, chunk_rows: int = 16384) -> np.ndarray:
-    """(N,) mean effect over the queries of (Q, N) `effects`, read a chunk of rows at a time."""
-    return np.concatenate([np.asarray(effects[:, start : start + chunk_rows], dtype=np.float64).mean(axis=0)
-                           for start in range(0, effects.shape[1], chunk_rows)]) if effects.shape[1] else \
-        np.zeros(0)
 
 
 def flagged_ids(findings: list[Finding]) -> dict[str, set[str]]:

@@ -16,12 +16,13 @@ import numpy as np
 from gradian.audit.finding import Finding, by_severity
 from gradian.clusters.cluster import Embedding, embed_examples
 from gradian.clusters.groups import CandidateGroups
-from gradian.clusters.summary import ClusterSummary, RowFlags, total_mean
+from gradian.clusters.summary import ClusterSummary, RowFlags
 from gradian.data.columns import ids_of, mask_of, texts_of
 from gradian.data.examples import Example
 from gradian.data.framework_version import package_version
 from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
+from gradian.scores.scoring import total_effect
 from gradian.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Fi
     context = context or Context()
     ids = ids_of(examples)  # a StringColumn for ExampleColumns: no list of N ids
     effects = attribution.effects if attribution is not None else None  # (Q, N)
-    effect = None if effects is None else total_mean(np.atleast_2d(effects))  # (N,)
+    effect = None if effects is None else total_effect(np.atleast_2d(effects))  # (N,)
     labels = attribution.labels if attribution is not None else None
     flags = RowFlags.of(ids, findings)
     culprits = mask_of(ids, verdict.culprit_ids)  # (N,) bool
