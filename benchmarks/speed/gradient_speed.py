@@ -26,13 +26,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import (
-    GradientSettings,
-    collate,
-    extract_train_features,
-    plan_batches,
-    summed_nll,
-)
+from gradian.gradients.batches import collate, plan_batches
+from gradian.gradients.extract import GradientSettings, extract_train_features, summed_nll
 
 SHAPES = {
     "tiny": dict(

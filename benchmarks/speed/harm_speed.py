@@ -26,7 +26,8 @@ import time
 import torch
 
 from benchmarks.speed import gradient_speed as speed
-from gradian.gradients.extract import GradientSettings, collate, extract_train_features, plan_batches, summed_nll
+from gradian.gradients.batches import collate, plan_batches
+from gradian.gradients.extract import GradientSettings, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.relevance import mean_hidden_states
 from gradian.scores.token_harm import position_harms, row_harms

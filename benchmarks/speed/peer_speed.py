@@ -47,8 +47,9 @@ from torch.utils.data import DataLoader
 from benchmarks import module_child
 from benchmarks.speed.gradient_speed import SHAPES, build, make_rows
 from gradian.data.render import Rendered
+from gradian.gradients.batches import collate
 from gradian.gradients.energy import share_budget
-from gradian.gradients.extract import GradientSettings, collate, extract_train_features, summed_nll
+from gradian.gradients.extract import GradientSettings, extract_train_features, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_features
 from gradian.scores.scoring import score_features

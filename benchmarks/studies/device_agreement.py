@@ -17,12 +17,8 @@ import numpy as np
 import torch
 
 from benchmarks.speed.gradient_speed import build, make_rows, naive_row_gradient
-from gradian.gradients.extract import (
-    GradientSettings,
-    collate,
-    extract_train_features,
-    per_example_gradients,
-)
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import GradientSettings, extract_train_features, per_example_gradients
 
 MODEL = "smollm2-135m"
 

@@ -27,7 +27,8 @@ import torch
 from gradian.audit import diagnose
 from gradian.capabilities import get_capability
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import GradientSettings, example_gradients, make_projector
 from gradian.regression.loading import load_models
 from gradian.regression.measure import measure_regression
 from gradian.scores.pairs import query_pairs

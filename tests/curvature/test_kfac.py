@@ -12,7 +12,8 @@ from conftest import make_tiny_model
 from gradian.curvature.factors import fit_factors
 from gradian.curvature.kfac import EKFAC, KFAC
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import collate, make_projector, per_example_gradients, summed_nll
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import make_projector, per_example_gradients, summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
 

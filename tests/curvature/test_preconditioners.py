@@ -12,7 +12,8 @@ from gradian.curvature import Identity, adam
 from gradian.curvature.gauss_newton import GaussNewton
 from gradian.data.render import IGNORE
 from gradian.errors import InputError
-from gradian.gradients.extract import collate, per_example_gradients
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import per_example_gradients
 from gradian.scores.scoring import score_features, total_effect
 
 torch.set_num_threads(2)

@@ -11,7 +11,8 @@ from peft import LoraConfig, get_peft_model
 
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import GradientSettings, collate, per_example_gradients, plan_batches, summed_nll
+from gradian.gradients.batches import collate, plan_batches
+from gradian.gradients.extract import GradientSettings, per_example_gradients, summed_nll
 from gradian.gradients.hooks import lora_matrices
 
 torch.set_num_threads(2)

@@ -13,7 +13,8 @@ from peft import LoraConfig, get_peft_model
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE, Rendered
 from gradian.errors import InputError
-from gradian.gradients.extract import GradientSettings, extract_train_features, rows_sha
+from gradian.gradients.batches import rows_sha
+from gradian.gradients.extract import GradientSettings, extract_train_features
 from gradian.gradients.store import FeatureStore
 
 torch.set_num_threads(2)

@@ -11,7 +11,8 @@ from peft import LoraConfig, get_peft_model
 
 from conftest import make_tiny_model
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import collate, summed_nll
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair
 from gradian.scores.query import query_direction

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from gradian.data.render import Rendered
-from gradian.gradients.extract import Progress, dropout_off, lora_backward, row_batches, sampled_rows
+from gradian.gradients.batches import Progress, row_batches, sampled_rows
+from gradian.gradients.extract import dropout_off, lora_backward
 from gradian.gradients.hooks import LoraMatrix, gradient_roots, lora_matrices
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings

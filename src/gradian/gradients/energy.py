@@ -22,15 +22,8 @@ from torch import nn
 
 from gradian.data.render import Rendered
 from gradian.files import atomic_write
-from gradian.gradients.extract import (
-    ParameterScale,
-    Progress,
-    SampledGradients,
-    example_gradients,
-    make_projector,
-    row_batches,
-    sampled_rows,
-)
+from gradian.gradients.batches import Progress, row_batches, sampled_rows
+from gradian.gradients.extract import ParameterScale, SampledGradients, example_gradients, make_projector
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
 

@@ -20,7 +20,8 @@ import numpy as np
 from torch import nn
 
 from gradian.data.render import IGNORE
-from gradian.gradients.extract import GradientSettings, collate, example_gradients, make_projector
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import GradientSettings, example_gradients, make_projector
 
 KINDS = ("naive", "contrastive", "contrastive-first")
 

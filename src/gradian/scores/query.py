@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradian.gradients.extract import collate, summed_nll
+from gradian.gradients.batches import collate
+from gradian.gradients.extract import summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
 from gradian.scores.relevance import mean_hidden_states

@@ -39,14 +39,8 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.extract import (
-    GradientSettings,
-    collate,
-    dropout_off,
-    lora_backward,
-    plan_batches,
-    row_batches,
-)
+from gradian.gradients.batches import collate, plan_batches, row_batches
+from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward
 from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
 from gradian.scores.query import to_model
 
