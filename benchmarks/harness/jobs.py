@@ -6,8 +6,11 @@ C cores, C workers do C runs at once; `--jobs 1` runs them in this process, in o
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
@@ -23,6 +26,17 @@ def _one_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def _worker(parent: int) -> None:
+    """A pool worker: one torch thread, and it dies with the harness (a killed harness must not leave workers
+    writing into the cache and holding its locks while a rerun starts): Linux's parent-death signal, and a check
+    that the parent is still there, for a parent that died before the signal was set."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+    _one_thread()
 
 
 def run_jobs(call: Callable[..., T], argument_lists: Sequence[Sequence[Any]], jobs: int,
@@ -41,7 +55,8 @@ def run_jobs(call: Callable[..., T], argument_lists: Sequence[Sequence[Any]], jo
                 done(results[-1])
         return results
     context = multiprocessing.get_context("spawn")  # no forked copy of this process's torch threads
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker,
+                             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(call, *args): i for i, args in enumerate(argument_lists)}
         slots: list[Any] = [None] * len(argument_lists)
         for future in as_completed(futures):
