@@ -40,6 +40,11 @@ def collate(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, side: str 
     return tensors
 
 
+def pad_id_of(model: nn.Module) -> int:
+    """The id batches are padded with: the model config's pad token, else 0 (padded positions are masked out)."""
+    return getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+
+
 def plan_batches(lengths: dict[int, int], settings: GradientSettings) -> list[list[int]]:
     """Rows grouped by length (longest first) under the row and padded-token budgets; deterministic."""
     batches: list[list[int]] = []
@@ -83,8 +88,7 @@ def row_batches(
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """(batch rows, batch) over `rows` of `rendered`, batched as extraction batches them, on the model's device."""
     device = next(model.parameters()).device
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     batches = plan_batches({i: len(rendered[i].input_ids) for i in rows}, settings)
     for batch_rows in progress(batches) if progress is not None else batches:
         pairs = [(rendered[i].input_ids, rendered[i].labels) for i in batch_rows]
-        yield batch_rows, {k: v.to(device) for k, v in collate(pairs, pad_id, settings.padding_side).items()}
+        yield batch_rows, {k: v.to(device) for k, v in collate(pairs, pad_id_of(model), settings.padding_side).items()}

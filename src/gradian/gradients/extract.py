@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.batches import Progress, collate, plan_batches, rows_sha
+from gradian.gradients.batches import Progress, collate, pad_id_of, plan_batches, rows_sha
 from gradian.gradients.hooks import (
     LoraMatrix,
     capture_gradients,
@@ -222,7 +222,7 @@ def extract_train_features(
         for j in mine:
             del lengths[projected.rows[j]]
         sampled_lengths = {projected.rows[j]: len(rendered[projected.rows[j]].input_ids) for j in mine}
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    pad_id = pad_id_of(model)
     store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
     planned = [lengths] + ([sampled_lengths] if sampled is not None and sides else [])
     batches = [batch for part in planned for file in writer.files for batch in plan_batches(

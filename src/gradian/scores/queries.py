@@ -20,7 +20,7 @@ import numpy as np
 from torch import nn
 
 from gradian.data.render import IGNORE
-from gradian.gradients.batches import collate
+from gradian.gradients.batches import collate, pad_id_of
 from gradian.gradients.extract import GradientSettings, example_gradients, make_projector
 
 KINDS = ("naive", "contrastive", "contrastive-first")
@@ -80,7 +80,7 @@ def query_features(
     """
     projector = make_projector(model, settings)
     queries = np.zeros((len(pairs), projector.dim), dtype=np.float64)
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    pad_id = pad_id_of(model)
     rows = [(index, *row) for index, pair in enumerate(pairs) for row in query_rows(pair, kind)]
     with example_gradients(model, projector) as compute:
         for start in range(0, len(rows), settings.batch_size):  # rows of several pairs share a batched backward

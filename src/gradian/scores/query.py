@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradian.gradients.batches import collate
+from gradian.gradients.batches import collate, pad_id_of
 from gradian.gradients.extract import summed_nll
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
@@ -44,7 +44,7 @@ class Query:
 def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> list[torch.Tensor]:
     """v = Σ_q q / ‖q‖, q = ∇θ f of each pair (f as `scores.queries`), one tensor per LoRA matrix."""
     weights = [m.module.weight for m in lora_matrices(model)]
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    pad_id = pad_id_of(model)
     total = [torch.zeros_like(w, dtype=torch.float64) for w in weights]
     for pair in pairs:
         rows = query_rows(pair, kind)

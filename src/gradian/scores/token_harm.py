@@ -39,7 +39,7 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gradian.data.render import IGNORE, Rendered
-from gradian.gradients.batches import collate, plan_batches, row_batches
+from gradian.gradients.batches import collate, pad_id_of, plan_batches, row_batches
 from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward
 from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
 from gradian.scores.query import to_model
@@ -96,7 +96,7 @@ def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[to
     """Per batch of row positions, each row's (T_i,) token harms: one forward pass, v the LoRA weights' tangent."""
     matrices = lora_matrices(model)
     name_of = {id(parameter): name for name, parameter in model.named_parameters()}
-    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    pad_id = pad_id_of(model)
     with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):  # math: a forward derivative everywhere
         # each LoRA weight carries its part of v as a tangent: the losses' tangent is J v, in one forward pass
         duals = {name_of[id(m.module.weight)]: fwAD.make_dual(m.module.weight, d.to(m.module.weight.dtype))
