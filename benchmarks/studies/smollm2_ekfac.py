@@ -34,17 +34,19 @@ COLUMNS = {"default": "gradient (default)", "identity, summed harm": "gradient Â
            "category oracle": "category oracle", "random": "random"}
 
 
-def ekfac_run(folder: Path, quality: Path) -> tuple[np.ndarray, list[str], float]:
-    """(N,) EK-FAC effect per row (report order), the rows' ids, and attribute's wall seconds (generation reused)."""
+def ekfac_run(folder: Path, quality: Path) -> tuple[np.ndarray, list[str], float | None]:
+    """(N,) EK-FAC effect per row (report order), the rows' ids, and attribute's wall seconds (generation reused;
+    None when its report was there)."""
     out = quality / "ekfac"
     out.mkdir(parents=True, exist_ok=True)
     for name in REUSED:
         if (quality / "attribute" / name).is_file() and not (out / name).is_file():
             shutil.copy2(quality / "attribute" / name, out / name)
-    start = time.perf_counter()
+    seconds = None  # a report already there was timed when it was made
     if not (out / "report.json").is_file():
+        start = time.perf_counter()
         attribute(attribute_settings(folder, out, preconditioner="ekfac", rank="gradient"))
-    seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start
     rows = read_examples(out)
     return np.array([row.get("effect") or 0.0 for row in rows]), [row["id"] for row in rows], seconds
 

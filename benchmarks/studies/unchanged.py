@@ -21,17 +21,18 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 FILES = ("suite_quality.json", "suite_quality_catalog.json")
 
 
-def timing(key: str) -> bool:
+def ignored(key: str) -> bool:
+    """Wall times, and what differs by where a run was cached (its work folder, whether a retrain was reused)."""
     return key in {"seconds", "epochs_worth", "fresh", "work", "reused"} or key.endswith("_s") or (
         key.endswith("seconds") and key != "epoch_seconds")
 
 
 def differences(before: Any, after: Any, path: str = "") -> tuple[int, list[str]]:
-    """(values compared, where they differ) over two JSON values, timings left out."""
+    """(values compared, where they differ) over two JSON values, `ignored` keys left out."""
     if isinstance(before, dict) and isinstance(after, dict):
-        count, diffs = 0, [f"{path}/{k}: only one side" for k in set(before) ^ set(after) if not timing(k)]
+        count, diffs = 0, [f"{path}/{k}: only one side" for k in set(before) ^ set(after) if not ignored(k)]
         for key in sorted(set(before) & set(after), key=str):
-            if not timing(key):
+            if not ignored(key):
                 n, d = differences(before[key], after[key], f"{path}/{key}")
                 count, diffs = count + n, diffs + d
         return count, diffs
