@@ -22,7 +22,7 @@ from gradian.data.examples import Example
 from gradian.data.framework_version import package_version
 from gradian.regression.symptoms import Symptoms
 from gradian.report.rows import EXAMPLES_FILE
-from gradian.scores.scoring import total_effect
+from gradian.scores.scoring import distinct, total_effect
 from gradian.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Fi
     context = context or Context()
     ids = ids_of(examples)  # a StringColumn for ExampleColumns: no list of N ids
     effects = attribution.effects if attribution is not None else None  # (Q, N)
-    effect = None if effects is None else total_effect(np.atleast_2d(effects))  # (N,)
+    effect = None if attribution is None else _row_effect(attribution)  # (N,)
     labels = attribution.labels if attribution is not None else None
     flags = RowFlags.of(ids, findings)
     culprits = mask_of(ids, verdict.culprit_ids)  # (N,) bool
@@ -124,6 +124,13 @@ def _embedding(examples: Sequence[Example], attribution: Attribution | None, see
     return attribution.embedding or embed_examples(texts_of(examples), attribution.features, seed=seed)
 
 
+def _row_effect(attribution: Attribution) -> np.ndarray:
+    """(N,) each row's mean effect: the ranking's (equal scores give exactly equal effects), else the effects'."""
+    if attribution.ranking is not None:
+        return attribution.ranking.effect
+    return total_effect(np.atleast_2d(attribution.effects))
+
+
 def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> dict[str, Any]:
     if effects is None or effect is None or effect.size == 0:
         return {}
@@ -131,17 +138,19 @@ def _effects_summary(effects: np.ndarray | None, effect: np.ndarray | None) -> d
     return {
         "n_queries": int(np.atleast_2d(effects).shape[0]), "n_examples": int(effect.size),
         "mean": float(effect.mean()), "min": float(effect.min()), "max": float(effect.max()),
-        "total_harm": float(harm.sum()), "n_harmful": int((effect < 0).sum()),
+        "total_harm": float(harm.sum()), "n_harmful": int((effect < 0).sum()), "distinct": distinct(effect),
     }
 
 
 def _top_rows(examples: Sequence[Example], effect: np.ndarray | None, labels: np.ndarray | None, flags: RowFlags,
               culprits: np.ndarray) -> list[dict[str, Any]]:
-    """The culprits (most harmful first), else the most harmful rows, each with its text."""
+    """The culprits (most harmful first), else the most harmful rows when the effects tell rows apart, each with
+    its text; rows of equal effect in dataset order."""
     if effect is None or not len(examples):
         return []
-    order = np.argsort(effect, kind="stable")  # (N,)
-    chosen = order[culprits[order]] if culprits.any() else order[effect[order] < 0]
+    order = np.argsort(effect, kind="stable")  # (N,) ties: the row's position
+    harmful = effect[order] < 0 if distinct(effect) else np.zeros(len(order), dtype=bool)
+    chosen = order[culprits[order]] if culprits.any() else order[harmful]
     rows = []
     for i in chosen[:TOP_ROWS].tolist():
         example = examples[i]
@@ -159,14 +168,15 @@ def _clip(text: str) -> str:
 
 def _charts(ids: Sequence[str], effect: np.ndarray | None, labels: np.ndarray | None, embedding: Embedding | None,
             culprits: np.ndarray, verdict: Verdict, seed: int) -> dict[str, Any]:
-    """Data behind the HTML charts: the effect histogram and the 2-D cluster map."""
+    """Data behind the HTML charts: the effect histogram (left out when every row scored the same: there is no
+    spread to draw, and the report says so) and the 2-D cluster map."""
     if effect is None or effect.size == 0:
         return {}
-    counts, edges = np.histogram(effect, bins=HISTOGRAM_BINS)
-    threshold = verdict.evidence.get("effect_threshold")
-    charts: dict[str, Any] = {
-        "effect_histogram": {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold},
-    }
+    charts: dict[str, Any] = {}
+    if distinct(effect):
+        counts, edges = np.histogram(effect, bins=HISTOGRAM_BINS, range=(float(effect.min()), float(effect.max())))
+        threshold = verdict.evidence.get("effect_threshold")
+        charts["effect_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist(), "threshold": threshold}
     if labels is not None and embedding is not None:
         keep = _map_sample(culprits, seed)
         coordinates = embedding.coordinates(keep)  # (len(keep), 2)

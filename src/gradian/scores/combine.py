@@ -57,7 +57,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from gradian.scores.scoring import total_effect
+from gradian.scores.scoring import distinct, total_effect
 
 MAD_TO_SIGMA = 1.4826
 RELEVANCE_AGGREGATE = "mean"  # a row's relevance: its mean over the failing queries (max fell to 0.36 on format-cluster)
@@ -86,6 +86,15 @@ class Ranking:
     checks: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> auc, rho, weight
     harm: np.ndarray | None = None  # (N,) the harmful positions' or tokens' part; None: the harm is −gradient_effect
     row_harm: str = "sum"  # which: positions, tokens or sum (`settings.row_harm_of`)
+    row_effect: np.ndarray | None = None  # (N,) each row's mean effect as reported; None: gradient_effect
+    note: str | None = None  # why the harm asked for was not used, when it was not
+
+    @property
+    def effect(self) -> np.ndarray:
+        """(N,) each row's mean effect over the queries as clusters, verdict and report read it (negative =
+        harmful): rows of equal score get exactly equal effects here, where the mean of `effects` may differ by a
+        float step between processors."""
+        return self.gradient_effect if self.row_effect is None else self.row_effect
 
     def row_fields(self) -> dict[str, np.ndarray]:
         """Per-row numbers for report.json beside `effect`: the gradient's effect, each relevance, the score."""
@@ -95,7 +104,7 @@ class Ranking:
         return {**fields, **{f"relevance_{kind}": values for kind, values in self.relevance.items()}}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "row_harm": self.row_harm, "checks": self.checks,
+        return {"rank": self.rank, "row_harm": self.row_harm, "checks": self.checks, "note": self.note,
                 "rows": {name: values.tolist() for name, values in self.row_fields().items()}}
 
 
@@ -140,7 +149,7 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarra
     """
     effects = np.atleast_2d(effects)  # (Q, N); a memory map stays one
     effect = total_effect(effects)  # (N,), read in chunks
-    given = None if harm is None else np.asarray(harm, dtype=np.float64)  # (N,)
+    given, note = _informative(harm, row_harm)  # (N,) or None
     harm = -effect if given is None else given
     checks = {r.kind: relevance_check(r, harm, top) for r in relevances}
     if not gated:
@@ -151,9 +160,10 @@ def combine(effects: np.ndarray, relevances: list[Relevance], *, harm: np.ndarra
         shift += weight * robust_z(relevance.train)[0]
     shift *= scale / max(1.0, float(weights.sum()))
     score = robust_z(harm)[0] + shift
-    return Ranking(rank="combined", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
+    leveled, target = _level(effects, effect, score)
+    return Ranking(rank="combined", effects=leveled, gradient_effect=effect, score=score,
                    relevance={r.kind: np.asarray(r.train, dtype=np.float64) for r in relevances}, checks=checks,
-                   harm=given, row_harm=row_harm if given is not None else "sum")
+                   harm=given, row_harm=row_harm if given is not None else "sum", row_effect=target, note=note)
 
 
 def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None, row_harm: str = "sum") -> Ranking:
@@ -161,20 +171,37 @@ def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None, row
     where `harm` is −(mean effect), else moved to `harm`'s order as `_level` does."""
     effects = np.atleast_2d(effects)  # (Q, N)
     effect = total_effect(effects)  # (N,)
+    given, note = _informative(harm, row_harm)  # (N,) or None
+    if given is None:
+        return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0],
+                       note=note)
+    score = robust_z(given)[0]
+    leveled, target = _level(effects, effect, score)
+    return Ranking(rank="gradient", effects=leveled, gradient_effect=effect, score=score, harm=given,
+                   row_harm=row_harm, row_effect=target)
+
+
+def _informative(harm: np.ndarray | None, row_harm: str) -> tuple[np.ndarray | None, str | None]:
+    """(harm as float64, None), or (None, why) when the harm tells no row apart (every row's the same, e.g. no
+    row touches a harmful position): leveling the effects to it would give every row one mean effect and erase
+    the gradient's own differences, so the rows are ranked by their mean effect instead."""
     if harm is None:
-        return Ranking(rank="gradient", effects=effects, gradient_effect=effect, score=robust_z(-effect)[0])
-    score = robust_z(np.asarray(harm, dtype=np.float64))[0]
-    return Ranking(rank="gradient", effects=_level(effects, effect, score), gradient_effect=effect, score=score,
-                   harm=np.asarray(harm, dtype=np.float64), row_harm=row_harm)
+        return None, None
+    harm = np.asarray(harm, dtype=np.float64)
+    if distinct(harm):
+        return harm, None
+    return None, (f"every row's {row_harm} harm is {float(harm.flat[0]) if harm.size else 0.0:.6g}: it tells no "
+                  "row apart, so the rows are ranked by their mean effect")
 
 
-def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """(Q, N) the effects with each row's mean moved to its score in effect units, keeping which queries it hurts:
-    e'_{q,i} = e_{q,i} − ē_i − (median + scale · score_i), median and scale the robust ones of −ē, so that
-    mean_q e' = −(median + scale · score): ranking by e' is ranking by the score; where score is z(−ē), e' = e."""
+def _level(effects: np.ndarray, effect: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, N) the effects with each row's mean moved to its score in effect units, keeping which queries it hurts,
+    and (N,) that mean: e'_{q,i} = e_{q,i} − ē_i − (median + scale · score_i), median and scale the robust ones of
+    −ē, so that mean_q e' = −(median + scale · score) (to a float step): ranking by e' is ranking by the score;
+    where score is z(−ē), e' = e."""
     _, median, harm_scale = robust_z(-effect)
-    target = -(median + harm_scale * score)  # (N,)
-    return np.asarray(effects, dtype=np.float64) + (target - effect)[None, :]
+    target = -(median + harm_scale * score)  # (N,) exactly equal for rows of equal score
+    return np.asarray(effects, dtype=np.float64) + (target - effect)[None, :], target
 
 
 def repsim_relevance(model: Any, rendered: Sequence[Any], queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:

@@ -20,6 +20,14 @@ from gradian.gradients.store import FeatureStore
 
 Train = FeatureStore | np.ndarray
 CHUNK_ROWS = 4096  # rows per scored block: (Q, 4096) float64 and (4096, k) float64 at a time
+# Effects whose spread is at most this share of their largest magnitude do not tell the rows apart: float64 sums
+# of the same terms in another order (another processor's BLAS) differ by ~1e-16 of it, so 1e-9 leaves a wide margin
+# and is still far below any difference a ranking could rest on.
+TIE_RTOL = 1e-9
+
+
+class NonFiniteEffects(RuntimeError):
+    """Effects that are NaN or infinite: an internal error (exit 3), never a ranking."""
 
 
 def _chunks(train: Train, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -91,3 +99,22 @@ def total_effect(effects: np.ndarray, chunk_rows: int = CHUNK_ROWS * 16) -> np.n
         for start in range(0, n_rows, chunk_rows):
             total[start : start + chunk_rows] = np.asarray(effects[:, start : start + chunk_rows]).mean(axis=0)
     return total
+
+
+def check_finite(effects: np.ndarray, chunk_rows: int = CHUNK_ROWS * 16) -> None:
+    """Raise `NonFiniteEffects` (one sentence) when any (Q, N) effect is NaN or infinite, reading in chunks."""
+    n_queries, n_rows = np.atleast_2d(effects).shape
+    bad = sum(int((~np.isfinite(np.asarray(effects[:, s : s + chunk_rows]))).any(axis=0).sum())
+              for s in range(0, n_rows, chunk_rows))
+    if bad:
+        raise NonFiniteEffects(f"{bad} of {n_rows} training rows have effects that are not finite (NaN or inf) on "
+                               f"{n_queries} failing eval rows: the gradients or the queries overflowed")
+
+
+def distinct(effect: np.ndarray, rtol: float = TIE_RTOL) -> bool:
+    """Whether (N,) row effects tell the rows apart: their spread exceeds `rtol` of their largest magnitude (all
+    zero, one row, or values a few float steps apart do not)."""
+    effect = np.asarray(effect, dtype=np.float64)
+    if effect.size < 2:
+        return False
+    return bool(np.ptp(effect) > rtol * np.max(np.abs(effect)))

@@ -13,7 +13,7 @@ from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import base_kind
 from gradian.scores.queries import query_features
 from gradian.scores.query import Query
-from gradian.scores.scoring import effects_file, publish, score_features
+from gradian.scores.scoring import check_finite, effects_file, publish, score_features
 from gradian.scores.token_harm import row_harms
 from gradian.scores.tracin import tracin_cp_effects
 from gradian.settings import AttributeSettings
@@ -37,6 +37,7 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
         score_features(store, features, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
                        out=effects)
     effects = publish(effects, out / "scores.npy")
+    check_finite(effects)  # NaN or inf: an internal error (exit 3), never a ranking
     write_json(out / "scores.json", {"ids": list(store.ids), "queries": [p.eval_id for p in pairs],
                                      "query": settings.query, "preconditioner": settings.preconditioner,
                                      "checkpoints": extraction.tracin["checkpoints"],

@@ -21,7 +21,6 @@ from gradian.report.schema import Attribution, Context, build_report
 from gradian.report.writers import write_report
 from gradian.scores.combine import Ranking
 from gradian.scores.query import Query
-from gradian.scores.scoring import total_effect
 from gradian.scores.token_harm import harm_token, token_harms
 from gradian.settings import AttributeSettings
 from gradian.stages.artifacts import AttributeResult, Clusters, Extraction
@@ -53,7 +52,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     summary = measured.summary.to_dict() if measured is not None else {}
     effects = ranking.effects if ranking is not None else None  # (Q, N)
-    effect = None if effects is None else total_effect(effects)  # (N,)
+    effect = None if ranking is None else ranking.effect  # (N,)
     labels = clusters.labels if clusters is not None else None
     failing = measured.failures() if measured is not None else []
     symptoms = classify_failures(failing, get_capability(settings.capability)) if measured is not None else None

@@ -25,7 +25,8 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    (or the harm) agree, so the rows are named even when the gradient harm is spread; when the gradients point at
    another cluster, the summary says so, and when the top cluster lies inside the named rows, that is agreement.
 5. `data-cluster` from the gradients: the harm is concentrated in one cluster, beyond what its size and query
-   sampling explain, unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism
+   sampling explain (never when every row scored the same effect, `scores.scoring.distinct`: then the gradients
+   take no part in the verdict), unless the run's step size is flagged and nothing in the cluster's rows is wrong (no mechanism
    from the join): a learning rate far too high makes the model collapse toward whatever pattern some clean rows
    carry, and dropping those rows would only move the collapse elsewhere. Then the verdict is `diffuse`.
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
@@ -47,6 +48,7 @@ from gradian.audit.registry import category_of
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
+from gradian.scores.scoring import distinct
 from gradian.verdict import rules, wording
 from gradian.verdict.causes import cluster_cause, further_causes, group_cause, setup_beside, split_by_symptom
 from gradian.verdict.types import Cause, Verdict
@@ -74,6 +76,8 @@ def decide(
     if setup is not None:
         return _setup(regression, setup, symptoms)
     ranked = sorted(clusters or [], key=lambda c: (-c.harm_share, -c.lift, c.id))
+    if effects_mean is not None and not distinct(effects_mean):  # every row scored the same: noise names no row
+        ranked, effects_mean = [], None
     top = ranked[0] if ranked and effects_mean is not None else None
     verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean)
     if verdict is None:
