@@ -81,8 +81,9 @@ def test_combined_puts_the_culprits_first_where_neither_part_does(seed):
     assert gradient < 0.75 and similarity < 0.9  # each part alone is fooled
     assert ap(ranking.score, positive) > 0.97
     assert ranking.checks["text"]["weight"] > 0.2
-    # the effects the verdict reads rank the rows as the score does
-    np.testing.assert_array_equal(np.argsort(ranking.effects.mean(axis=0)), np.argsort(-ranking.score))
+    # the effects the verdict reads rank the rows as the score does (their mean over queries to a float step)
+    np.testing.assert_array_equal(np.argsort(ranking.effect, kind="stable"), np.argsort(-ranking.score, kind="stable"))
+    np.testing.assert_allclose(ranking.effects.mean(axis=0), ranking.effect, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
