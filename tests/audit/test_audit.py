@@ -68,7 +68,10 @@ def test_truncated_completion_names_rows_and_p99(tiny_tokenizer):
     lengths = sorted(r.full_length for r in ctx.rendered)
     assert finding.example_ids == [r.example_id for r in ctx.rendered if r.full_length > 40]
     assert "5" in finding.example_ids and finding.values["longest"] == lengths[-1]
-    assert f"≥ {finding.values['p99_length']}" in finding.fix and finding.values["p99_length"] > 40
+    # the fix is the smallest value that cuts no row as trained (the p99 would still cut row 5), and verify uses it
+    assert finding.fix.startswith(f"raise max_length to ≥ {lengths[-1]} (the longest row as trained")
+    assert finding.values["fix_settings"] == {"max_length": lengths[-1]} and finding.values["p99_length"] > 40
+    assert finding.values["setting_fix"] in finding.fix
 
 
 def test_cut_in_data_flags_exactly_the_cut_json_rows(tiny_tokenizer):

@@ -336,3 +336,17 @@ def test_a_max_length_cut_that_trains_eos_is_a_setting_when_the_answers_stop_ear
     elsewhere = dataclasses.replace(cut, example_ids=IDS[60:90])
     assert joined(SIGNIFICANT, [elsewhere], effects, symptoms_of({"other": 20}), {"truncated_completion": 0.1}).kind \
         == "data-cluster"
+
+
+def test_a_setting_that_cut_the_named_rows_leads_the_next_action_with_the_value_that_cuts_none():
+    """The max-length story: the rows the verdict names were cut by the run's max length, so the one-line change
+    (with the longest row as trained, not the p99, which still cuts rows) comes first and dropping the rows second."""
+    setting = "raise max_length to ≥ 158 (the longest row as trained, so no row is cut; the p99 of 157 would still cut some)"
+    cut = dataclasses.replace(TRUNCATED, values={"p99_length": 157, "longest": 158, "fix_settings": {"max_length": 158},
+                                                 "setting_fix": setting})
+    verdict = verdict_for(SIGNIFICANT, [cut], planted_effects())
+    assert verdict.kind == "data-cluster"
+    assert verdict.next_action.startswith(setting + ": 20 completions are truncated by max_length=64")
+    assert verdict.next_action.index(setting) < verdict.next_action.index("or drop these")
+    # without a setting behind the rows, dropping them leads, as before
+    assert verdict_for(SIGNIFICANT, [TRUNCATED], planted_effects()).next_action.startswith("drop these")

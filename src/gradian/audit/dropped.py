@@ -18,13 +18,15 @@ def dropped_overlong(ctx: AuditContext) -> list[Finding]:
     if limit is None or not gone:
         return []
     ids = [r.example_id for r in gone]
-    need = max(p99([r.full_length for r in ctx.rendered]), limit + 1)
-    longest = max(r.full_length for r in gone)
+    need = p99([r.full_length for r in ctx.rendered])
+    longest = max(r.full_length for r in gone)  # over every row: the rows past the limit hold the longest
+    setting = f"raise sequence_len to ≥ {longest} (the longest row as rendered, prompt template included: no row " \
+              f"is dropped{f'; the p99 of {need} would still drop some' if need < longest else ''})"
     refused = any(r.over_limit == "refused" for r in gone)
     values = {"max_length": limit, "rows": len(gone), "p99_length": need, "longest": longest,
               "tokens_over": {r.example_id: r.full_length - limit for r in gone},
               "strategy": ctx.setup.excess_length_strategy or "drop",
-              "assumed_max_length": "max_length" in ctx.setup.assumed}
+              "assumed_max_length": "max_length" in ctx.setup.assumed, "setting_fix": setting}
     assumed = " (sequence_len assumed: axolotl's default)" if values["assumed_max_length"] else ""
     if refused:
         title = (f"{share(len(gone), len(ctx.rendered))} exceed sequence_len={limit}{assumed}: with "
@@ -34,6 +36,5 @@ def dropped_overlong(ctx: AuditContext) -> list[Finding]:
         title = (f"{share(len(gone), len(ctx.rendered))} exceed sequence_len={limit}{assumed} as rendered and were "
                  f"dropped before training: they never trained")
         severity = "critical" if len(gone) >= CRITICAL_SHARE * len(ctx.rendered) else "warning"
-    fix = (f"raise sequence_len to ≥ {need} (the p99 of rendered rows, prompt template included; the longest is "
-           f"{longest}), or set excess_length_strategy: truncate, or shorten rows {id_list(ids)}")
+    fix = f"{setting}, or set excess_length_strategy: truncate, or shorten rows {id_list(ids)}"
     return [Finding("dropped_overlong", severity, title, fix, ids, values)]

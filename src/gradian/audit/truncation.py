@@ -39,20 +39,22 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     if not over:
         return []
     need = p99([r.full_length for r in ctx.rendered])
-    longest = max(r.full_length for r in over)
+    longest = max(r.full_length for r in over)  # over every row: the rows past the limit hold the longest
     ids = [r.example_id for r in over]
+    setting = (f"raise max_length to ≥ {longest} (the longest row as trained, so no row is cut; the p99 of {need} "
+               f"would still cut some)" if need < longest else
+               f"raise max_length to ≥ {longest} (the longest row as trained, so no row is cut)")
     values = {"max_length": limit, "rows": len(over), "p99_length": need, "longest": longest,
               "tokens_over": {r.example_id: r.full_length - limit for r in over},
               "assumed_max_length": "max_length" in ctx.setup.assumed,
-              "fix_settings": {"max_length": max(need, limit + 1)}}
+              "fix_settings": {"max_length": longest}, "setting_fix": setting}
     if ctx.setup.eos_after_truncation and ctx.setup.truncation_mode == "keep_start" and not ctx.setup.drop_overlong:
         return [eos_after_cut_finding(ids, len(ctx.rendered), limit, longest)]
     assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
     where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
     verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
     title = f"{share(len(over), len(ctx.rendered))} exceed max_length={limit}{assumed} and are {verb}"
-    fix = (f"raise max_length to ≥ {max(need, limit + 1)} (the p99 of rendered rows; the longest is {longest}), "
-           f"or shorten/drop rows {id_list(ids)}")
+    fix = f"{setting}, or shorten/drop rows {id_list(ids)}"
     return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
 
 
@@ -64,13 +66,14 @@ def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int |
              f"truncating): the model learns to stop mid-answer")
     if longest is not None:
         fix = f"raise max_length to ≥ {max(longest, limit + 1)} (the longest row whole: then no row is cut)"
+        setting = fix
     else:
         fix = ("raise max_length to ≥ the longest row whole (the dataset holds only the cut tokens, so Gradian cannot "
                "tell how long that is: tokenize once without truncation and take the longest)")
     fix += f", or append EOS only to rows that were not cut; rows {id_list(ids)}"
     values: dict[str, Any] = {"max_length": limit, "rows": len(ids), "longest": longest}
     if longest is not None:  # the fix verify retrains with
-        values["fix_settings"] = {"max_length": max(longest, limit + 1)}
+        values.update(fix_settings={"max_length": max(longest, limit + 1)}, setting_fix=setting)
     return Finding("eos_after_cut", _severity(len(ids), total), title, fix, ids, values, category="setup")
 
 
