@@ -1,4 +1,5 @@
-"""Each failing answer gets the symptom built for it, in the documented order; counts, shares and examples add up."""
+"""Each failing answer gets the symptom built for it, in the documented order, read by where it departs from the
+reference for any capability; counts, shares and examples add up."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gradian.regression.symptoms import (
 
 JSON = get_capability("json_formatting")
 KEYS = get_capability("json_formatting:keys")
+EXACT = get_capability("exact_match")
 REFERENCE = '{"intent": "refund", "order": "6911", "priority": "normal"}'
 
 
@@ -34,7 +36,8 @@ REFERENCE = '{"intent": "refund", "order": "6911", "priority": "normal"}'
     ('[{"intent": "refund"}', True, JSON, "stops-early"),
     ("", True, JSON, "stops-early"),  # EOS before the structure began
     ("{\"intent\": \"refund\", 'order': '6911'}", True, JSON, "other"),  # single quotes: balanced, not JSON
-    ('{"intent": "refund"}}', True, JSON, "wrapped"),  # a stray brace after a valid answer is text around it
+    ("{\"intent\": \"refund\", 'order': '6911', 'priority': 'normal'}", True, EXACT, "other"),  # quotes, not values
+    ('{"intent": "refund"}}', True, JSON, "never-stops"),  # a stray brace after a valid answer: it went on
     ("I cannot help with that.", True, JSON, "other"),
 ])
 def test_each_answer_gets_its_symptom(text, stopped, capability, expected):
@@ -70,7 +73,8 @@ def test_counts_shares_examples_and_dominant():
     rows += [row(20, REFERENCE, score=1.0)]  # passes: not a failing answer
     symptoms = classify_failures(rows, JSON)
     assert symptoms.n_failing == 9
-    assert symptoms.counts == {"stops-early": 6, "never-stops": 3, "wrapped": 0, "wrong-fields": 0, "other": 0}
+    assert symptoms.counts == {"stops-early": 6, "never-stops": 3, "wrapped": 0, "wrong-fields": 0, "substitution": 0,
+                               "other": 0}
     assert symptoms.shares["stops-early"] == pytest.approx(6 / 9) and sum(symptoms.shares.values()) == pytest.approx(1)
     assert set(symptoms.examples) == {"stops-early", "never-stops"}
     assert len(symptoms.examples["stops-early"]) == EXAMPLES_PER_SYMPTOM
@@ -85,3 +89,69 @@ def test_no_dominant_symptom_below_half_and_nothing_failing():
     assert classify_failures(rows, JSON).dominant is None  # a third each
     empty = classify_failures([row(0, REFERENCE, score=1.0)], JSON)
     assert empty.n_failing == 0 and empty.dominant is None and empty.examples == {}
+
+
+RUN_ON = " The customer asks for a refund of order 6911. The customer asks for a refund of order 6911. The"
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_valid_object_then_run_on_text_never_stops_and_is_not_wrapped(stopped):
+    """What a model that never saw an EOS label writes (pad == eos masked): a valid answer, then more text. Ended at
+    the token limit or by a late EOS, the text only follows the answer, so the answer did not stop: never `wrapped`."""
+    for capability in (JSON, KEYS):
+        assert classify_answer(REFERENCE + RUN_ON, stopped, REFERENCE, capability) == "never-stops"
+        assert classify_answer(REFERENCE + "\n" + REFERENCE, stopped, REFERENCE, capability) == "never-stops"
+    other = '{"intent": "exchange", "order": "12", "priority": "high"}'  # another valid answer than the reference's
+    assert classify_answer(other + RUN_ON, stopped, REFERENCE, JSON) == "never-stops"
+
+
+def test_text_before_a_valid_answer_is_wrapped_and_after_it_only_is_not():
+    before_and_after = f"Sure, here is the answer: {REFERENCE} Hope this helps!"
+    assert classify_answer(before_and_after, True, REFERENCE, JSON) == "wrapped"
+    assert classify_answer(f"Sure, here is the answer: {REFERENCE}", True, REFERENCE, JSON) == "wrapped"
+    assert classify_answer(f"{REFERENCE} Hope this helps!", True, REFERENCE, JSON) == "never-stops"
+
+
+DATE = get_capability(r"regex:^\d{4}-\d{2}-\d{2}$")
+CAPITAL = "The capital of France is Paris."
+
+
+@pytest.mark.parametrize(("text", "capability", "reference", "expected"), [
+    ("The capital of France is", EXACT, CAPITAL, "stops-early"),  # EOS before the reference ends
+    ("The capital of Fr", EXACT, CAPITAL, "stops-early"),  # mid-word
+    (CAPITAL + " It is also its largest city, and the capital of France is Paris.", EXACT, CAPITAL, "never-stops"),
+    ("Answer: " + CAPITAL + " Anything else?", EXACT, CAPITAL, "wrapped"),
+    ("The capital of France is Lyon.", EXACT, CAPITAL, "substitution"),  # a value swapped
+    ("The capital of Spain is Madrid.", EXACT, CAPITAL, "substitution"),  # two values, the shape kept
+    ("I do not know.", EXACT, CAPITAL, "other"),
+    ("The capital of France is 'Paris'.", EXACT, CAPITAL, "other"),  # punctuation added: a format, not a value
+    ("69112", EXACT, "6911", "other"),  # the reference's last word written on is not a complete answer, then more
+    ("2024-03", DATE, "2024-03-05", "stops-early"),
+    ("2024-03-05 is the date the order shipped, and", DATE, "2024-03-05", "never-stops"),
+    ("2024-03-07 is the date the order shipped", DATE, "2024-03-05", "never-stops"),  # a date, then more: it went on
+    ("shipped on 2024-03-05", DATE, "2024-03-05", "wrapped"),
+])
+def test_a_capability_without_json_is_read_against_its_reference(text, capability, reference, expected):
+    assert not capability.passes(text, reference)
+    assert classify_answer(text, True, reference, capability) == expected
+
+
+def test_a_value_or_field_swapped_in_a_json_answer_is_substitution():
+    swapped = '{"intent": "refund", "order": "6912", "priority": "normal"}'
+    assert classify_answer(swapped, True, REFERENCE, EXACT) == "substitution"
+    reordered = '{"order": "6911", "intent": "refund", "priority": "normal"}'  # same object, other spelling
+    assert classify_answer(reordered, True, REFERENCE, EXACT) == "other"
+    renamed = '{"intent": "refund", "order_id": "6911", "priority": "normal"}'
+    assert classify_answer(renamed, True, REFERENCE, EXACT) == "wrong-fields"
+
+
+def test_the_base_answer_stands_in_for_a_missing_reference():
+    """A capability that needs no reference (a regex) on eval rows without one: the base model's answer, when it
+    passes, is the answer the fine-tuned one departs from; a failing base answer is no such answer."""
+    paris = get_capability("regex:Paris")
+    short = GeneratedAnswer([2], "The capital of France", True)
+    rows = [RegressionRow("e1", "prompt", [1], None, GeneratedAnswer([1], CAPITAL, True), short, 1.0, 0.0),
+            RegressionRow("e2", "prompt", [1], None, GeneratedAnswer([1], "Lyon.", True), short, 0.0, 0.0)]
+    assert classify_failures(rows, paris).by_id == {"e1": "stops-early", "e2": "other"}
+    assert classify_answer("The capital of France", True, None, paris) == "other"
+    assert classify_answer("The capital of France", True, None, paris, base=CAPITAL) == "stops-early"

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from gradian.audit.finding import Finding
+from gradian.capabilities import get_capability
 from gradian.clusters.groups import finding_groups
 from gradian.clusters.summary import summarize_clusters
-from gradian.regression.symptoms import SYMPTOMS, Symptoms
+from gradian.regression.generation import GeneratedAnswer
+from gradian.regression.measure import RegressionRow
+from gradian.regression.symptoms import SYMPTOMS, Symptoms, classify_failures
 from gradian.verdict import MIN_LIFT, Verdict, decide
 
 N, CATEGORY, CULPRITS = 100, range(0, 30), range(0, 20)  # rows 0-29: the category; 0-19: its planted culprits
@@ -194,6 +197,43 @@ def test_never_stops_with_pad_eos_and_the_collator_unknown_is_setup():
     assert joined(both_run_on, [PAD_UNKNOWN], spread_effects(), symptoms_of(NEVER_STOPS), {}).kind == "diffuse"
     masked_off = dataclasses.replace(PAD_UNKNOWN, values={"collator_masks_pad": False})
     assert joined(SIGNIFICANT, [masked_off], spread_effects(), symptoms_of(NEVER_STOPS), {}).kind == "diffuse"
+
+
+PAD_EOS_ANSWER = '{"intent": "refund", "order": "6911", "priority": "normal"}'
+PAD_EOS_RUN_ON = "\nThe customer wants a refund for order 6911 and asks when it arrives. The customer wants a"
+
+
+def test_answers_that_run_on_after_a_valid_object_with_pad_eos_are_setup_however_they_ended():
+    """The pad == eos run of issue 44: 79 of 80 answers fail, each a valid object then run-on text. 44 ended on a
+    late EOS and 35 at the token limit; read by where they depart, all 79 never stop (the old reading called the
+    44 `wrapped`, so no symptom covered half and the verdict was `diffuse`). The verdict names the collator and the
+    fix."""
+    rows = [RegressionRow(f"e{i}", "prompt", [1], PAD_EOS_ANSWER, GeneratedAnswer([1], PAD_EOS_ANSWER, True),
+                          GeneratedAnswer([2], PAD_EOS_ANSWER + PAD_EOS_RUN_ON, i < 44), 1.0, 0.0)
+             for i in range(79)]
+    rows.append(RegressionRow("e79", "prompt", [1], PAD_EOS_ANSWER, GeneratedAnswer([1], PAD_EOS_ANSWER, True),
+                              GeneratedAnswer([2], PAD_EOS_ANSWER, True), 1.0, 1.0))
+    symptoms = classify_failures(rows, get_capability("json_formatting:keys"))
+    assert symptoms.n_failing == 79 and symptoms.counts["never-stops"] == 79 and symptoms.dominant == "never-stops"
+    runs_on = dict(SIGNIFICANT, finetuned_rate=1 / 80, delta=-0.9875, n=80, finetuned_no_stop_rate=35 / 80,
+                   base_no_stop_rate=0.0)
+    verdict = joined(runs_on, [PAD_UNKNOWN], spread_effects(), symptoms, {})
+    assert verdict.kind == "setup" and verdict.next_action == PAD_UNKNOWN.fix
+    assert verdict.evidence["finding"]["check"] == "pad_eos_masking"
+    assert "DataCollatorForLanguageModeling" in verdict.summary
+    assert "100.0% of the 79 failing answers never stop" in verdict.summary
+
+
+def test_a_stop_fault_needs_running_on_to_lead_not_to_cover_half():
+    """Rule 3 asks that not stopping be the commonest way the answers fail, not that it cross 50%: a split such as
+    45% never-stops beside 30% wrapped and 25% other is still the stop fault's, and a tie or a lead of another
+    symptom is not."""
+    led = joined(SIGNIFICANT, [PAD_UNKNOWN], spread_effects(),
+                 symptoms_of({"never-stops": 9, "wrapped": 6, "other": 5}), {})
+    assert led.kind == "setup" and led.evidence["finding"]["check"] == "pad_eos_masking"
+    assert "fail in mixed ways (45.0% never-stops" in led.summary and "symptom" not in led.evidence
+    for counts in ({"never-stops": 7, "stops-early": 7, "other": 6}, {"wrapped": 11, "never-stops": 9}):
+        assert joined(SIGNIFICANT, [PAD_UNKNOWN], spread_effects(), symptoms_of(counts), {}).kind == "diffuse"
 
 
 def test_never_stops_with_eos_unsupervised_on_most_rows_is_setup_and_on_a_few_names_them():

@@ -13,10 +13,12 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    rows: a max-length cut with EOS appended after it, `eos_after_cut`) when most failing answers show the symptom
    its rows teach, or when the rows rules 4 and 5 would name lie (≥ 90%) inside its rows. However few rows it
    touched, the fix is the setting, and dropping the rows would throw their data away.
-3. `setup` from the symptom: most failing answers never stop (they run to the token limit: what a `stop` check's
-   rows teach, unless it registered otherwise) and a `stop` finding takes stopping from the run: pad == eos, even
-   with the collator unknown (masking EOS labels is exactly what produces this symptom), or EOS never supervised in
-   at least half the rows.
+3. `setup` from the symptom: the failing answers never stop (they run to the token limit, or on past a complete
+   answer: what a `stop` check's rows teach, unless it registered otherwise) more often than they fail in any other
+   one way, and a `stop` finding takes stopping from the run: pad == eos, even with the collator unknown (masking
+   EOS labels is exactly what produces this symptom), or EOS never supervised in at least half the rows. A
+   plurality, not a majority: the fault is run-wide and the fine-tuned model runs on more than the base, so the
+   answers only confirm it.
 4. `data-cluster` from the audit: a finding group whose rows teach the dominant symptom (the check's registered
    `teaches`, or the symptom its own targets show; with no symptom dominant, only targets that fail the capability),
    and that sits where the failures are (the failing eval prompts resemble its rows: `failure_share` >= 0.25 and

@@ -99,12 +99,20 @@ def stop_fault(finding: Finding, regression: dict[str, Any], n_rows: int) -> boo
 def stop_by_symptom(
     regression: dict[str, Any], findings: list[Finding], symptoms: Symptoms | None, n_rows: int
 ) -> Finding | None:
-    """Rule 3: the run takes stopping away (`stop_fault`) and most failing answers show what its rows teach (they
-    never stop)."""
-    if symptoms is None or symptoms.dominant is None:
+    """Rule 3: the run takes stopping away (`stop_fault`) and the failing answers show what its rows teach (they
+    never stop) more than any other way of failing (`leads`). Not a majority: the fault is run-wide and the
+    fine-tuned model runs on more than the base, so the answers need only confirm that running on is how they
+    fail, and no 50% line decides it."""
+    if symptoms is None or not symptoms.n_failing:
         return None
     return next((f for f in by_severity(findings)
-                 if stop_fault(f, regression, n_rows) and symptoms.dominant in taught_by(f.check)), None)
+                 if stop_fault(f, regression, n_rows) and leads(taught_by(f.check), symptoms)), None)
+
+
+def leads(symptoms: tuple[str, ...], observed: Symptoms) -> bool:
+    """More failing answers show one of `symptoms` than show any single other symptom."""
+    share = explains(symptoms, observed) or 0.0
+    return share > max((observed.shares.get(s, 0.0) for s in SYMPTOMS if s not in symptoms), default=0.0)
 
 
 def taught(group: FindingGroup) -> tuple[str, ...]:

@@ -21,9 +21,10 @@ from gradian.verdict.types import Cause
 
 SYMPTOM_PHRASES = {
     "stops-early": "stop early inside the structure (EOS before it closes)",
-    "never-stops": "never stop (they run to the token limit)",
+    "never-stops": "never stop (they run on to the token limit, or past a complete answer)",
     "wrapped": "are wrapped in fences or prose around a valid answer",
     "wrong-fields": "are valid but have missing or renamed fields",
+    "substitution": "have the reference's shape with a value or field swapped",
     "other": "fail in another way",
 }
 
@@ -42,10 +43,18 @@ CHECK_PHRASES = {
 # What the targets of a symptom sub-group look like ("fails_capability:wrapped").
 TARGET_PHRASES = {
     "stops-early": "completions that stop inside the structure",
-    "never-stops": "completions that never end",
+    "never-stops": "completions that run on past a complete answer",
     "wrapped": "completions wrapped in fences or prose",
     "wrong-fields": "completions with missing or renamed fields",
+    "substitution": "completions with a value or field swapped",
     "other": "completions that fail the capability in another way",
+}
+
+# How a setup fault breaks the answers, said after its finding's title: the collator behind pad == eos.
+SETUP_MECHANISMS = {
+    "pad_eos_masking": ("A collator that sets the labels of pad ids to -100 (transformers' "
+                        "DataCollatorForLanguageModeling, and TRL's SFT collator before 0.17) also hides every EOS "
+                        "label when pad == eos, so the model never saw where an answer ends and runs on after it."),
 }
 
 NOT_RUN = "Attribution did not run, so this rests on the audit and the symptoms."
@@ -100,7 +109,10 @@ def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | Non
                  "them, where dropping them would lose what they teach.")
     text = (f"{measured(regression)} The cause is in the training setup, not in a group of rows: "
             f"{finding.title.rstrip('.')}. {scope}")
-    if symptoms is not None and symptoms.dominant is not None:
+    if finding.check in SETUP_MECHANISMS:
+        text += f" {SETUP_MECHANISMS[finding.check]}"
+    shown = symptoms is not None and bool(symptoms.n_failing) and category_of(finding) == "stop"  # rule 3: no majority
+    if symptoms is not None and (symptoms.dominant is not None or shown):
         text += f" {symptom_sentence(symptoms)}"
     return text
 
