@@ -10,6 +10,9 @@ Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 - `{"segments": [{"label", "text"}]}`: axolotl's input_output, read as prompt-completion
 - a list of `{"role", "content"}` (or `{"from", "value"}`) turns under any other key: read as messages
 
+Preference rows (`chosen`/`rejected` pairs, KTO's `completion` with a boolean `label`) are refused as training rows:
+Gradian attributes SFT runs.
+
 How training rendered a row is the framework's business (`data/render.py`, `data/axolotl.py`, from `raw`);
 these shapes are what reports, duplicates and clusters read.
 
@@ -220,6 +223,11 @@ def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = 
 
 
 def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_field: str = "text") -> dict[str, Any]:
+    preference = None if eval_set or text_field in row else _preference_shape(row)
+    if preference is not None:
+        kind, columns = preference
+        raise InputError(f"rows look like {kind} preference data ({columns}); Gradian attributes SFT runs, not "
+                         "preference tuning, so pass the SFT dataset the adapter was trained on.", path, line)
     if "messages" in row or "conversations" in row:
         messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
         _check_messages(messages, "messages", line, path)
@@ -260,6 +268,16 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_fie
         path,
         line,
     )
+
+
+def _preference_shape(row: dict[str, Any]) -> tuple[str, str] | None:
+    """What preference rows (TRL's DPO/ORPO/CPO pairs, KTO's labelled completions) look like, else None: as SFT rows
+    they would be misread (a rejected answer trained on, or a pair seen as unknown fields)."""
+    if "chosen" in row and "rejected" in row:
+        return "DPO", "prompt/chosen/rejected" if "prompt" in row else "chosen/rejected"
+    if "completion" in row and isinstance(row.get("label"), bool):
+        return "KTO", 'prompt/completion with a true/false "label"'
+    return None
 
 
 def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:
