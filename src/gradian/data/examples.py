@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.data.llamafactory import refuse_registry, registry_files
 from gradian.errors import InputError, reason
 
 Messages = list[dict[str, Any]]
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+REGISTRY_BYTES = 16 * 1024 * 1024  # a dataset registry is small; a file past this is never read whole to find one
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -160,6 +162,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     if head.startswith(b"["):
         yield from enumerate(_json_array(path), start=1)
         return
+    first = True
     with open(path, "rb") as handle:
         for line, data in enumerate(handle, start=1):
             text = _decode(data, path, line).strip()
@@ -169,13 +172,28 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 row = json.loads(text)
                 if SURROGATE_ESCAPE.search(text):
                     _check_encodable(row, path, line)
+                if first and (sources := registry_files(row)):
+                    raise refuse_registry(path, sources)
+                first = False
                 yield line, row
             except json.JSONDecodeError as error:
+                if first and head.startswith(b"{") and (sources := _registry(path)):
+                    raise refuse_registry(path, sources) from None
                 raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
                                  path, line) from None
             except (RecursionError, ValueError) as error:  # nesting too deep, an integer past Python's digit limit
                 raise InputError(f"JSON Gradian cannot read ({_reason(error)}); simplify or remove this line.",
                                  path, line) from None
+
+
+def _registry(path: Path) -> list[str] | None:
+    """The sources a pretty-printed LLaMA-Factory dataset_info.json lists (`data.llamafactory.registry_files`)."""
+    if path.stat().st_size > REGISTRY_BYTES:
+        return None
+    try:
+        return registry_files(json.loads(path.read_bytes().decode("utf-8-sig")))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
 
 
 def _check_encodable(row: Any, path: Path, line: int) -> None:
