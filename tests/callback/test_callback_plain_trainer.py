@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from datasets import Dataset
 from peft import LoraConfig, get_peft_model
 from transformers import DataCollatorForLanguageModeling, PrinterCallback, Trainer, TrainingArguments
@@ -35,7 +36,8 @@ def plain_trainer(out, callback: GradianCallback) -> Trainer:
 
 def test_tokenizer_only_in_the_collator_still_stops_a_pad_eos_run(tmp_path):
     lines: list[str] = []
-    trainer = plain_trainer(tmp_path, GradianCallback(echo=lines.append))
+    callback = GradianCallback(echo=lines.append)
+    trainer = plain_trainer(tmp_path, callback)
     assert trainer.processing_class is None
     with pytest.raises(PreflightError) as stopped:
         trainer.train()
@@ -45,3 +47,6 @@ def test_tokenizer_only_in_the_collator_still_stops_a_pad_eos_run(tmp_path):
     lora_b = [p for name, p in trainer.model.named_parameters() if "lora_B" in name]
     assert lora_b and all(torch.count_nonzero(w) == 0 for w in lora_b)  # no optimizer step ran
     assert not any("preflight and record skipped" in line for line in lines)
+    assert callback.result.preparation["text"] == (f"rows as recorded by GradianCallback: the running transformers "
+                                                   f"{transformers.__version__} Trainer's own tokens and collator "
+                                                   "labels")
