@@ -4,6 +4,7 @@ adapter with modules_to_save, and preference (DPO, KTO) rows given as the traini
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -58,8 +59,18 @@ def test_preference_rows_are_named_as_preference_data(rows, sentence, workspace,
     dataset = write_jsonl(tmp_path / "prefs.jsonl", rows)
     result = gradian(diagnose_args(workspace, dataset))
     assert_one_line_error(result, "prefs.jsonl:1:")
+    sft = ' (if these rows are SFT data, drop the "label" column)' if "KTO" in sentence else ""
     assert error_line(result) == (f"Error: {dataset}:1: {sentence}; Gradian attributes SFT runs, not preference "
-                                  "tuning, so pass the SFT dataset the adapter was trained on.")
+                                  f"tuning, so pass the SFT dataset the adapter was trained on{sft}.")
+
+
+def test_a_pair_beside_messages_is_read_as_the_messages():
+    """UltraFeedback-style rows carry prompt/chosen/rejected beside the `messages` an SFT run trains on."""
+    from gradian.data.examples import _fields
+
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "help"}]
+    row = {"prompt": "hi", "chosen": chat, "rejected": chat, "messages": chat}
+    assert _fields(row, 1, Path("train.jsonl"), eval_set=False) == {"messages": chat}
 
 
 def test_an_eval_set_may_hold_a_label_column(workspace, gradian, tmp_path):  # noqa: F811

@@ -244,8 +244,9 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_fie
     preference = None if eval_set or text_field in row else _preference_shape(row)
     if preference is not None:
         kind, columns = preference
+        sft = ' (if these rows are SFT data, drop the "label" column)' if kind == "KTO" else ""
         raise InputError(f"rows look like {kind} preference data ({columns}); Gradian attributes SFT runs, not "
-                         "preference tuning, so pass the SFT dataset the adapter was trained on.", path, line)
+                         f"preference tuning, so pass the SFT dataset the adapter was trained on{sft}.", path, line)
     if "messages" in row or "conversations" in row:
         messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
         _check_messages(messages, "messages", line, path)
@@ -290,8 +291,9 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_fie
 
 def _preference_shape(row: dict[str, Any]) -> tuple[str, str] | None:
     """What preference rows (TRL's DPO/ORPO/CPO pairs, KTO's labelled completions) look like, else None: as SFT rows
-    they would be misread (a rejected answer trained on, or a pair seen as unknown fields)."""
-    if "chosen" in row and "rejected" in row:
+    they would be misread (a rejected answer trained on, or a pair seen as unknown fields). A pair beside `messages`
+    (UltraFeedback's columns) is left to be read as the messages SFT trains on."""
+    if "chosen" in row and "rejected" in row and not {"messages", "conversations", "completion"} & set(row):
         return "DPO", "prompt/chosen/rejected" if "prompt" in row else "chosen/rejected"
     if "completion" in row and isinstance(row.get("label"), bool):
         return "KTO", 'prompt/completion with a true/false "label"'
