@@ -3,6 +3,8 @@ inside `DataCollatorForLanguageModeling`) and runs its preflight on the trainer'
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import transformers
@@ -17,10 +19,12 @@ from gradian.callback import PreflightError
 from gradian.scenarios.tokenizer import build_tokenizer
 
 
-def plain_trainer(out, callback: GradianCallback) -> Trainer:
-    """A tiny LoRA run in a plain `Trainer`, pad == eos, the tokenizer handed only to the collator (mlm=False)."""
+def plain_trainer(out, callback: GradianCallback, pad_eos: bool = True) -> Trainer:
+    """A tiny LoRA run in a plain `Trainer`, the tokenizer handed only to the collator (mlm=False); pad == eos when
+    `pad_eos`."""
     tokenizer = build_tokenizer(WORDS)
-    tokenizer.pad_token = tokenizer.eos_token
+    if pad_eos:
+        tokenizer.pad_token = tokenizer.eos_token
     rows = [{"input_ids": tokenizer(r["prompt"] + r["completion"])["input_ids"] + [tokenizer.eos_token_id]}
             for r in tickets()]
     model = get_peft_model(make_tiny_model(tokenizer), LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8,
@@ -50,3 +54,14 @@ def test_tokenizer_only_in_the_collator_still_stops_a_pad_eos_run(tmp_path):
     assert callback.result.preparation["text"] == (f"rows as recorded by GradianCallback: the running transformers "
                                                    f"{transformers.__version__} Trainer's own tokens and collator "
                                                    "labels")
+
+
+def test_tokenizer_only_in_the_collator_is_recorded_on_a_clean_run(tmp_path):
+    callback = GradianCallback(echo=lambda _: None)
+    trainer = plain_trainer(tmp_path, callback, pad_eos=False)
+    trainer.train()
+    assert trainer.state.global_step == 3 and callback.result is not None and not callback.result.critical
+    record = json.loads((tmp_path / "gradian_run.json").read_text(encoding="utf-8"))
+    assert record["tokenizer"]["pad"] == {"token": "<pad>", "id": 0}
+    assert record["collator"]["class"] == "transformers.data.data_collator.DataCollatorForLanguageModeling"
+    assert len(record["steps"]) == 3
