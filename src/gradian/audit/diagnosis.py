@@ -20,7 +20,7 @@ from gradian.data.examples import Example, iter_dataset, read_dataset
 from gradian.data.render import render_chunks
 from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
-from gradian.data.setup import TrainingSetup
+from gradian.data.setup import TrainingSetup, preparation
 from gradian.data.tokens import apply_training_tokens
 from gradian.errors import InputError
 
@@ -75,6 +75,7 @@ class DiagnoseResult:
             "tokenizer_source": self.tokenizer_source.to_dict() if self.tokenizer_source else None,
             "run": str(self.run.path) if self.run and self.run.path else None,
             "setup": self.setup.to_dict(),
+            "preparation": preparation(self.setup),
             "assumed": list(self.setup.assumed),
             "unreadable": list(self.run.unreadable) if self.run else [],
         }

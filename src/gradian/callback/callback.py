@@ -66,7 +66,7 @@ class GradianCallback(TrainerCallback):
         if trainer is not None:
             collator = getattr(trainer, "data_collator", None) if collator is None else collator
             dataset = trainer.train_dataset if dataset is None else dataset
-        tokenizer = kwargs.get("processing_class") or getattr(trainer, "processing_class", None)
+        tokenizer = trainer_tokenizer(kwargs.get("processing_class"), trainer, collator)
         if dataset is None or collator is None or tokenizer is None or not hasattr(dataset, "__len__"):
             self.echo("Gradian: no sized train dataset, collator or tokenizer in reach; preflight and record skipped.")
             return
@@ -164,6 +164,15 @@ def calling_trainer() -> Any:
             return owner
         frame = frame.f_back
     return None
+
+
+def trainer_tokenizer(processing_class: Any, trainer: Any, collator: Any) -> Any:
+    """The tokenizer wherever the trainer keeps it: its processing class, its `tokenizer` (older transformers), or
+    inside its collator (a plain `Trainer` given only `DataCollatorForLanguageModeling(tokenizer)`)."""
+    inner = getattr(collator, "inner", None)  # a wrapper around transformers' collator
+    places = (processing_class, getattr(trainer, "processing_class", None), getattr(trainer, "tokenizer", None),
+              getattr(collator, "tokenizer", None), getattr(inner, "tokenizer", None))
+    return next((place for place in places if place is not None), None)
 
 
 def _texts_and_ids(dataset: Any) -> tuple[list[dict[str, Any]] | None, list[str] | None]:

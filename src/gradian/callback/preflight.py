@@ -21,7 +21,7 @@ from gradian.callback.record import collator_pad_id, package_version
 from gradian.callback.trainer_rows import TrainerRows, collated_labels, token_columns, trainer_rows
 from gradian.data.render import IGNORE, Rendered
 from gradian.data.run_folder import RunInfo
-from gradian.data.setup import TrainingSetup
+from gradian.data.setup import TrainingSetup, preparation
 
 BATCH_ROWS = 64  # rows per collator call: a real batch's worth, and enough that padding shows
 
@@ -40,6 +40,11 @@ class PreflightResult:
     @property
     def critical(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "critical"]
+
+    @property
+    def preparation(self) -> dict[str, Any]:
+        """The rows are the running trainer's own (`data.setup.preparation` with `trainer_code`)."""
+        return preparation(self.setup, trainer_code=True)
 
 
 def training_setup(args: Any, tokenizer: Any, pad_id: int | None, trainer_class: str = "") -> TrainingSetup:

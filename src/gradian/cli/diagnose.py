@@ -10,6 +10,7 @@ import click
 
 from gradian.audit.diagnosis import DiagnoseResult, TokenizerSource, diagnose
 from gradian.audit.finding import SEVERITIES, Finding
+from gradian.data.setup import preparation
 from gradian.errors import InputError
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -78,6 +79,7 @@ def _print_table(result: DiagnoseResult) -> None:
     if result.setup.framework_version:
         console.print(f"[dim]{result.setup.framework} {result.setup.framework_version}: "
                       f"{result.setup.version_source}[/dim]")
+    console.print(f"[dim]Training rows: {preparation(result.setup)['text']}[/dim]", highlight=False)
     if result.setup.assumed:
         console.print(f"[dim]Assumed framework defaults for: {', '.join(result.setup.assumed)}[/dim]")
     for line in result.run.unreadable if result.run else []:

@@ -10,6 +10,9 @@ Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 - `{"segments": [{"label", "text"}]}`: axolotl's input_output, read as prompt-completion
 - a list of `{"role", "content"}` (or `{"from", "value"}`) turns under any other key: read as messages
 
+Preference rows (`chosen`/`rejected` pairs, KTO's `completion` with a boolean `label`) are refused as training rows:
+Gradian attributes SFT runs.
+
 How training rendered a row is the framework's business (`data/render.py`, `data/axolotl.py`, from `raw`);
 these shapes are what reports, duplicates and clusters read.
 
@@ -25,11 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.data.llamafactory import refuse_registry, registry_files
 from gradian.errors import InputError, reason
 
 Messages = list[dict[str, Any]]
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+REGISTRY_BYTES = 16 * 1024 * 1024  # a dataset registry is small; a file past this is never read whole to find one
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -157,6 +162,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     if head.startswith(b"["):
         yield from enumerate(_json_array(path), start=1)
         return
+    first = True
     with open(path, "rb") as handle:
         for line, data in enumerate(handle, start=1):
             text = _decode(data, path, line).strip()
@@ -166,13 +172,28 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 row = json.loads(text)
                 if SURROGATE_ESCAPE.search(text):
                     _check_encodable(row, path, line)
+                if first and (sources := registry_files(row)):
+                    raise refuse_registry(path, sources)
+                first = False
                 yield line, row
             except json.JSONDecodeError as error:
+                if first and head.startswith(b"{") and (sources := _registry(path)):
+                    raise refuse_registry(path, sources) from None
                 raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
                                  path, line) from None
             except (RecursionError, ValueError) as error:  # nesting too deep, an integer past Python's digit limit
                 raise InputError(f"JSON Gradian cannot read ({_reason(error)}); simplify or remove this line.",
                                  path, line) from None
+
+
+def _registry(path: Path) -> list[str] | None:
+    """The sources a pretty-printed LLaMA-Factory dataset_info.json lists (`data.llamafactory.registry_files`)."""
+    if path.stat().st_size > REGISTRY_BYTES:
+        return None
+    try:
+        return registry_files(json.loads(path.read_bytes().decode("utf-8-sig")))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
 
 
 def _check_encodable(row: Any, path: Path, line: int) -> None:
@@ -220,6 +241,12 @@ def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = 
 
 
 def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_field: str = "text") -> dict[str, Any]:
+    preference = None if eval_set or text_field in row else _preference_shape(row)
+    if preference is not None:
+        kind, columns = preference
+        sft = ' (if these rows are SFT data, drop the "label" column)' if kind == "KTO" else ""
+        raise InputError(f"rows look like {kind} preference data ({columns}); Gradian attributes SFT runs, not "
+                         f"preference tuning, so pass the SFT dataset the adapter was trained on{sft}.", path, line)
     if "messages" in row or "conversations" in row:
         messages = row["messages"] if "messages" in row else _from_sharegpt(row["conversations"], line, path)
         _check_messages(messages, "messages", line, path)
@@ -260,6 +287,17 @@ def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_fie
         path,
         line,
     )
+
+
+def _preference_shape(row: dict[str, Any]) -> tuple[str, str] | None:
+    """What preference rows (TRL's DPO/ORPO/CPO pairs, KTO's labelled completions) look like, else None: as SFT rows
+    they would be misread (a rejected answer trained on, or a pair seen as unknown fields). A pair beside `messages`
+    (UltraFeedback's columns) is left to be read as the messages SFT trains on."""
+    if "chosen" in row and "rejected" in row and not {"messages", "conversations", "completion"} & set(row):
+        return "DPO", "prompt/chosen/rejected" if "prompt" in row else "chosen/rejected"
+    if "completion" in row and isinstance(row.get("label"), bool):
+        return "KTO", 'prompt/completion with a true/false "label"'
+    return None
 
 
 def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> dict[str, Any]:

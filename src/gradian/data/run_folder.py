@@ -11,6 +11,9 @@ A run trained with `GradianCallback` holds `gradian_run.json` (`data.run_record`
 (collator and whether it masked pad ids, max length, loss mode, framework version). It is read first and outranks
 the config file and training_args.bin; only flags outrank it. Without it nothing changes.
 
+A LLaMA-Factory run (its config, its training_args.bin or the files it writes into the run folder) is refused
+with one sentence (`data.llamafactory`): Gradian does not yet prepare rows as LLaMA-Factory does.
+
 Config keys Gradian reads besides the framework's own: `data_collator` (a class name such as
 `transformers.DataCollatorForLanguageModeling`: that collator sets the labels of pad ids to -100) and
 `collator_masks_pad` (true/false, to say it directly).
@@ -25,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from gradian.data import llamafactory
 from gradian.data.checkpoints import CHECKPOINT, checkpoint_folders
 from gradian.data.config_fields import FRAMEWORK_DEFAULTS, detect_framework, setup_fields, trainer_state_fields
 from gradian.data.framework_version import (
@@ -80,6 +84,7 @@ def read_run(
         raise InputError("no such config file; check the path.", config)
     run.config_path = config_path
     run.config = read_config_file(config_path) if config_path else {}
+    llamafactory.check_run(run.config, config_path, run.training_args, run.path)  # never read as TRL
     run.setup = _resolve_setup(run, overrides or {})
     return run
 

@@ -63,3 +63,43 @@ class TrainingSetup:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The trainer that prepares each framework's rows, as a report names it: (package, class) around the version.
+TRAINERS = {"trl": ("TRL", "SFTTrainer"), "axolotl": ("axolotl", ""), "transformers": ("transformers", "Trainer")}
+
+
+def trainer_name(framework: str, version: str | None = None) -> str:
+    """`TRL 0.19.1 SFTTrainer`, `TRL SFTTrainer >=0.17,<0.20` (a range), `axolotl 0.18.0`, `TRL SFTTrainer`."""
+    package, kind = TRAINERS.get(framework, (framework, ""))
+    if version and version[0].isdigit():
+        return " ".join(part for part in (package, version, kind) if part)
+    return " ".join(part for part in (package, kind, version) if part)
+
+
+def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str, Any]:
+    """Which preparation produced the rows Gradian audited and attributed, and whose code ran it.
+
+    `trainer_code`: the rows are the running trainer's own (GradianCallback's preflight: its tokenized dataset, its
+    collator's labels); else Gradian rendered them with its port of TRL's `SFTTrainer` preparation or of axolotl's
+    (`data.render`, `data.axolotl`). Under a plain transformers `Trainer` the port is TRL's: that trainer prepares
+    no rows itself (the run's own script did), and the text says so.
+    """
+    version = setup.framework_version
+    trainer = trainer_name(setup.framework)
+    if trainer_code:
+        text = (f"rows as recorded by GradianCallback: the running {trainer_name(setup.framework, version)}'s own "
+                "tokens and collator labels")
+    else:
+        ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
+        notes = ["Gradian's port"]
+        if ported == setup.framework and not version:
+            notes.append(f"{TRAINERS[ported][0]} version unknown")
+        if setup.record:
+            notes.append("with the settings GradianCallback recorded")
+        text = (f"rows as {trainer_name(ported, version if ported == setup.framework else None)} prepares them "
+                f"({', '.join(notes)})")
+        if ported != setup.framework:
+            text += f"; the run trained with {trainer_name(setup.framework, version)} on rows its own script prepared"
+    return {"trainer": trainer, "version": version, "code": "trainer" if trainer_code else "gradian-port",
+            "text": text}

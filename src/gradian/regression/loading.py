@@ -108,6 +108,26 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     return config
 
 
+def check_attributable(adapter_dir: str | Path) -> None:
+    """Refuse, before any generation, an adapter whose training the LoRA gradients would not cover: DoRA (its
+    magnitude vectors) and `modules_to_save` (full-weight copies of whole modules). `gradients.hooks.lora_matrices`
+    refuses the rest (lora_bias, LoRA on embeddings) when it meets them."""
+    path = Path(adapter_dir)
+    config = read_adapter_config(path)
+    where = path / ADAPTER_CONFIG
+    if config.get("use_dora"):
+        raise InputError("the adapter is DoRA (use_dora: true), and Gradian attributes plain LoRA only (its gradients "
+                         "miss DoRA's magnitude vectors); retrain with use_dora=False to attribute the regression, or "
+                         "run `gradian diagnose` to audit the rows.", where)
+    saved = config.get("modules_to_save")
+    if saved:
+        names = ", ".join(map(str, saved)) if isinstance(saved, list) else str(saved)
+        raise InputError(f"the adapter also trains whole modules (modules_to_save: {names}), whose full-weight "
+                         "updates Gradian does not attribute, so rows that changed them would go unseen; retrain "
+                         "with those modules frozen (no modules_to_save) to attribute the regression, or run "
+                         "`gradian diagnose` to audit the rows.", where)
+
+
 def adapter_base_mismatch(config: dict[str, Any], base: BaseModelRef) -> str | None:
     """A sentence when the adapter's `base_model_name_or_path` names another model than `base`, else None
     (the rule is `data.adapter_base.names_same_model`)."""

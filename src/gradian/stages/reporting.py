@@ -13,6 +13,7 @@ from gradian.clusters.groups import candidate_groups
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.columns import ids_of, positions_of, texts_of
+from gradian.data.setup import preparation
 from gradian.gradients.store import FeatureStore
 from gradian.regression.measure import RegressionResult
 from gradian.regression.symptoms import classify_failures
@@ -65,7 +66,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups)
     attribution = None if effects is None else Attribution(
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
-    run = {"setup": audit.setup.to_dict(), "queries": [p.eval_id for p in query.pairs] if query else [],
+    run = {"setup": audit.setup.to_dict(), "preparation": preparation(audit.setup), "queries": [p.eval_id for p in query.pairs] if query else [],
            "tracin_cp": extraction.tracin if extraction is not None else None,
            "tokenizer_source": tokenizer_source(audit)}
     built = build_report(summary, verdict, audit.findings, audit.examples, attribution=attribution,

@@ -15,7 +15,7 @@ from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.extract import ParameterScale
 from gradian.lock import output_lock
-from gradian.regression.loading import load_models
+from gradian.regression.loading import check_attributable, load_models
 from gradian.scores.tracin import Checkpoint, checkpoint_weights
 from gradian.settings import ExtractSettings
 from gradian.stages.artifacts import Prepared, write_json
@@ -54,8 +54,11 @@ def tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
 
 def load(settings: ExtractSettings, audit: DiagnoseResult,
          ranks: Ranks | None = None) -> tuple[Any, Any]:
-    """(the fine-tuned model, its tokenizer) on this process's device."""
-    return load_models(audit.base_ref, adapter_dir(settings, audit), device=(ranks or Ranks()).device(settings.device))
+    """(the fine-tuned model, its tokenizer) on this process's device; an adapter Gradian cannot attribute (DoRA,
+    modules_to_save) is refused before anything loads, so before any generation."""
+    folder = adapter_dir(settings, audit)
+    check_attributable(folder)
+    return load_models(audit.base_ref, folder, device=(ranks or Ranks()).device(settings.device))
 
 
 def adapter_dir(settings: ExtractSettings, audit: DiagnoseResult) -> str:
