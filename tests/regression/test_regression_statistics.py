@@ -1,5 +1,5 @@
-"""Paired statistics against known answers: McNemar by hand, one gate and its interval never disagreeing, bootstrap
-coverage by simulation."""
+"""Paired statistics against known answers: McNemar and the signed-rank test by hand, and the one gate and its
+interval never disagreeing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from gradian.regression.statistics import (
     detectable_drop,
     mcnemar_counts,
     mcnemar_exact,
-    paired_bootstrap_ci,
     signed_rank,
 )
 
@@ -39,32 +38,6 @@ def test_mcnemar_matches_a_hand_computed_table():
 def test_mcnemar_without_discordant_pairs_or_balanced_is_one():
     assert mcnemar_exact(*_pairs({(1, 1): 10, (0, 0): 3})) == 1.0
     assert mcnemar_exact(*_pairs({(1, 0): 4, (0, 1): 4})) == pytest.approx(1.0)
-
-
-def test_bootstrap_ci_covers_the_true_difference_in_at_least_90_percent_of_repetitions():
-    # Paired pass/fail outcomes: (base, fine-tuned) cell probabilities; true difference = P(0,1) - P(1,0).
-    cells = np.array([(1, 1), (1, 0), (0, 1), (0, 0)], dtype=np.float64)
-    probabilities = np.array([0.78, 0.12, 0.04, 0.06])
-    true_difference = probabilities[2] - probabilities[1]
-    rng = np.random.default_rng(12345)
-    repetitions, covered = 200, 0
-    for repetition in range(repetitions):
-        draw = cells[rng.choice(4, size=150, p=probabilities)]  # (n, 2)
-        low, high = paired_bootstrap_ci(draw[:, 1] - draw[:, 0], seed=repetition, n_resamples=2000)
-        covered += low <= true_difference <= high
-    assert covered / repetitions >= 0.90
-
-
-def test_bootstrap_ci_of_constant_differences_is_that_constant():
-    assert paired_bootstrap_ci(np.zeros(20)) == (0.0, 0.0)
-    assert paired_bootstrap_ci(-np.ones(5)) == (-1.0, -1.0)
-
-
-def test_bootstrap_ci_is_seeded_and_contains_the_mean():
-    diffs = np.random.default_rng(3).normal(-0.2, 1.0, size=80)
-    first, again = paired_bootstrap_ci(diffs, seed=7), paired_bootstrap_ci(diffs, seed=7)
-    assert first == again
-    assert first[0] < diffs.mean() < first[1]
 
 
 def test_compare_flags_a_clear_drop_and_reports_naive_counts():

@@ -117,30 +117,6 @@ def _points(value: float, *, sign: bool = True) -> str:
     return ("+" if value > 0 else "−") + text
 
 
-def paired_bootstrap_ci(
-    diffs: Sequence[float] | np.ndarray, confidence: float = 0.95, seed: int = 0, n_resamples: int = N_RESAMPLES
-) -> tuple[float, float]:
-    """BCa bootstrap interval of the mean paired difference (resampling eval examples).
-
-    Constant differences (every pair moved the same way, or none moved) have no spread to resample:
-    the interval is that constant. BCa falls back to the percentile interval when it is undefined.
-    """
-    diffs = np.asarray(diffs, dtype=np.float64)
-    if diffs.size == 0:
-        raise ValueError("no paired differences")
-    if np.all(diffs == diffs[0]):
-        return float(diffs[0]), float(diffs[0])
-    for method in ("BCa", "percentile"):
-        result = stats.bootstrap(
-            (diffs,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method=method,
-            vectorized=True, rng=np.random.default_rng(seed),
-        )
-        low, high = result.confidence_interval
-        if np.isfinite(low) and np.isfinite(high):
-            return float(low), float(high)
-    return float(diffs.min()), float(diffs.max())
-
-
 @dataclass(frozen=True)
 class PairedEvidence:
     """What the one test says: its p-value and the interval of `delta` that inverts it (both at `confidence`)."""
@@ -275,6 +251,23 @@ def detectable_drop(n: int, *, binary: bool, confidence: float = 0.95) -> float 
     return None
 
 
+def paired_evidence(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    *,
+    binary: bool,
+    confidence: float = 0.95,
+) -> PairedEvidence:
+    """The one test of `after` against `before` (per-prompt scores on the same prompts) and the CI of the mean
+    change `after - before` that inverts it: exact McNemar for pass/fail, Wilcoxon signed-rank for graded scores."""
+    first, second = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)  # (n,) each
+    if not binary:
+        return signed_rank(second - first, confidence)
+    first_pass, second_pass = passed(first), passed(second)  # (n,) bool each
+    broken, fixed = int(np.sum(first_pass & ~second_pass)), int(np.sum(~first_pass & second_pass))
+    return mcnemar_counts(broken, fixed, max(first.size, 1), confidence)
+
+
 def significant(evidence: PairedEvidence, delta: float, confidence: float, min_effect: float) -> bool:
     """The gate: the test rejects at 1 - confidence, on the drop side of zero, and the drop is at least `min_effect`.
 
@@ -308,8 +301,7 @@ def compare(
     diffs = tuned - base  # (n,) negative = worse after fine-tuning
     delta = float(diffs.mean())
     base_pass, tuned_pass = passed(base), passed(tuned)  # (n,) bool each
-    n_broken, n_fixed = int(np.sum(base_pass & ~tuned_pass)), int(np.sum(~base_pass & tuned_pass))
-    evidence = mcnemar_counts(n_broken, n_fixed, base.size, confidence) if binary else signed_rank(diffs, confidence)
+    evidence = paired_evidence(base, tuned, binary=binary, confidence=confidence)
     return RegressionSummary(
         capability=capability,
         base_rate=float(base.mean()),
@@ -325,8 +317,8 @@ def compare(
         min_effect=min_effect,
         n_base_fail=int(np.sum(~base_pass)),
         n_finetuned_fail=int(np.sum(~tuned_pass)),
-        n_fixed=n_fixed,
-        n_broken=n_broken,
+        n_fixed=int(np.sum(~base_pass & tuned_pass)),
+        n_broken=int(np.sum(base_pass & ~tuned_pass)),
         base_no_stop_rate=_no_stop_rate(base_stopped),
         finetuned_no_stop_rate=_no_stop_rate(finetuned_stopped),
         test=evidence.test,
