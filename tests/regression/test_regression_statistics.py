@@ -207,3 +207,13 @@ def test_the_exact_signed_rank_p_matches_every_sign_flip_counted_by_hand():
     below = sum(t <= observed + 1e-9 for t in sums) / len(sums)
     above = sum(t >= observed - 1e-9 for t in sums) / len(sums)
     assert signed_rank(moved).p_value == pytest.approx(min(1.0, 2 * min(below, above)), rel=1e-12)
+
+
+def test_a_graded_refusal_states_the_drop_the_prompts_could_detect():
+    tuned = np.r_[np.ones(77), np.full(3, 0.5)]
+    summary = compare(np.ones(80), tuned, binary=False, capability="plug:in")
+    assert summary.p_value == pytest.approx(0.25)  # 2 / 2³: three moved prompts can reject no shift at all,
+    assert (summary.ci_low, summary.ci_high) == (pytest.approx(-3 / 80), pytest.approx(3 / 80))  # so ±1 point × 3/80
+    assert not summary.significant
+    assert ("inside the noise band (these 80 prompts detect a drop of 7.5 points or more: 6 prompts falling from 1 "
+            "to 0, none rising)") in summary.explain()

@@ -101,7 +101,7 @@ class RegressionSummary:
         if self.detectable_drop is None:
             return "" if self.n == 0 else f" (no drop on {self.n} prompts could be significant)"
         broken = round(self.detectable_drop * self.n)
-        moved = "answers broken, none fixed" if self.binary else "prompts a whole point worse, none better"
+        moved = "answers broken, none fixed" if self.binary else "prompts falling from 1 to 0, none rising"
         return (f" (these {self.n} prompts detect a drop of {100 * self.detectable_drop:.3g} points or more: "
                 f"{broken} {moved})")
 
@@ -190,8 +190,9 @@ def signed_rank(diffs: Sequence[float] | np.ndarray, confidence: float = 0.95) -
     """Wilcoxon signed-rank p-value and the CI of delta that inverts the same test.
 
     The interval is every shift θ of the m moved prompts' differences that `wilcoxon_p` does not reject, its ends
-    taken on the grid of Walsh averages (where the statistic changes) and the midpoints between them, then scaled
-    by m / n. Each end is searched for from zero's side: when the test keeps zero the interval holds zero, and when
+    taken on the grid of Walsh averages (where the statistic changes) and the midpoints between them, bounded by the
+    largest shift scores in [0, 1] allow (too few moved prompts can reject no shift at all), then scaled by m / n.
+    Each end is searched for from zero's side: when the test keeps zero the interval holds zero, and when
     it rejects zero the interval stops short of it, whatever the ties do to the p-value between grid points.
     """
     diffs = _rounded(diffs)  # (n,)
@@ -201,7 +202,9 @@ def signed_rank(diffs: Sequence[float] | np.ndarray, confidence: float = 0.95) -
         return PairedEvidence("wilcoxon", "signed-rank-inverted", p_value, 0.0, 0.0)
     alpha = 1.0 - confidence
     walsh = np.unique(_rounded((moved[:, None] + moved[None, :])[np.triu_indices(moved.size)] / 2))  # (≤ m(m+1)/2,)
-    grid = np.sort(np.concatenate([walsh, (walsh[1:] + walsh[:-1]) / 2]))
+    reach = max(1.0, float(np.abs(moved).max()))  # the largest shift scores in [0, 1] allow
+    edges = np.unique(np.concatenate([walsh, [-reach, reach]]))
+    grid = np.sort(np.concatenate([edges, (edges[1:] + edges[:-1]) / 2]))
 
     def kept(theta: float) -> bool:
         return wilcoxon_p(moved - theta) >= alpha
@@ -241,7 +244,7 @@ def _last_kept(path: np.ndarray, kept: Any, start: float) -> float:
 def detectable_drop(n: int, *, binary: bool, confidence: float = 0.95) -> float | None:
     """Smallest drop the test calls significant on `n` prompts: k answers broken, none fixed, as k / n.
 
-    For graded scores it is k prompts each a whole point worse. None when not even all n prompts broken would do.
+    For graded scores it is k prompts each falling from 1 to 0. None when not even all n prompts broken would do.
     """
     alpha = 1.0 - confidence
     for k in range(1, n + 1):
