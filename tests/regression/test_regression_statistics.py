@@ -1,4 +1,5 @@
-"""Paired statistics against known answers: McNemar by hand, bootstrap coverage by simulation."""
+"""Paired statistics against known answers: McNemar and the signed-rank test by hand, and the one gate and its
+interval never disagreeing."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from math import comb
 import numpy as np
 import pytest
 
-from gradian.regression.statistics import RegressionSummary, compare, mcnemar_exact, paired_bootstrap_ci
+from gradian.regression.statistics import (
+    RegressionSummary,
+    compare,
+    detectable_drop,
+    mcnemar_counts,
+    mcnemar_exact,
+    signed_rank,
+)
 
 
 def _pairs(table: dict[tuple[int, int], int]) -> tuple[list[bool], list[bool]]:
@@ -32,32 +40,6 @@ def test_mcnemar_without_discordant_pairs_or_balanced_is_one():
     assert mcnemar_exact(*_pairs({(1, 0): 4, (0, 1): 4})) == pytest.approx(1.0)
 
 
-def test_bootstrap_ci_covers_the_true_difference_in_at_least_90_percent_of_repetitions():
-    # Paired pass/fail outcomes: (base, fine-tuned) cell probabilities; true difference = P(0,1) - P(1,0).
-    cells = np.array([(1, 1), (1, 0), (0, 1), (0, 0)], dtype=np.float64)
-    probabilities = np.array([0.78, 0.12, 0.04, 0.06])
-    true_difference = probabilities[2] - probabilities[1]
-    rng = np.random.default_rng(12345)
-    repetitions, covered = 200, 0
-    for repetition in range(repetitions):
-        draw = cells[rng.choice(4, size=150, p=probabilities)]  # (n, 2)
-        low, high = paired_bootstrap_ci(draw[:, 1] - draw[:, 0], seed=repetition, n_resamples=2000)
-        covered += low <= true_difference <= high
-    assert covered / repetitions >= 0.90
-
-
-def test_bootstrap_ci_of_constant_differences_is_that_constant():
-    assert paired_bootstrap_ci(np.zeros(20)) == (0.0, 0.0)
-    assert paired_bootstrap_ci(-np.ones(5)) == (-1.0, -1.0)
-
-
-def test_bootstrap_ci_is_seeded_and_contains_the_mean():
-    diffs = np.random.default_rng(3).normal(-0.2, 1.0, size=80)
-    first, again = paired_bootstrap_ci(diffs, seed=7), paired_bootstrap_ci(diffs, seed=7)
-    assert first == again
-    assert first[0] < diffs.mean() < first[1]
-
-
 def test_compare_flags_a_clear_drop_and_reports_naive_counts():
     base, tuned = _pairs({(1, 1): 60, (1, 0): 35, (0, 1): 2, (0, 0): 3})
     summary = compare(np.array(base, dtype=float), np.array(tuned, dtype=float), binary=True, capability="x")
@@ -77,7 +59,8 @@ def test_compare_refuses_inside_the_noise_band():
     summary = compare(base, tuned, binary=True, capability="json_formatting")
     assert summary.ci_low < 0 < summary.ci_high
     assert not summary.significant and summary.verdict == "no-regression"
-    assert "inside the noise band, so Gradian does not attribute" in summary.explain()
+    assert ("inside the noise band (these 120 prompts detect a drop of 5 points or more: 6 answers broken, none "
+            "fixed), so Gradian does not attribute") in summary.explain()
 
 
 def test_min_effect_turns_a_small_but_certain_drop_into_a_refusal():
@@ -109,13 +92,128 @@ def test_graded_scores_use_wilcoxon_and_no_stop_rates_are_reported():
 
 def test_explain_reads_as_one_sentence_with_the_numbers():
     summary = RegressionSummary("json_formatting", base_rate=0.93, finetuned_rate=0.91, delta=-0.02, ci_low=-0.06,
-                                ci_high=0.02, p_value=0.5, n=120, significant=False)
+                                ci_high=0.02, p_value=0.5, n=120, significant=False, detectable_drop=0.05)
     assert summary.explain() == (
         "The fine-tuned model passes json_formatting on 91% vs 93% for the base (Δ −2 points, 95% CI −6 to +2, "
-        "n=120): inside the noise band, so Gradian does not attribute."
+        "n=120): inside the noise band (these 120 prompts detect a drop of 5 points or more: 6 answers broken, "
+        "none fixed), so Gradian does not attribute."
     )
 
 
 def test_compare_rejects_unpaired_input():
     with pytest.raises(ValueError):
         compare([1.0, 0.0], [1.0], binary=True)
+
+
+def _binary_run(broken: int, fixed: int, unchanged: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    base, tuned = _pairs({(1, 0): broken, (0, 1): fixed, (1, 1): unchanged})
+    return np.array(base, dtype=float), np.array(tuned, dtype=float)
+
+
+def test_five_answers_broken_none_fixed_on_80_prompts_is_refused_with_the_noise_band():
+    # base 100%, fine-tuned 93.75%: exact McNemar gives 2 × 0.5⁵ = 0.0625, not below 0.05, so the CI holds zero
+    summary = compare(*_binary_run(5, 0, unchanged=75), binary=True, capability="json_formatting")
+    assert summary.p_value == pytest.approx(0.0625, rel=1e-12)
+    assert summary.ci_low < 0 < summary.ci_high
+    assert not summary.significant and summary.verdict == "no-regression"
+    assert summary.detectable_drop == pytest.approx(6 / 80)
+    assert (summary.test, summary.interval) == ("mcnemar-exact", "exact-conditional")
+    assert summary.explain() == (
+        "The fine-tuned model passes json_formatting on 94% vs 100% for the base (Δ −6 points, 95% CI −6 to +0.3, "
+        "n=80): inside the noise band (these 80 prompts detect a drop of 7.5 points or more: 6 answers broken, "
+        "none fixed), so Gradian does not attribute."
+    )
+    assert {"test", "interval", "detectable_drop"} <= set(summary.to_dict())
+
+
+def test_six_answers_broken_none_fixed_on_80_prompts_is_a_regression():
+    summary = compare(*_binary_run(6, 0, unchanged=74), binary=True)
+    assert summary.p_value == pytest.approx(0.03125, rel=1e-12)
+    assert summary.ci_low <= summary.delta <= summary.ci_high < 0
+    assert summary.ci_high == pytest.approx(6 / 80 * (1 - 2 * 0.025 ** (1 / 6)), rel=1e-10)  # the exact interval
+    assert summary.significant and summary.verdict == "regression"
+
+
+@pytest.mark.parametrize("confidence, most", [(0.95, 200), (0.90, 60), (0.99, 60)])
+def test_significant_is_the_interval_excluding_zero_for_every_small_table(confidence, most):
+    alpha = 1 - confidence
+    for discordant in range(most + 1):
+        for broken in range(discordant + 1):
+            fixed = discordant - broken
+            summary = compare(*_binary_run(broken, fixed, unchanged=3), binary=True, confidence=confidence)
+            excludes_zero = summary.ci_high < 0 or summary.ci_low > 0
+            assert (summary.p_value < alpha) == excludes_zero, (broken, fixed, summary)
+            assert summary.significant == (summary.ci_high < 0), (broken, fixed, summary)
+            assert summary.ci_low <= summary.delta <= summary.ci_high, (broken, fixed, summary)
+
+
+@pytest.mark.parametrize("broken, fixed", [(5, 0), (6, 0), (8, 2), (0, 7), (17, 9), (40, 41), (120, 80), (1, 199)])
+def test_the_exact_p_value_matches_a_float64_binomial_sum_by_hand(broken, fixed):
+    discordant = broken + fixed
+    tail = sum(comb(discordant, k) for k in range(min(broken, fixed) + 1)) / 2**discordant  # P(X <= min), Bin(m, 1/2)
+    expected = min(1.0, 2 * tail)
+    assert mcnemar_counts(broken, fixed, discordant + 10).p_value == pytest.approx(expected, rel=1e-10, abs=1e-300)
+
+
+def test_the_interval_is_clopper_pearson_of_the_broken_share_mapped_to_the_difference():
+    # 6 broken, none fixed: π's lower end solves π⁶ = 0.025, and delta = (6 / 80) × (1 − 2π)
+    evidence = mcnemar_counts(6, 0, 80)
+    assert evidence.ci_low == pytest.approx(-6 / 80)
+    assert evidence.ci_high == pytest.approx(6 / 80 * (1 - 2 * 0.025 ** (1 / 6)), rel=1e-10)
+
+
+def test_the_detectable_drop_is_the_fewest_broken_answers_the_test_passes():
+    assert detectable_drop(80, binary=True) == pytest.approx(6 / 80)  # 2 × 0.5⁶ < 0.05 <= 2 × 0.5⁵
+    assert detectable_drop(80, binary=True, confidence=0.99) == pytest.approx(8 / 80)  # 2 × 0.5⁸ < 0.01
+    assert detectable_drop(5, binary=True) is None
+    assert detectable_drop(80, binary=False) == pytest.approx(6 / 80)
+    summary = compare([1.0] * 5, [0.0] * 5, binary=True, capability="c")
+    assert not summary.significant and summary.detectable_drop is None
+    assert "no drop on 5 prompts could be significant" in summary.explain()
+
+
+def test_graded_gate_and_its_interval_never_disagree():
+    rng = np.random.default_rng(7)
+    for case in range(60):
+        n = int(rng.integers(4, 90))
+        base = rng.uniform(0, 1, n)
+        moved = rng.random(n) < rng.uniform(0.1, 1.0)
+        tuned = np.clip(base + moved * rng.normal(rng.uniform(-0.15, 0.1), 0.2, n), 0, 1)
+        if case % 2:  # coarse scores: ties, and differences that are zero only up to rounding
+            base, tuned = np.round(base, 1), np.round(tuned, 1)
+        summary = compare(base, tuned, binary=False)
+        assert (summary.test, summary.interval) == ("wilcoxon", "signed-rank-inverted")
+        assert (summary.p_value < 0.05) == (summary.ci_high < 0 or summary.ci_low > 0), (case, summary)
+        assert summary.significant == (summary.ci_high < 0 and summary.delta < 0), (case, summary)
+
+
+def test_graded_interval_of_six_equal_drops_is_that_drop_and_significant():
+    diffs = np.r_[np.zeros(74), np.full(6, -0.5)]
+    evidence = signed_rank(diffs)
+    assert evidence.p_value == pytest.approx(0.03125)  # exact signed-rank: all 6 ranks negative, 2 / 2⁶
+    assert evidence.ci_low == pytest.approx(-0.5 * 6 / 80) and evidence.ci_high == pytest.approx(-0.5 * 6 / 80)
+    assert compare(np.ones(80), 1 + diffs, binary=False).significant
+
+
+def test_the_exact_signed_rank_p_matches_every_sign_flip_counted_by_hand():
+    from itertools import product
+
+    from scipy.stats import rankdata
+
+    moved = np.array([-0.5, -0.5, -0.2, 0.1, -0.3, -0.2, 0.5, -0.4])  # ties: midranks
+    ranks = rankdata(np.abs(moved))
+    observed = ranks[moved > 0].sum()
+    sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in product((0, 1), repeat=moved.size)]
+    below = sum(t <= observed + 1e-9 for t in sums) / len(sums)
+    above = sum(t >= observed - 1e-9 for t in sums) / len(sums)
+    assert signed_rank(moved).p_value == pytest.approx(min(1.0, 2 * min(below, above)), rel=1e-12)
+
+
+def test_a_graded_refusal_states_the_drop_the_prompts_could_detect():
+    tuned = np.r_[np.ones(77), np.full(3, 0.5)]
+    summary = compare(np.ones(80), tuned, binary=False, capability="plug:in")
+    assert summary.p_value == pytest.approx(0.25)  # 2 / 2³: three moved prompts can reject no shift at all,
+    assert (summary.ci_low, summary.ci_high) == (pytest.approx(-3 / 80), pytest.approx(3 / 80))  # so ±1 point × 3/80
+    assert not summary.significant
+    assert ("inside the noise band (these 80 prompts detect a drop of 7.5 points or more: 6 prompts falling from 1 "
+            "to 0, none rising)") in summary.explain()

@@ -53,6 +53,14 @@ def test_not_significant_refuses_even_with_planted_cluster_and_critical_finding(
     assert "noise band" in verdict.summary and "-2.0%" in verdict.summary and "p = 0.6" in verdict.summary
 
 
+def test_a_refusal_says_how_large_a_drop_the_prompts_could_detect():
+    verdict = verdict_for(dict(NOISE, detectable_drop=6 / 80), [], planted_effects())
+    assert verdict.kind == "no-regression"
+    assert "inside the noise band (these 80 eval prompts detect a drop of 7.5% or more), so Gradian" in verdict.summary
+    tiny = verdict_for(dict(NOISE, n=5, detectable_drop=None), [], planted_effects())
+    assert "(no drop on 5 eval prompts could be significant)" in tiny.summary
+
+
 def test_significant_improvement_is_not_a_regression():
     better = dict(SIGNIFICANT, finetuned_rate=0.99, delta=0.04, ci_low=0.01, ci_high=0.07)
     assert verdict_for(better, [], planted_effects()).kind == "no-regression"

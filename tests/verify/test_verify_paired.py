@@ -10,9 +10,9 @@ import jsonschema
 import numpy as np
 import pytest
 
-from gradian.verify.measure import Original
+from gradian.verify.measure import Original, change
 from gradian.verify.pages import curve_chart, render
-from gradian.verify.paired import holm, paired_test, with_holm
+from gradian.verify.paired import ALPHA, holm, paired_test, with_holm
 from gradian.verify.plan import CurvePoint, Plan, Topic
 from gradian.verify.recipe import Recipe
 from gradian.verify.retrain import Retrain
@@ -40,6 +40,16 @@ def test_mcnemar_reproduces_the_issues_numbers(better, worse, expected):
     assert test.p == pytest.approx(naive_two_sided_binomial(better, better + worse), rel=1e-9)
     assert round(test.p, 3) == expected
     assert test.beats and test.delta == pytest.approx((better - worse) / 80)
+
+
+@pytest.mark.parametrize(("better", "worse"), [(5, 0), (6, 0), (12, 3), (4, 4), (0, 9)])
+def test_a_retrains_change_ci_agrees_with_its_paired_test(better, worse):
+    # the change CI is the regression's interval: the paired test inverted, so it excludes 0 exactly when p < ALPHA
+    after, before = scores_with(better, worse, 80 - better - worse)
+    test = paired_test(after, before, "fine-tuned", binary=True)
+    low, high = change(after, before, binary=True).ci
+    assert (test.p < ALPHA) == (low > 0 or high < 0)
+    assert low <= test.delta <= high
 
 
 def test_a_retrain_that_is_worse_never_beats():

@@ -1,11 +1,22 @@
 """Paired statistics: is the fine-tuned model really worse than the base on the same eval prompts?
 
-Both models answer the same prompts, so the evidence is the per-example difference
-`finetuned_score - base_score`. The interval is a paired bootstrap (resampling eval examples,
-which keeps each pair together); for pass/fail capabilities the p-value is an exact McNemar test
-(a binomial test on the discordant pairs), for graded scores a Wilcoxon signed-rank test.
-A regression is `significant` only when the whole interval lies below zero and the drop is at
-least `min_effect`: everything else is inside the noise band and Gradian refuses to attribute it.
+Both models answer the same prompts, so the evidence is the per-example difference `finetuned_score - base_score`.
+One test decides, and the interval printed beside it is that test inverted, so "significant" and "the interval
+excludes zero" can never disagree:
+
+- pass/fail capabilities: the exact McNemar test, the exact two-sided binomial test of the answers broken against
+  the answers fixed (the discordant pairs) at 1/2. Its p is the doubled smaller tail, which at 1/2 (a symmetric
+  binomial) is also the usual "outcomes no likelier than the observed one" p, and is exactly the dual of the
+  Clopper-Pearson interval of the broken share π = broken / (broken + fixed). That interval, mapped to the
+  difference `delta = (fixed - broken) / n = (discordant / n) (1 - 2π)`, is the CI (`exact-conditional`:
+  conditional on the number of discordant pairs, as the test is).
+- graded capabilities: the two-sided Wilcoxon signed-rank test of the prompts whose score moved, and the shifts
+  of those differences that the same test does not reject (a Hodges-Lehmann interval, found by inverting the
+  test itself), scaled by the share of prompts that moved as the McNemar interval is (`signed-rank-inverted`).
+
+A regression is `significant` when p < 1 - confidence, the difference is a drop, and the drop is at least
+`min_effect`: everything else is inside the noise band and Gradian refuses to attribute it, saying how large a drop
+these prompts could have detected (`detectable_drop`).
 """
 
 from __future__ import annotations
@@ -15,11 +26,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from gradian.capabilities import passed
 
 N_RESAMPLES = 9999
+EXACT_SIGNED_RANK = 50  # moved prompts up to which the signed-rank p is counted exactly
 
 
 @dataclass
@@ -44,7 +56,13 @@ class RegressionSummary:
     n_broken: int = field(default=0, metadata={"help": "base passes, fine-tuned fails"})
     base_no_stop_rate: float | None = field(default=None, metadata={"help": "share of base answers cut by the limit"})
     finetuned_no_stop_rate: float | None = None
-    test: str = "mcnemar-exact"
+    test: str = field(default="mcnemar-exact", metadata={"help": "the test that decides: mcnemar-exact | wilcoxon"})
+    interval: str = field(default="exact-conditional",
+                          metadata={"help": "how the CI is made: the test inverted (exact-conditional | "
+                                            "signed-rank-inverted)"})
+    detectable_drop: float | None = field(
+        default=None, metadata={"help": "smallest drop the test can call significant on these n prompts: the fewest "
+                                        "answers broken, none fixed, as a fraction of n; None when no drop can"})
 
     @property
     def verdict(self) -> str:
@@ -71,10 +89,21 @@ class RegressionSummary:
             return "a significant regression, so Gradian attributes it"
         if self.ci_low > 0:
             return "the fine-tune is better, so there is no regression to attribute"
+        if self.delta >= 0:
+            return "the fine-tune is not worse on average, so there is no regression to attribute"
         if self.ci_high < 0:
             return (f"smaller than the minimum effect of {_points(self.min_effect, sign=False)} points, "
                     "so Gradian does not attribute")
-        return "inside the noise band, so Gradian does not attribute"
+        return f"inside the noise band{self._detectable()}, so Gradian does not attribute"
+
+    def _detectable(self) -> str:
+        """How large a drop these prompts could detect, for a refusal inside the noise band."""
+        if self.detectable_drop is None:
+            return "" if self.n == 0 else f" (no drop on {self.n} prompts could be significant)"
+        broken = round(self.detectable_drop * self.n)
+        moved = "answers broken, none fixed" if self.binary else "prompts falling from 1 to 0, none rising"
+        return (f" (these {self.n} prompts detect a drop of {100 * self.detectable_drop:.3g} points or more: "
+                f"{broken} {moved})")
 
 
 def _pct(rate: float) -> str:
@@ -88,46 +117,168 @@ def _points(value: float, *, sign: bool = True) -> str:
     return ("+" if value > 0 else "−") + text
 
 
-def paired_bootstrap_ci(
-    diffs: Sequence[float] | np.ndarray, confidence: float = 0.95, seed: int = 0, n_resamples: int = N_RESAMPLES
-) -> tuple[float, float]:
-    """BCa bootstrap interval of the mean paired difference (resampling eval examples).
+@dataclass(frozen=True)
+class PairedEvidence:
+    """What the one test says: its p-value and the interval of `delta` that inverts it (both at `confidence`)."""
 
-    Constant differences (every pair moved the same way, or none moved) have no spread to resample:
-    the interval is that constant. BCa falls back to the percentile interval when it is undefined.
+    test: str
+    interval: str
+    p_value: float
+    ci_low: float
+    ci_high: float
+
+
+def mcnemar_counts(broken: int, fixed: int, n: int, confidence: float = 0.95) -> PairedEvidence:
+    """Exact McNemar from the discordant counts on `n` prompts: the p-value and the CI of delta that inverts it.
+
+    p is the doubled smaller tail of Bin(broken + fixed, 1/2), capped at 1 (not mid-p). The interval is the
+    Clopper-Pearson interval of π = broken / (broken + fixed), whose ends are where each one-sided tail equals
+    (1 - confidence) / 2, so it excludes 1/2 exactly when p < 1 - confidence; mapped to
+    delta = (broken + fixed) / n × (1 - 2π), it excludes 0 exactly then too.
     """
-    diffs = np.asarray(diffs, dtype=np.float64)
-    if diffs.size == 0:
-        raise ValueError("no paired differences")
-    if np.all(diffs == diffs[0]):
-        return float(diffs[0]), float(diffs[0])
-    for method in ("BCa", "percentile"):
-        result = stats.bootstrap(
-            (diffs,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method=method,
-            vectorized=True, rng=np.random.default_rng(seed),
-        )
-        low, high = result.confidence_interval
-        if np.isfinite(low) and np.isfinite(high):
-            return float(low), float(high)
-    return float(diffs.min()), float(diffs.max())
+    discordant = broken + fixed
+    if discordant == 0:
+        return PairedEvidence("mcnemar-exact", "exact-conditional", 1.0, 0.0, 0.0)
+    p_value = min(1.0, 2.0 * float(special.bdtr(min(broken, fixed), discordant, 0.5)))
+    tail = (1.0 - confidence) / 2
+    low = float(special.betaincinv(broken, fixed + 1, tail)) if broken > 0 else 0.0  # π's lower end
+    high = float(special.betaincinv(broken + 1, fixed, 1.0 - tail)) if fixed > 0 else 1.0  # π's upper end
+    share = discordant / n
+    return PairedEvidence("mcnemar-exact", "exact-conditional", p_value, share * (1 - 2 * high), share * (1 - 2 * low))
 
 
 def mcnemar_exact(base_pass: Sequence[bool], ft_pass: Sequence[bool]) -> float:
-    """Two-sided exact McNemar p-value: binomial test of the discordant pairs against 1/2."""
+    """Two-sided exact McNemar p-value of paired pass/fail outcomes (see `mcnemar_counts`)."""
     base = np.asarray(base_pass, dtype=bool)
     tuned = np.asarray(ft_pass, dtype=bool)
-    broken = int(np.sum(base & ~tuned))
-    fixed = int(np.sum(~base & tuned))
-    if broken + fixed == 0:
-        return 1.0
-    return float(stats.binomtest(broken, broken + fixed, 0.5).pvalue)
+    broken, fixed = int(np.sum(base & ~tuned)), int(np.sum(~base & tuned))
+    return mcnemar_counts(broken, fixed, max(base.size, 1)).p_value
 
 
 def wilcoxon_p(diffs: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p-value for graded scores (1.0 when nothing moved)."""
-    if not np.any(diffs != 0):
+    """Two-sided Wilcoxon signed-rank p-value of the nonzero differences (1.0 when nothing moved).
+
+    Differences are rounded to 12 decimals first, so 0.1 + 0.2 - 0.3 is no move and equal moves tie. Up to
+    `EXACT_SIGNED_RANK` moved prompts the p-value is exact (`_exact_signed_rank_p`, ties included), beyond it the
+    normal approximation with the tie correction (scipy's).
+    """
+    moved = _rounded(diffs)
+    moved = moved[moved != 0]
+    if moved.size == 0:
         return 1.0
-    return float(stats.wilcoxon(diffs[diffs != 0]).pvalue)
+    if moved.size <= EXACT_SIGNED_RANK:
+        return _exact_signed_rank_p(moved)
+    return float(stats.wilcoxon(moved, method="asymptotic").pvalue)
+
+
+def _exact_signed_rank_p(moved: np.ndarray) -> float:
+    """Doubled smaller tail of the signed-rank sum over all 2^m sign flips (midranks for ties), counted exactly.
+
+    Ranks are halves at worst, so twice the rank sum is an integer and the null counts are a subset-sum table.
+    """
+    doubled = np.rint(2 * stats.rankdata(np.abs(moved))).astype(np.int64)  # (m,)
+    observed = int(doubled[moved > 0].sum())
+    counts = np.zeros(int(doubled.sum()) + 1)  # counts[s]: sign flips whose doubled positive-rank sum is s
+    counts[0] = 1.0
+    for rank in doubled:
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    below, above = counts[: observed + 1].sum(), counts[observed:].sum()  # exact integers below 2^53
+    return float(min(1.0, 2 * min(below, above) / counts.sum()))
+
+
+def signed_rank(diffs: Sequence[float] | np.ndarray, confidence: float = 0.95) -> PairedEvidence:
+    """Wilcoxon signed-rank p-value and the CI of delta that inverts the same test.
+
+    The interval is every shift θ of the m moved prompts' differences that `wilcoxon_p` does not reject, its ends
+    taken on the grid of Walsh averages (where the statistic changes) and the midpoints between them, bounded by the
+    largest shift scores in [0, 1] allow (too few moved prompts can reject no shift at all), then scaled by m / n.
+    Each end is searched for from zero's side: when the test keeps zero the interval holds zero, and when
+    it rejects zero the interval stops short of it, whatever the ties do to the p-value between grid points.
+    """
+    diffs = _rounded(diffs)  # (n,)
+    moved = diffs[diffs != 0]  # (m,)
+    p_value = wilcoxon_p(moved)
+    if moved.size == 0:
+        return PairedEvidence("wilcoxon", "signed-rank-inverted", p_value, 0.0, 0.0)
+    alpha = 1.0 - confidence
+    walsh = np.unique(_rounded((moved[:, None] + moved[None, :])[np.triu_indices(moved.size)] / 2))  # (≤ m(m+1)/2,)
+    reach = max(1.0, float(np.abs(moved).max()))  # the largest shift scores in [0, 1] allow
+    edges = np.unique(np.concatenate([walsh, [-reach, reach]]))
+    grid = np.sort(np.concatenate([edges, (edges[1:] + edges[:-1]) / 2]))
+
+    def kept(theta: float) -> bool:
+        return wilcoxon_p(moved - theta) >= alpha
+
+    if p_value >= alpha:  # zero kept: the ends are the outermost kept shifts on either side of it
+        low = _last_kept(grid[grid < 0][::-1], kept, 0.0)
+        high = _last_kept(grid[grid > 0], kept, 0.0)
+    else:  # zero rejected: the kept shifts lie on the Hodges-Lehmann estimate's side of zero, short of it
+        centre = float(np.median(walsh))
+        sign = -1.0 if centre < 0 or (centre == 0 and moved.mean() < 0) else 1.0
+        side = grid[grid * sign > 0]  # never empty: some difference has this sign
+        start = float(side[np.argmin(np.abs(side - centre))])
+        toward_zero, away = side[(side - start) * sign < 0], side[(side - start) * sign > 0]
+        inner = _last_kept(toward_zero[np.argsort(np.abs(toward_zero - start))], kept, start)
+        outer = _last_kept(away[np.argsort(np.abs(away - start))], kept, start)
+        low, high = sorted((inner, outer))
+    share = moved.size / diffs.size
+    return PairedEvidence("wilcoxon", "signed-rank-inverted", p_value, share * low, share * high)
+
+
+def _rounded(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    return np.round(np.asarray(values, dtype=np.float64), 12)
+
+
+def _last_kept(path: np.ndarray, kept: Any, start: float) -> float:
+    """The last shift along `path` (moving away from `start`, which stands) that the test keeps, by bisection."""
+    lo, hi = -1, path.size  # path[:lo + 1] kept, path[hi:] rejected (assuming the kept set is an interval)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if kept(float(path[mid])):
+            lo = mid
+        else:
+            hi = mid
+    return float(path[lo]) if lo >= 0 else start
+
+
+def detectable_drop(n: int, *, binary: bool, confidence: float = 0.95) -> float | None:
+    """Smallest drop the test calls significant on `n` prompts: k answers broken, none fixed, as k / n.
+
+    For graded scores it is k prompts each falling from 1 to 0. None when not even all n prompts broken would do.
+    """
+    alpha = 1.0 - confidence
+    for k in range(1, n + 1):
+        p = mcnemar_counts(k, 0, n).p_value if binary else wilcoxon_p(-np.arange(1.0, k + 1))
+        if p < alpha:
+            return k / n
+    return None
+
+
+def paired_evidence(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    *,
+    binary: bool,
+    confidence: float = 0.95,
+) -> PairedEvidence:
+    """The one test of `after` against `before` (per-prompt scores on the same prompts) and the CI of the mean
+    change `after - before` that inverts it: exact McNemar for pass/fail, Wilcoxon signed-rank for graded scores."""
+    first, second = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)  # (n,) each
+    if not binary:
+        return signed_rank(second - first, confidence)
+    first_pass, second_pass = passed(first), passed(second)  # (n,) bool each
+    broken, fixed = int(np.sum(first_pass & ~second_pass)), int(np.sum(~first_pass & second_pass))
+    return mcnemar_counts(broken, fixed, max(first.size, 1), confidence)
+
+
+def significant(evidence: PairedEvidence, delta: float, confidence: float, min_effect: float) -> bool:
+    """The gate: the test rejects at 1 - confidence, on the drop side of zero, and the drop is at least `min_effect`.
+
+    The side is the interval's (for pass/fail it is the sign of delta; for graded scores the signed-rank test's
+    direction, which a mean can contradict), so a significant drop always has its interval below zero.
+    """
+    rejected = evidence.p_value < 1.0 - confidence
+    return bool(rejected and evidence.ci_high < 0 and delta < 0 and -delta >= min_effect)
 
 
 def compare(
@@ -142,26 +293,28 @@ def compare(
     base_stopped: Sequence[bool] | None = None,
     finetuned_stopped: Sequence[bool] | None = None,
 ) -> RegressionSummary:
-    """Paired comparison of per-example scores; `min_effect` is a fraction (0.05 = 5 points)."""
+    """Paired comparison of per-example scores; `min_effect` is a fraction (0.05 = 5 points).
+
+    `seed` is accepted and unused: the test and its interval are exact, so nothing is resampled.
+    """
     base = np.asarray(base_scores, dtype=np.float64)
     tuned = np.asarray(ft_scores, dtype=np.float64)
     if base.shape != tuned.shape or base.ndim != 1 or base.size == 0:
         raise ValueError("base and fine-tuned scores must be two non-empty lists of the same length")
     diffs = tuned - base  # (n,) negative = worse after fine-tuning
     delta = float(diffs.mean())
-    ci_low, ci_high = paired_bootstrap_ci(diffs, confidence, seed)
     base_pass, tuned_pass = passed(base), passed(tuned)  # (n,) bool each
-    p_value = mcnemar_exact(base_pass, tuned_pass) if binary else wilcoxon_p(diffs)
+    evidence = paired_evidence(base, tuned, binary=binary, confidence=confidence)
     return RegressionSummary(
         capability=capability,
         base_rate=float(base.mean()),
         finetuned_rate=float(tuned.mean()),
         delta=delta,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        p_value=p_value,
+        ci_low=evidence.ci_low,
+        ci_high=evidence.ci_high,
+        p_value=evidence.p_value,
         n=int(base.size),
-        significant=bool(ci_high < 0 and -delta >= min_effect),
+        significant=significant(evidence, delta, confidence, min_effect),
         binary=binary,
         confidence=confidence,
         min_effect=min_effect,
@@ -171,7 +324,9 @@ def compare(
         n_broken=int(np.sum(base_pass & ~tuned_pass)),
         base_no_stop_rate=_no_stop_rate(base_stopped),
         finetuned_no_stop_rate=_no_stop_rate(finetuned_stopped),
-        test="mcnemar-exact" if binary else "wilcoxon",
+        test=evidence.test,
+        interval=evidence.interval,
+        detectable_drop=detectable_drop(int(base.size), binary=binary, confidence=confidence),
     )
 
 

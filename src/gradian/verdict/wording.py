@@ -97,9 +97,19 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     if regression.get("significant"):
         reason = "The fine-tuned model is not worse, so there is no regression to attribute."
     else:
-        reason = "This is inside the noise band, so Gradian does not attribute it to any training rows."
+        reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
+                  "training rows.")
     return (f"{measured(regression)} {reason}", "Nothing to fix. To detect a smaller drop, measure on more eval "
             "prompts, or rerun with --force to attribute anyway.")
+
+
+def detectable(regression: dict[str, Any]) -> str:
+    """How large a drop the prompts could detect (`detectable_drop`), as a parenthesis; "" when not measured."""
+    if "detectable_drop" not in regression or not regression.get("n"):
+        return ""
+    if regression["detectable_drop"] is None:
+        return f" (no drop on {regression['n']} eval prompts could be significant)"
+    return f" (these {regression['n']} eval prompts detect a drop of {pct(regression['detectable_drop'])} or more)"
 
 
 def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> str:

@@ -28,7 +28,7 @@ from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.regression.generation import generate
 from gradian.regression.measure import GENERATIONS, SETTINGS
-from gradian.regression.statistics import N_RESAMPLES, paired_bootstrap_ci
+from gradian.regression.statistics import N_RESAMPLES, paired_evidence
 
 SCORES = "scores.json"
 
@@ -108,10 +108,11 @@ def measure_adapter(
     return np.array(scores, dtype=np.float64)
 
 
-def change(after: np.ndarray, before: np.ndarray, seed: int = 0) -> Change:
-    """Paired change after − before, with the same bootstrap CI as the regression."""
+def change(after: np.ndarray, before: np.ndarray, *, binary: bool) -> Change:
+    """Paired change after − before, with the regression's CI (its test inverted, so it agrees with that test)."""
     diffs = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)  # (n,)
-    return Change(float(diffs.mean()), paired_bootstrap_ci(diffs, seed=seed))
+    evidence = paired_evidence(before, after, binary=binary)
+    return Change(float(diffs.mean()), (evidence.ci_low, evidence.ci_high))
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Paired tests between two retrains on the same eval prompts (each prompt answered by both), and Holm's correction.
 
-Pass/fail capabilities: the exact McNemar test, a two-sided exact binomial test of the discordant prompts against
-1/2 (`scipy.stats.binomtest`). Graded capabilities: the two-sided Wilcoxon signed-rank test of the per-prompt
-differences. Several comparisons that must all hold (the named rows against each control) are corrected with Holm's
+The test is the regression's own (`gradian.regression.statistics.paired_evidence`): for pass/fail capabilities the
+exact McNemar test, a two-sided exact binomial test of the discordant prompts against 1/2; for graded capabilities
+the two-sided Wilcoxon signed-rank test of the per-prompt differences. Several comparisons that must all hold (the named rows against each control) are corrected with Holm's
 step-down method, which controls the chance of any false "beats" at `ALPHA` without assuming the tests independent.
 """
 
@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gradian.capabilities import passed
-from gradian.regression.statistics import mcnemar_exact, wilcoxon_p
+from gradian.regression.statistics import paired_evidence
 
 ALPHA = 0.05
 
@@ -46,11 +45,8 @@ def paired_test(after: np.ndarray, against: np.ndarray, name: str, *, binary: bo
     after, against = np.asarray(after, dtype=np.float64), np.asarray(against, dtype=np.float64)
     diffs = after - against  # (n,)
     better, worse = int(np.sum(diffs > 0)), int(np.sum(diffs < 0))
-    if binary:
-        # mcnemar_exact(a, b) counts a-pass & b-fail against a-fail & b-pass: the same discordant pairs
-        p = mcnemar_exact([passed(s) for s in against.tolist()], [passed(s) for s in after.tolist()])
-        return PairedTest(name, "mcnemar-exact", better, worse, float(diffs.mean()), p)
-    return PairedTest(name, "wilcoxon", better, worse, float(diffs.mean()), wilcoxon_p(diffs))
+    evidence = paired_evidence(against, after, binary=binary)  # the regression's own test, so one p means one thing
+    return PairedTest(name, evidence.test, better, worse, float(diffs.mean()), evidence.p_value)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

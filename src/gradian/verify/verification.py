@@ -49,9 +49,9 @@ def summarize(
 ) -> dict[str, Any]:
     """verification.json as a dict: one entry per retrain, the paired tests, the headline numbers, and the status."""
     binary = bool(report["regression"].get("binary", True))
-    seed_change = change(scores["reseeded"], original.finetuned, seed)
+    seed_change = change(scores["reseeded"], original.finetuned, binary=binary)
     band = abs(seed_change.delta)
-    retrains = [_retrain(name, kind, scores[name], markers[name], original, band, seed)
+    retrains = [_retrain(name, kind, scores[name], markers[name], original, band, seed, binary)
                 for kind, name in ((kind, job.name) for kind, job in plan.jobs) if kind in TOP_LEVEL_KINDS]
     by_name = {r["name"]: r for r in retrains}
     control_names = [r["name"] for r in retrains if r["kind"] == "control"]
@@ -114,8 +114,8 @@ def _tests(primary: str | None, scores: dict[str, np.ndarray], original: Origina
 
 
 def _retrain(name: str, kind: str, after: np.ndarray, marker: dict[str, Any], original: Original, band: float,
-             seed: int) -> dict[str, Any]:
-    moved = change(after, original.finetuned, seed)
+             seed: int, binary: bool) -> dict[str, Any]:
+    moved = change(after, original.finetuned, binary=binary)
     recovered = recovery(after, original, seed)
     beyond = kind != "reseeded" and (moved.ci[0] > band or moved.ci[1] < -band)
     zero = int(marker.get("zero_weight") or 0)
@@ -160,7 +160,7 @@ def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[st
     if plan.curve is None:
         return None
     kinds = {job.name: kind for kind, job in plan.jobs}
-    retrains = [_retrain(name, kinds[name], scores[name], markers[name], original, band, seed)
+    retrains = [_retrain(name, kinds[name], scores[name], markers[name], original, band, seed, binary)
                 for name in kinds if kinds[name] in ("curve", "curve-control")]
     by_name = {r["name"]: r for r in retrains}
     points = []
