@@ -27,6 +27,7 @@ from gradian.stages import (
     report,
     run_audit,
     score,
+    weigh_renderings,
 )
 from gradian.stages.artifacts import Bar
 
@@ -49,6 +50,7 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
 
         say("regression: generating with the base and the fine-tuned model")
         model, tokenizer = load(settings, audit, ranks)
+        audit = weigh_renderings(settings, audit, model, write=ranks.is_main)  # EOS after the cut, by the fine-tune
         prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
         measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
         if not attributes(settings, measured, ranks):

@@ -8,6 +8,7 @@ pipeline that appends EOS after truncating all run in CI.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -62,10 +63,17 @@ def test_eos_after_cut_ends_every_long_row_mid_answer_in_a_supervised_eos(tiny_c
 TINY_MAX_LENGTH_RATE = 2e-3
 
 
+@pytest.fixture(scope="module")
+def max_length_build(tiny_chatml, tmp_path_factory):
+    """The max-length family built once, at seed 0: its rows cut by the run's max length, EOS after the cut."""
+    root = tmp_path_factory.mktemp("max-length")
+    return build_smollm2_family("smol-travel-max-length", root / "run", 0, root=root / "cache",
+                                model_dir=tiny_chatml, learning_rate=TINY_MAX_LENGTH_RATE)
+
+
 def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_length_that_stops_the_cuts(
-        tiny_chatml, tmp_path):
-    out = build_smollm2_family("smol-travel-max-length", tmp_path / "run", 0, root=tmp_path / "cache",
-                               model_dir=tiny_chatml, learning_rate=TINY_MAX_LENGTH_RATE)
+        max_length_build, tmp_path):
+    out = max_length_build
     truth = json.loads((out / "truth.json").read_text())
     measured = json.loads((out / "measured.json").read_text())
     config = yaml.safe_load((out / "run" / "sft_config.yaml").read_text())
@@ -86,6 +94,33 @@ def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_le
     verdict = json.loads((tmp_path / "report" / "report.json").read_text())["verdict"]
     assert result.verdict.kind == verdict["kind"] == "setup" and verdict["culprit_ids"] == []
     assert verdict["next_action"].startswith(f"raise max_length to ≥ {truth['needed_max_length']}")
+
+
+def test_eos_after_the_cut_is_read_from_the_fine_tune_when_the_run_does_not_say_so(max_length_build, tmp_path):
+    """The seed's story: the run tokenized its rows itself, so no setting says EOS followed the cut. With the
+    config's add_eos_token taken away, the settings' rendering cuts without EOS; the fine-tune's own P(EOS) where the
+    cut rows' trained tokens end says otherwise, and attribute renders the rows so, names the setting and says why."""
+    out = max_length_build
+    truth = json.loads((out / "truth.json").read_text())
+    run = tmp_path / "run"
+    shutil.copytree(out / "run", run)
+    config = yaml.safe_load((run / "sft_config.yaml").read_text())
+    del config["add_eos_token"]
+    (run / "sft_config.yaml").write_text(yaml.safe_dump(config))
+    unsaid = diagnose(dataset=out / "train.jsonl", run=run, base_model=out / "base")
+    assert not any(f.check == "eos_after_cut" for f in unsaid.findings)  # the settings alone do not tell
+    attribute(AttributeSettings(base_model=str(out / "base"), adapter=str(run), run=str(run),
+                                dataset=str(out / "train.jsonl"), eval_dataset=str(out / "eval.jsonl"),
+                                capability="json_formatting", out=str(tmp_path / "report")))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    evidence = report["run"]["rendering_evidence"]
+    assert evidence["eos_after_cut"] is True, evidence
+    assert evidence["cut_lift"] >= 10 * evidence["control_lift"] and evidence["cut_eos_prob"] >= 0.05
+    assert report["run"]["setup"]["eos_after_truncation"] is True
+    finding = next(f for f in report["findings"] if f["check"] == "eos_after_cut")
+    assert sorted(finding["example_ids"]) == sorted(truth["culprit_ids"])
+    assert report["verdict"]["kind"] == "setup" and "still end in EOS" in report["verdict"]["summary"]
+    assert report["verdict"]["next_action"].startswith(f"raise max_length to ≥ {truth['needed_max_length']}")
 
 
 @pytest.mark.parametrize("name", ["smol-tickets-cut-prose", "smol-home-pad-eos"])

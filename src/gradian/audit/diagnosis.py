@@ -64,6 +64,7 @@ class DiagnoseResult:
     base_ref: BaseModelRef
     base_config: Any = None
     tokenizer_source: TokenizerSource | None = None
+    rendering_evidence: dict[str, Any] | None = None  # why the rows were rendered so, when the run's evidence chose
 
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("critical", "warning", "info")}

@@ -35,9 +35,10 @@ from gradian.stages.run import (
     run_audit,
     tokenizer_source,
     tracin_checkpoints,
+    weigh_renderings,
 )
 
 __all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "adapter_dir", "attributes",
            "captured_extraction", "cluster", "extract", "harm_of_rows", "harm_tokens", "load", "output_folder",
            "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score",
-           "tokenizer_source", "tracin_checkpoints"]
+           "tokenizer_source", "tracin_checkpoints", "weigh_renderings"]

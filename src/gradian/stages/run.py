@@ -19,6 +19,7 @@ from gradian.regression.loading import check_attributable, load_models
 from gradian.scores.tracin import Checkpoint, checkpoint_weights
 from gradian.settings import ExtractSettings
 from gradian.stages.artifacts import Prepared, write_json
+from gradian.stages.evidence import EosEvidence, eos_after_cut_evidence
 
 
 @contextmanager
@@ -36,14 +37,31 @@ def output_folder(settings: ExtractSettings, ranks: Ranks | None = None) -> Iter
         yield out
 
 
-def run_audit(settings: ExtractSettings, *, write: bool = True) -> DiagnoseResult:
-    """The audit (renders every row as trained); findings.json when `write`."""
+def run_audit(settings: ExtractSettings, *, write: bool = True, evidence: EosEvidence | None = None) -> DiagnoseResult:
+    """The audit (renders every row as trained); findings.json when `write`. With `evidence` that EOS followed the
+    cut (`stages.evidence`), the rows are rendered so, and the audit says why."""
+    overrides = {"eos_after_truncation": True} if evidence is not None and evidence.eos_after_cut else None
     audit = diagnose(settings.dataset, base_model=settings.base_model,
                      eval_dataset=getattr(settings, "eval_dataset", None), run=settings.run, config=settings.config,
-                     capability=getattr(settings, "capability", None))  # `gradian extract` scores no capability
+                     overrides=overrides, capability=getattr(settings, "capability", None))  # extract: no capability
+    audit.rendering_evidence = evidence.to_dict() if evidence is not None else None
     if write:
         write_json(settings.out_dir / "findings.json", {"findings": [f.to_dict() for f in audit.findings],
-                                                        "tokenizer_source": tokenizer_source(audit)})
+                                                        "tokenizer_source": tokenizer_source(audit),
+                                                        "rendering_evidence": audit.rendering_evidence})
+    return audit
+
+
+def weigh_renderings(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *,
+                     write: bool = True) -> DiagnoseResult:
+    """The audit again, on the rows as the fine-tune's own evidence says they were trained, when it disagrees with
+    the settings' rendering (`stages.evidence`); else the audit as it was, with the evidence beside it."""
+    evidence = eos_after_cut_evidence(audit, model)
+    if evidence is None:
+        return audit
+    if evidence.eos_after_cut:
+        return run_audit(settings, write=write, evidence=evidence)
+    audit.rendering_evidence = evidence.to_dict()
     return audit
 
 
