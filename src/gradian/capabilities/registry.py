@@ -101,6 +101,14 @@ def get_capability(spec: str) -> Capability:
     raise InputError(f"unknown capability; use one of {known}, or module:function for a plug-in.", spec)
 
 
+def capability_file(spec: str | None) -> str | None:
+    """The file a capability spec reads, if any: a plug-in's `path/to/file.py` or a `json_schema:` schema file."""
+    name, colon, argument = (spec or "").strip().partition(":")
+    if name == "json_schema" and argument:
+        return argument
+    return name if colon and name.endswith(".py") else None
+
+
 def _reference_required(capability: Capability, reference: str | None) -> str:
     if reference is None:
         raise InputError(f"the capability {capability.name} needs a reference answer on every eval row.")
