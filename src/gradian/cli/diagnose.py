@@ -10,6 +10,7 @@ import click
 
 from gradian.audit.diagnosis import DiagnoseResult, TokenizerSource, diagnose
 from gradian.audit.finding import SEVERITIES, Finding
+from gradian.cli.exit_codes import EPILOG
 from gradian.data.setup import preparation
 from gradian.errors import InputError
 from gradian.guard import inputs, refuse_overwrite
@@ -18,7 +19,7 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 WRITES = ("findings.json", "findings.md")  # into --out
 
 
-@click.command("diagnose")
+@click.command("diagnose", epilog=EPILOG)
 @click.option("--dataset", required=True, help="Training rows (JSONL or a JSON array).")
 @click.option("--eval-dataset", default=None, help="Eval rows, to find train/eval overlap.")
 @click.option("--run", "run_dir", default=None, help="The trainer's output_dir (adapter, trainer_state, checkpoints).")
