@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
+from bad_inputs.fixtures import workspace  # noqa: F401
 from gradian.cli import diagnose as diagnose_cli
 from gradian.cli.exit_codes import EPILOG
 from gradian.cli.main import cli, register_commands
@@ -88,3 +89,19 @@ def test_main_exits_with_the_command_s_code(monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exited:
         main.main()
     assert exited.value.code == 2
+
+
+def test_a_character_the_terminal_cannot_show_is_replaced_not_a_crash(workspace, tmp_path):  # noqa: F811
+    """Under LC_ALL=C PYTHONUTF8=0 stdout is ASCII: the findings table's dash prints as `?`, diagnose still answers."""
+    import os
+    import subprocess
+
+    config = tmp_path / "sft_config.yaml"
+    config.write_text("learning_rate: 1.0\nnum_train_epochs: 40\n")  # run-wide findings: no rows, a dash in the table
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    env.pop("PYTHONIOENCODING", None)
+    result = subprocess.run([sys.executable, "-c", "from gradian.cli.main import main; main()", "diagnose",
+                             "--dataset", str(workspace.dataset), "--base-model", str(workspace.model),
+                             "--config", str(config)], capture_output=True, env=env, timeout=300)
+    assert result.returncode == 1, result.stderr.decode()[-2000:]
+    assert b"learning_rate" in result.stdout and b"?" in result.stdout and b"Error" not in result.stderr

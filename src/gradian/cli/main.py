@@ -69,7 +69,19 @@ def quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def tolerant_output() -> None:
+    """A character the terminal's encoding cannot show (a table's dash under LC_ALL=C PYTHONUTF8=0) is printed as
+    `?` on stdout (stderr already escapes it), never a crash in the middle of an answer."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if callable(reconfigure):
+        try:
+            reconfigure(errors="replace")
+        except (ValueError, OSError):  # a stream already written in another way: leave it
+            pass
+
+
 def main() -> None:
+    tolerant_output()
     quiet_libraries()
     register_commands()
     sys.exit(cli.main(standalone_mode=True))

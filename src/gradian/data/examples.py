@@ -135,8 +135,13 @@ def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
     The errors are `read_dataset`'s; an empty file raises once the end is reached.
     """
     path = Path(path)
-    if not path.exists():
-        raise InputError("no such file; check the path.", path)
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError("no such file; check the path.", path) from None
+    except (OSError, ValueError) as error:  # a name too long, a symlink loop, a NUL byte
+        raise InputError(f"cannot be opened ({getattr(error, 'strerror', None) or reason(error)}); check the path.",
+                         path) from None
     if path.is_dir():
         raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
     if not path.is_file():  # a pipe would block, a device would never end
