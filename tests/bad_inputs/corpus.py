@@ -134,7 +134,9 @@ DATASET_CASES = [
          "train.jsonl:3:"),
     Case("dataset-duplicate-id-number-and-string", 2, _dataset(_rows({"id": 7, **P}, {"id": "7", **P})),
          "train.jsonl:2:"),
-    Case("dataset-id-collides-with-line-number", 2, _dataset(_rows({"id": "2", **P}, P)), "train.jsonl:2:"),
+    # Line 2 has no id and line 1's explicit id is "2": not a duplicate, the row at line 2 is named "line-2" (the two
+    # rows are the same text, which the duplicates check reports: exit code 1).
+    Case("dataset-id-collides-with-line-number-accepted", 1, _dataset(_rows({"id": "2", **P}, P))),
     Case("dataset-json-array-truncated", 2, _dataset('[{"prompt": "a", "completion": "b"},\n{"prompt": '),
          "train.jsonl"),
     Case("dataset-json-array-of-numbers", 2, _dataset("[1, 2, 3]"), "train.jsonl:1:"),
@@ -151,6 +153,9 @@ DATASET_CASES = [
     Case("dataset-eval-broken-line", 2, _dataset(GOOD + "{oops\n", eval_set=True), "train.jsonl:2:"),
     # Accepted: not errors, the rows are read and audited.
     Case("dataset-json-array-accepted", 0, _dataset(json.dumps(train_rows(4)))),
+    Case("dataset-id-equals-a-line-number-accepted", 0,  # the row at line 3 has no id; line 1's explicit id is "3"
+         _dataset(_rows({**train_rows(3)[0], "id": "3"}, train_rows(3)[1], {k: v for k, v in train_rows(3)[2].items()
+                                                                           if k != "id"}))),
     Case("dataset-utf8-bom-accepted", 0, _dataset(b"\xef\xbb\xbf" + GOOD.encode() + ROW2.encode())),
     Case("dataset-crlf-accepted", 0, _dataset((GOOD + ROW2).replace("\n", "\r\n"))),
     Case("dataset-empty-completion-accepted", 0, _dataset(GOOD + _rows({"prompt": "a", "completion": ""}))),
