@@ -53,10 +53,10 @@ def refuse_overwrite(out: str | Path, writes: Iterable[str], reads: Iterable[Rea
                      remedy: str = "choose another --out folder") -> None:
     """`InputError` naming the input and the output path when a path Gradian writes into `out` is, or lies inside,
     an input, or a folder Gradian writes holds one; `remedy` ends the sentence. Reads nothing else, writes nothing."""
-    inputs = [read for read in reads if read is not None and _exists(read.path)]
+    present = [read for read in reads if read is not None and _exists(read.path)]
     for name in writes:
         target = Path(out) / name.rstrip(FOLDER)
-        for read in inputs:
+        for read in present:
             clash = _clash(target, name.endswith(FOLDER), read)
             if clash:
                 raise InputError(f"Gradian would write {clash}; {remedy}, so that your input stays as it is.")
