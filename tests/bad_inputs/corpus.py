@@ -134,7 +134,9 @@ DATASET_CASES = [
          "train.jsonl:3:"),
     Case("dataset-duplicate-id-number-and-string", 2, _dataset(_rows({"id": 7, **P}, {"id": "7", **P})),
          "train.jsonl:2:"),
-    Case("dataset-id-collides-with-line-number", 2, _dataset(_rows({"id": "2", **P}, P)), "train.jsonl:2:"),
+    # Line 2 has no id and line 1's explicit id is "2": not a duplicate, the row at line 2 is named "line-2" (the two
+    # rows are the same text, which the duplicates check reports: exit code 1).
+    Case("dataset-id-collides-with-line-number-accepted", 1, _dataset(_rows({"id": "2", **P}, P))),
     Case("dataset-json-array-truncated", 2, _dataset('[{"prompt": "a", "completion": "b"},\n{"prompt": '),
          "train.jsonl"),
     Case("dataset-json-array-of-numbers", 2, _dataset("[1, 2, 3]"), "train.jsonl:1:"),
@@ -144,12 +146,16 @@ DATASET_CASES = [
     Case("dataset-huge-integer", 2, _dataset('{"id": ' + "9" * 5000 + ', "prompt": "a", "completion": "b"}\n'),
          "train.jsonl:1:"),
     Case("dataset-missing-file", 2, lambda ws, s: diagnose_args(ws, s / "nope.jsonl"), "nope.jsonl"),
+    Case("dataset-name-too-long", 2, lambda ws, s: diagnose_args(ws, s / ("a" * 300 + ".jsonl")), "a" * 300),
     Case("dataset-is-a-folder", 2, lambda ws, s: diagnose_args(ws, s), "cases"),
     Case("dataset-is-a-pipe", 2, _dataset(os.mkfifo), "train.jsonl"),  # opening it would block forever
     Case("dataset-links-to-dev-zero", 2, _dataset(lambda path: path.symlink_to("/dev/zero")), "train.jsonl"),
     Case("dataset-eval-broken-line", 2, _dataset(GOOD + "{oops\n", eval_set=True), "train.jsonl:2:"),
     # Accepted: not errors, the rows are read and audited.
     Case("dataset-json-array-accepted", 0, _dataset(json.dumps(train_rows(4)))),
+    Case("dataset-id-equals-a-line-number-accepted", 0,  # the row at line 3 has no id; line 1's explicit id is "3"
+         _dataset(_rows({**train_rows(3)[0], "id": "3"}, train_rows(3)[1], {k: v for k, v in train_rows(3)[2].items()
+                                                                           if k != "id"}))),
     Case("dataset-utf8-bom-accepted", 0, _dataset(b"\xef\xbb\xbf" + GOOD.encode() + ROW2.encode())),
     Case("dataset-crlf-accepted", 0, _dataset((GOOD + ROW2).replace("\n", "\r\n"))),
     Case("dataset-empty-completion-accepted", 0, _dataset(GOOD + _rows({"prompt": "a", "completion": ""}))),
@@ -208,7 +214,34 @@ def _both(*damages: Callable[[Path], None]) -> Callable[[Path], None]:
     return damage
 
 
+def _symlink_loop(ws: Workspace, scratch: Path) -> list[str]:
+    (scratch / "loop").symlink_to(scratch / "loop")
+    return diagnose_args(ws, ws.dataset, "--run", str(scratch / "loop"))
+
+
+def _adapter_config(**fields: object) -> Callable[[Path], None]:
+    """Rewrite adapter_config.json with `fields` (JSON lets NaN through)."""
+
+    def damage(folder: Path) -> None:
+        config = json.loads((folder / "adapter_config.json").read_text())
+        (folder / "adapter_config.json").write_text(json.dumps({**config, **fields}))
+
+    return damage
+
+
+NINE = ", ".join(["*{0}"] * 9)
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{NINE.format(previous)}]\n" for previous, name in zip("abcdef", "bcdefg", strict=True))
+
+
 RUN_CASES = [
+    Case("run-symlink-loop", 2, _symlink_loop, "loop: cannot be resolved"),
+    Case("run-adapter-r-nan", 2, _run(_adapter_config(r=float("nan"))), "adapter_config.json"),
+    Case("run-adapter-alpha-infinite", 2, _run(_adapter_config(lora_alpha=float("inf"))), "adapter_config.json"),
+    Case("run-config-yaml-alias-bomb", 2, _run(_write("sft_config.yaml", ALIAS_BOMB)), "sft_config.yaml"),
+    Case("run-config-yaml-recursive-alias", 2, _run(_write("sft_config.yaml", "a: &a [1, *a]\n")), "sft_config.yaml"),
+    Case("run-config-too-large", 2, _run(_write("sft_config.yaml", "# " + "x" * (1 << 20) + "\nmax_length: 64\n")),
+         "GRADIAN_MAX_CONFIG_BYTES"),
     Case("run-missing-folder", 2, lambda ws, s: diagnose_args(ws, ws.dataset, "--run", str(s / "gone")), "gone"),
     Case("run-is-a-file", 2, lambda ws, s: diagnose_args(ws, ws.dataset, "--run", str(ws.dataset)), "train.jsonl"),
     Case("run-empty-folder", 2, lambda ws, s: diagnose_args(ws, ws.dataset, "--run", str(s)), str(Path("cases"))),
@@ -413,6 +446,8 @@ ATTRIBUTE_CASES += [
     Case("attribute-option-proj-dim-zero", 2, _option("--proj-dim", "0"), "proj"),
     Case("attribute-option-negative-seed", 2, _option("--seed", "-1"), "seed"),
     Case("attribute-option-unknown-device", 2, _option("--device", "bogus"), "bogus"),
+    Case("attribute-option-device-mps-absent", 2, _option("--device", "mps"), "mps: MPS"),
+    Case("attribute-adapter-r-nan", 2, _adapter(_adapter_config(r=float("nan"))), "adapter_config.json"),
 ]
 
 CASES = DATASET_CASES + RUN_CASES + MODEL_CASES + ATTRIBUTE_CASES

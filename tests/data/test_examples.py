@@ -82,3 +82,33 @@ def test_json_python_cannot_hold_is_bad_input(tmp_path, content):
     with pytest.raises(InputError) as error:
         read_dataset(path)
     assert error.value.line == 1 and "cannot read" in str(error.value)
+
+
+def _ids(tmp_path, rows: list[dict]) -> list[str]:
+    path = tmp_path / "ids.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "p", "completion": "c", **row}) + "\n" for row in rows))
+    return [example.id for example in read_dataset(path)]
+
+
+@pytest.mark.parametrize("rows,ids", [
+    ([{}, {}, {}], ["1", "2", "3"]),  # no ids: the line numbers, as before
+    ([{"id": "3"}, {}, {}], ["3", "2", "line-3"]),  # an earlier explicit id takes the line number
+    ([{}, {}, {"id": "2"}], ["1", "line-2", "2"]),  # a later one does too: the file is read a second time
+    ([{}, {"id": "line-1"}, {"id": 1}], ["line-1-2", "line-1", "1"]),
+], ids=["no-ids", "explicit-first", "explicit-later", "both-names-taken"])
+def test_a_row_without_an_id_never_collides(tmp_path, rows, ids):
+    assert _ids(tmp_path, rows) == ids
+
+
+def test_the_streamed_columns_name_rows_as_read_dataset_does(tmp_path):
+    from gradian.data.columns import ExampleColumns
+    from gradian.data.examples import collect_dataset
+
+    assert _ids(tmp_path, [{}, {}, {"id": "2"}]) == ["1", "line-2", "2"]
+    columns = collect_dataset(tmp_path / "ids.jsonl", ExampleColumns.from_examples)
+    assert list(columns.ids) == ["1", "line-2", "2"]
+
+
+def test_two_explicit_ids_alike_are_still_a_duplicate(tmp_path):
+    with pytest.raises(InputError, match=r"ids.jsonl:3: duplicate id '2'"):
+        _ids(tmp_path, [{"id": 2}, {}, {"id": "2"}])

@@ -16,7 +16,7 @@ from gradian.audit.finding import Finding
 from gradian.audit.registry import run_checks
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.columns import ExampleColumns
-from gradian.data.examples import Example, iter_dataset, read_dataset
+from gradian.data.examples import Example, collect_dataset, read_dataset
 from gradian.data.render import render_chunks
 from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
@@ -172,7 +172,7 @@ def _training_rows(value: str | Path | Sequence[Example], text_field: str = "tex
     if isinstance(value, ExampleColumns):
         return value
     if isinstance(value, (str, Path)):
-        return ExampleColumns.from_examples(iter_dataset(value, text_field=text_field))
+        return collect_dataset(value, ExampleColumns.from_examples, text_field=text_field)
     return ExampleColumns.from_examples(value)
 
 

@@ -30,7 +30,7 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import SEVERITIES, Finding, by_severity
 from gradian.errors import InputError
 from gradian.plugins import CHECKS as CHECK_GROUP
-from gradian.plugins import load_group
+from gradian.plugins import load_group, plugin_code
 
 Check = Callable[[AuditContext], list[Finding]]
 CATEGORIES_KNOWN = ("setup", "stop", "hyperparameter", "per-row", "run-wide")
@@ -147,7 +147,16 @@ def run_checks(ctx: AuditContext, only: list[str] | None = None) -> list[Finding
     findings: list[Finding] = []
     for name, function in load_built_in().items():
         if only is None or name in only:
-            for finding in function(ctx):
+            for finding in _call(name, function, ctx):
                 finding.category = finding.category or CATEGORIES[name]
                 findings.append(finding)
     return by_severity(findings)
+
+
+def _call(name: str, function: Check, ctx: AuditContext) -> list[Finding]:
+    """A check's findings; a plug-in's check (one defined outside Gradian) runs as plug-in code: its prints on
+    stderr, whatever it raises one sentence naming it."""
+    if getattr(function, "__module__", "").startswith("gradian."):
+        return function(ctx)
+    with plugin_code(f"the plug-in check {name!r} ({getattr(function, '__module__', '?')})", "checking the rows"):
+        return list(function(ctx))

@@ -21,7 +21,7 @@ from typing import Any
 from gradian.capabilities.repair import normal_key, parse_object, repair_json_object
 from gradian.errors import InputError
 from gradian.plugins import CAPABILITIES as CAPABILITY_GROUP
-from gradian.plugins import load_group
+from gradian.plugins import load_group, plugin_code
 
 Factory = Callable[[str | None], "Capability"]
 _REGISTRY: dict[str, Factory] = {}
@@ -85,7 +85,35 @@ def _load_installed() -> None:
         if not callable(value):
             raise InputError(f"entry point {point.name!r} = {point.value!r} should name a Capability subclass or a "
                              f"factory (argument) -> Capability.")
-        _REGISTRY[point.name] = value
+        _REGISTRY[point.name] = _installed(f"the plug-in capability {point.name!r} = {point.value!r}", value)
+
+
+def _installed(plugin: str, factory: Factory) -> Factory:
+    """An installed package's factory, built and called as plug-in code (`gradian.plugins.plugin_code`)."""
+
+    def build(argument: str | None) -> Capability:
+        with plugin_code(plugin, "building the capability"):
+            return InstalledCapability(plugin, factory(argument))
+
+    return build
+
+
+class InstalledCapability(Capability):
+    """A capability an installed package declares, every call into it run as plug-in code: its prints on stderr,
+    whatever it raises (SystemExit too) one sentence naming it."""
+
+    def __init__(self, plugin: str, capability: Capability) -> None:
+        self.plugin, self.capability = plugin, capability
+        self.name, self.binary = capability.name, capability.binary
+        self.needs_reference = capability.needs_reference
+
+    def score(self, output: str, reference: str | None) -> float:
+        with plugin_code(self.plugin, "scoring an answer"):
+            return self.capability.score(output, reference)
+
+    def repair(self, output: str, reference: str) -> str | None:
+        with plugin_code(self.plugin, "repairing an answer"):
+            return self.capability.repair(output, reference)
 
 
 def get_capability(spec: str) -> Capability:
@@ -99,6 +127,14 @@ def get_capability(spec: str) -> Capability:
         return PluginCapability(spec, _import_plugin(name, argument, spec))
     known = ", ".join(available_capabilities())
     raise InputError(f"unknown capability; use one of {known}, or module:function for a plug-in.", spec)
+
+
+def capability_file(spec: str | None) -> str | None:
+    """The file a capability spec reads, if any: a plug-in's `path/to/file.py` or a `json_schema:` schema file."""
+    name, colon, argument = (spec or "").strip().partition(":")
+    if name == "json_schema" and argument:
+        return argument
+    return name if colon and name.endswith(".py") else None
 
 
 def _reference_required(capability: Capability, reference: str | None) -> str:
@@ -233,30 +269,35 @@ class PluginCapability(Capability):
         self._repair = getattr(function, "repair", None)
 
     def score(self, output: str, reference: str | None) -> float:
-        try:
-            value = float(self.function(output, reference))
-        except Exception as error:
-            raise InputError(f"the plug-in raised {type(error).__name__}: {error}; fix the plug-in.",
-                             self.name) from None
+        with plugin_code("the plug-in", "scoring an answer", path=self.name):
+            try:
+                value = float(self.function(output, reference))
+            except Exception as error:
+                raise InputError(f"the plug-in raised {type(error).__name__}: {error}; fix the plug-in.",
+                                 self.name) from None
         if not 0.0 <= value <= 1.0:
             raise InputError(f"the plug-in returned {value}, outside [0, 1]; scores must be in [0, 1].", self.name)
         return value
 
     def repair(self, output: str, reference: str) -> str | None:
-        return self._repair(output, reference) if callable(self._repair) else None
+        if not callable(self._repair):
+            return None
+        with plugin_code("the plug-in", "repairing an answer", path=self.name):
+            return self._repair(output, reference)
 
 
 def _import_plugin(module_name: str, function_name: str, spec: str) -> Callable[..., Any]:
-    try:
-        if module_name.endswith(".py"):
-            module = _import_file(Path(module_name))
-        else:
-            module = importlib.import_module(module_name)
-    except InputError:
-        raise
-    except Exception as error:
-        raise InputError(f"the plug-in module could not be imported ({type(error).__name__}: {error}); "
-                         "check it is on PYTHONPATH.", spec) from None
+    with plugin_code("the plug-in", "loading", path=module_name if module_name.endswith(".py") else spec):
+        try:
+            if module_name.endswith(".py"):
+                module = _import_file(Path(module_name))
+            else:
+                module = importlib.import_module(module_name)
+        except InputError:
+            raise
+        except Exception as error:
+            raise InputError(f"the plug-in module could not be imported ({type(error).__name__}: {error}); "
+                             "check it is on PYTHONPATH.", spec) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise InputError(f"the module {module_name} has no function {function_name}.", spec)

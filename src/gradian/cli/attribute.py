@@ -7,12 +7,13 @@ import typing
 
 import click
 
+from gradian.cli.exit_codes import EPILOG
 from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, console, say
 from gradian.settings import AttributeSettings
 
 
-@click.command("attribute")
+@click.command("attribute", epilog=EPILOG)
 @settings_options
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout instead of the answer.")
 @click.option("--verify", "then_verify", is_flag=True,

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 
+from gradian.cli.exit_codes import EPILOG
 from gradian.cli.progress import console, say
 
 
-@click.command("demo")
+@click.command("demo", epilog=EPILOG)
 @click.option("--out", "out", default="gradian-demo", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the scenario and the reports.")
 @click.option("--model", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True,

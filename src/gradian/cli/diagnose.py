@@ -10,13 +10,16 @@ import click
 
 from gradian.audit.diagnosis import DiagnoseResult, TokenizerSource, diagnose
 from gradian.audit.finding import SEVERITIES, Finding
+from gradian.cli.exit_codes import EPILOG
 from gradian.data.setup import preparation
 from gradian.errors import InputError
+from gradian.guard import inputs, refuse_overwrite
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+WRITES = ("findings.json", "findings.md")  # into --out
 
 
-@click.command("diagnose")
+@click.command("diagnose", epilog=EPILOG)
 @click.option("--dataset", required=True, help="Training rows (JSONL or a JSON array).")
 @click.option("--eval-dataset", default=None, help="Eval rows, to find train/eval overlap.")
 @click.option("--run", "run_dir", default=None, help="The trainer's output_dir (adapter, trainer_state, checkpoints).")
@@ -34,6 +37,9 @@ def diagnose_command(dataset: str, eval_dataset: str | None, run_dir: str | None
                      base_model: str, max_length: int | None, capability: str | None, out: str | None, as_json: bool,
                      fail_on: str) -> None:
     """Audit a LoRA fine-tune for mechanical faults: truncation, EOS, loss mask, duplicates, schedule, template."""
+    if out:  # before any work: findings.json and findings.md must not land on an input
+        refuse_overwrite(out, WRITES, inputs(dataset=dataset, base_model=base_model, run=run_dir, config=config,
+                                             eval_dataset=eval_dataset, capability=capability))
     overrides = {"max_length": max_length} if max_length is not None else None
     progress = _progress if not as_json and sys.stderr.isatty() else None  # keep pipes and logs clean
     result = diagnose(dataset, base_model=base_model, eval_dataset=eval_dataset, run=run_dir, config=config,
@@ -89,8 +95,8 @@ def _print_table(result: DiagnoseResult) -> None:
 def _write(out: Path, payload: dict, result: DiagnoseResult) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "findings.json").write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-        (out / "findings.md").write_text(findings_markdown(result.findings, len(result.examples),
+        (out / WRITES[0]).write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+        (out / WRITES[1]).write_text(findings_markdown(result.findings, len(result.examples),
                                                            result.tokenizer_source), encoding="utf-8")
     except OSError as error:
         raise InputError(f"cannot write the findings there ({error.strerror or type(error).__name__}); "

@@ -12,12 +12,13 @@ import typing
 
 import click
 
+from gradian.cli.exit_codes import EPILOG
 from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, say
 from gradian.settings import ExtractSettings
 
 
-@click.command("extract")
+@click.command("extract", epilog=EPILOG)
 @functools.partial(settings_options, cls=ExtractSettings)
 def extract_command(**options: typing.Any) -> None:
     """Compute and store the per-example gradient features of the training rows (resumable; shards over processes).

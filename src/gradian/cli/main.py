@@ -1,4 +1,5 @@
-"""`gradian`: one command per user task. Errors become one sentence and exit code 2."""
+"""`gradian`: one command per user task. Bad input becomes one sentence and exit code 2; anything unexpected one
+sentence, a log file with the traceback and exit code 3 (`cli.exit_codes`)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,42 @@ import warnings
 import click
 
 from gradian import __version__
-from gradian.errors import InputError
+from gradian.cli.exit_codes import BAD_INPUT, EPILOG, INTERNAL, INTERRUPTED, write_crash_log
+from gradian.errors import InputError, reason
 
 
 class GradianGroup(click.Group):
-    """Turns `InputError` anywhere below into one sentence on stderr and exit code 2."""
+    """Every way a command ends, as the exit codes say: `InputError` anywhere below is one sentence on stderr and
+    exit code 2; click's own usage errors and exits pass as they are; Ctrl-C is 130; anything else (a bug in
+    Gradian or a library, a stray `sys.exit` that would end the run with nothing checked) is one sentence naming a
+    log file that holds the traceback, and exit code 3, never a traceback on the terminal nor exit code 1."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except InputError as error:
             click.echo(f"Error: {error}", err=True)
-            ctx.exit(2)
+            ctx.exit(BAD_INPUT)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("Error: interrupted; run the same command again to resume from what was finished.", err=True)
+            ctx.exit(INTERRUPTED)
+        except BaseException as error:  # SystemExit included: nothing below may end the run on its own
+            click.echo(f"Error: {internal_error(error)}", err=True)
+            ctx.exit(INTERNAL)
 
 
-@click.group(cls=GradianGroup)
+def internal_error(error: BaseException) -> str:
+    """The one sentence for an unexpected error: what it was and the log file holding its traceback."""
+    what = (f"something called sys.exit({error.code!r}) before the command finished" if isinstance(error, SystemExit)
+            else f"{type(error).__name__}: {reason(error)}")
+    log = write_crash_log(error)
+    where = f"the traceback is in {log}" if log is not None else "no log file could be written"
+    return f"internal error ({what}); {where}; please report it with that file."
+
+
+@click.group(cls=GradianGroup, epilog=EPILOG)
 @click.version_option(__version__, prog_name="gradian")
 def cli() -> None:
     """Find which training examples, or which setting, made a LoRA fine-tune worse at one thing."""
@@ -47,7 +69,19 @@ def quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def tolerant_output() -> None:
+    """A character the terminal's encoding cannot show (a table's dash under LC_ALL=C PYTHONUTF8=0) is printed as
+    `?` on stdout (stderr already escapes it), never a crash in the middle of an answer."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if callable(reconfigure):
+        try:
+            reconfigure(errors="replace")
+        except (ValueError, OSError):  # a stream already written in another way: leave it
+            pass
+
+
 def main() -> None:
+    tolerant_output()
     quiet_libraries()
     register_commands()
     sys.exit(cli.main(standalone_mode=True))

@@ -6,15 +6,16 @@ import json
 
 import click
 
+from gradian.cli.exit_codes import EPILOG
 from gradian.cli.progress import console, say
 
 
-@click.group("scenario")
+@click.group("scenario", epilog=EPILOG)
 def scenario_command() -> None:
     """Synthetic fine-tunes with a planted cause and their ground truth (for tests, demos, benchmarks)."""
 
 
-@scenario_command.command("list")
+@scenario_command.command("list", epilog=EPILOG)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario on stdout.")
 def list_command(as_json: bool) -> None:
     """Every scenario and suite family, its kind and its planted cause (families also their dev/test split)."""
@@ -31,7 +32,7 @@ def list_command(as_json: bool) -> None:
             click.echo(f"{row['name']:<28} {row['kind']:<14} {split}{row['summary']}")
 
 
-@scenario_command.command("build")
+@scenario_command.command("build", epilog=EPILOG)
 @click.argument("name")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="New folder for the scenario.")
 @click.option("--seed", default=0, show_default=True, help="Draws the culprit share, the category and the row order.")

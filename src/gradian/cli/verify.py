@@ -8,12 +8,13 @@ import typing
 
 import click
 
+from gradian.cli.exit_codes import EPILOG
 from gradian.cli.options import settings_options
 from gradian.cli.progress import bar, console, say
 from gradian.verify.settings import VerifySettings
 
 
-@click.command("verify")
+@click.command("verify", epilog=EPILOG)
 @functools.partial(settings_options, cls=VerifySettings)
 @click.option("--json", "as_json", is_flag=True, help="Print verification.json on stdout instead of the summary.")
 def verify_command(as_json: bool, **options: typing.Any) -> None:

@@ -16,22 +16,27 @@ Gradian attributes SFT runs.
 How training rendered a row is the framework's business (`data/render.py`, `data/axolotl.py`, from `raw`);
 these shapes are what reports, duplicates and clusters read.
 
-Every example gets a stable id: its `id` field, else its 1-based line number as a string.
+Every example gets a stable id: its `id` field, else its 1-based line number as a string, unless another row of
+the file has that id: then `line-<n>` (`line-<n>-2`, ... while that is taken too). So a row without an id never makes
+a valid file a duplicate-id error; two rows with the same explicit id still are. The rule needs every explicit id
+before naming a row without one; a file is read once, and a second time only when a later row's explicit id turns
+out to be a name already given (`collect_dataset`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gradian.data.llamafactory import refuse_registry, registry_files
 from gradian.errors import InputError, reason
 
 Messages = list[dict[str, Any]]
+T = TypeVar("T")
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 REGISTRY_BYTES = 16 * 1024 * 1024  # a dataset registry is small; a file past this is never read whole to find one
@@ -126,24 +131,57 @@ def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
     With `eval_set=True` the reference answer is optional. `text_field` is TRL's `dataset_text_field`: the
     column that holds a language-modelling row's text.
     """
-    return list(iter_dataset(path, eval_set=eval_set, text_field=text_field))
+    return collect_dataset(path, list, eval_set=eval_set, text_field=text_field)
 
 
-def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text") -> Iterator[Example]:
+class IdsSettleLate(InputError):
+    """A row without an id was named after its line, and a later row's explicit id is that name: the file must be
+    read again knowing every explicit id (`collect_dataset` does)."""
+
+
+def collect_dataset(path: str | Path, collect: Callable[[Iterator[Example]], T], *, eval_set: bool = False,
+                    text_field: str = "text") -> T:
+    """`collect(iter_dataset(path))` (a list, `ExampleColumns.from_examples`), collected a second time with every
+    explicit id known when a row without an id was given a name a later row's explicit id claims."""
+    try:
+        return collect(iter_dataset(path, eval_set=eval_set, text_field=text_field))
+    except IdsSettleLate:
+        taken = frozenset(str(row["id"]) for _, row in _rows(Path(path))
+                          if isinstance(row, dict) and row.get("id") is not None)
+        return collect(iter_dataset(path, eval_set=eval_set, text_field=text_field, explicit=taken))
+
+
+def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text",
+                 explicit: frozenset[str] = frozenset()) -> Iterator[Example]:
     """`read_dataset` one row at a time (for `data.columns.ExampleColumns.from_examples`: no list of every row).
 
-    The errors are `read_dataset`'s; an empty file raises once the end is reached.
+    The errors are `read_dataset`'s; an empty file raises once the end is reached. `explicit`: ids rows hold, which
+    a row without one is never named; without them, `IdsSettleLate` when a row's explicit id is a name already given
+    (read through `collect_dataset`, which handles it).
     """
     path = Path(path)
-    if not path.exists():
-        raise InputError("no such file; check the path.", path)
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError("no such file; check the path.", path) from None
+    except (OSError, ValueError) as error:  # a name too long, a symlink loop, a NUL byte
+        raise InputError(f"cannot be opened ({getattr(error, 'strerror', None) or reason(error)}); check the path.",
+                         path) from None
     if path.is_dir():
         raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
     if not path.is_file():  # a pipe would block, a device would never end
         raise InputError("is not a regular file (a pipe or a device); pass the JSONL file itself.", path)
     first_line_of: dict[str, int] = {}
+    named: set[str] = set()  # ids given to rows without one
     for line, row in _rows(path):
-        example = _example(row, line, path, eval_set, text_field)
+        unnamed = not _has_id(row)
+        example = _example(row, line, path, eval_set, text_field,
+                           _line_id(line, first_line_of, explicit) if unnamed else "")
+        if unnamed:
+            named.add(example.id)
+        elif example.id in named:
+            raise IdsSettleLate(f"the id {example.id!r} is also the name of the row without an id at line "
+                                f"{first_line_of[example.id]}; read the file with read_dataset.", path, line)
         if example.id in first_line_of:
             raise InputError(
                 f"duplicate id {example.id!r} (first seen at line {first_line_of[example.id]}); ids must be unique.",
@@ -154,6 +192,19 @@ def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
         yield example
     if not first_line_of:
         raise InputError("the dataset is empty; expected one JSON object per line.", path)
+
+
+def _has_id(row: Any) -> bool:
+    return isinstance(row, dict) and row.get("id") is not None
+
+
+def _line_id(line: int, taken: dict[str, int], explicit: frozenset[str]) -> str:
+    """The id of a row without one: its line number, else `line-<n>` (then `line-<n>-2`, ...) when that is taken."""
+    name, suffix = str(line), 1
+    while name in taken or name in explicit:
+        suffix += 1
+        name = f"line-{line}" if suffix == 2 else f"line-{line}-{suffix - 1}"
+    return name
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -232,10 +283,11 @@ def _decode(data: bytes, path: Path, line: int | None) -> str:
         raise InputError(f"not UTF-8 (byte {error.start}); re-encode the file as UTF-8.", path, line) from None
 
 
-def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = "text") -> Example:
+def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = "text", unnamed_id: str = "") -> Example:
+    """The row as an `Example`; its id is its `id` field, else `unnamed_id` (else its line number)."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, found {type(row).__name__}.", path, line)
-    example_id = str(row["id"]) if row.get("id") is not None else str(line)
+    example_id = str(row["id"]) if row.get("id") is not None else (unnamed_id or str(line))
     fields = _fields(row, line, path, eval_set, text_field)
     return Example(id=example_id, line=line, fields=fields, source=str(path), raw=row)
 

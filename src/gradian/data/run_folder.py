@@ -22,6 +22,7 @@ Config keys Gradian reads besides the framework's own: `data_collator` (a class 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from gradian.data.framework_version import (
     trl_collator_masks_pad,
 )
 from gradian.data.run_record import RunRecord, read_run_record
+from gradian.data.safe_yaml import check_size, load_yaml
 from gradian.data.setup import TrainingSetup
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
@@ -78,8 +80,8 @@ def read_run(
     """
     run = RunInfo(path=None)
     if run_dir is not None:
-        run = _read_folder(Path(run_dir).resolve())
-    config_path = Path(config).resolve() if config is not None else _find_config(run.path)
+        run = _read_folder(_resolved(run_dir, "the run folder"))
+    config_path = _resolved(config, "the config file") if config is not None else _find_config(run.path)
     if config is not None and not config_path.is_file():
         raise InputError("no such config file; check the path.", config)
     run.config_path = config_path
@@ -87,6 +89,15 @@ def read_run(
     llamafactory.check_run(run.config, config_path, run.training_args, run.path)  # never read as TRL
     run.setup = _resolve_setup(run, overrides or {})
     return run
+
+
+def _resolved(path: str | Path, what: str) -> Path:
+    """`path` with its symlinks resolved; `InputError` for a symlink loop or a name the system refuses."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as error:  # RuntimeError: a symlink loop before Python 3.13
+        problem = getattr(error, "strerror", None) or "a symlink loop"
+        raise InputError(f"cannot be resolved ({problem}); pass {what} itself.", path) from None
 
 
 def _read_folder(path: Path) -> RunInfo:
@@ -107,7 +118,8 @@ def _read_folder(path: Path) -> RunInfo:
         )
     run = RunInfo(path=path, adapter_dir=adapter_dir, checkpoints=checkpoints)
     if adapter_dir is not None:
-        run.adapter_config = _read_json(adapter_dir / "adapter_config.json")
+        run.adapter_config = check_lora_numbers(_read_json(adapter_dir / "adapter_config.json"),
+                                                adapter_dir / "adapter_config.json")
         name = run.adapter_config.get("base_model_name_or_path")
         if name is not None and not isinstance(name, str):
             raise InputError("base_model_name_or_path should be a string (the base model's folder or hub id).",
@@ -136,6 +148,19 @@ def newest_with(root: Path, checkpoints: list[Path], name: str) -> Path | None:
         if (folder / name).is_file():
             return folder
     return None
+
+
+def check_lora_numbers(config: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """`config` (an adapter_config.json) when its rank `r` is a positive integer and `lora_alpha` a finite number
+    (JSON lets NaN and Infinity through); else `InputError` naming the file. The one rule the audit and loading use."""
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise InputError(f'"r" is {rank!r}, not a positive whole number (the LoRA rank); the adapter config looks '
+                         "damaged: save the adapter again.", path)
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha)):
+        raise InputError(f'"lora_alpha" is {alpha!r}, not a finite number; the adapter config looks damaged: save '
+                         "the adapter again.", path)
+    return config
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -182,12 +207,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
     """A training config (YAML or JSON) as a dict; `InputError` with file and line when it does not parse."""
     if not path.is_file():
         raise InputError("is not a regular file (a folder, pipe or device); pass the config file itself.", path)
+    check_size(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError("is not UTF-8 text; re-encode the config as UTF-8.", path) from None
     try:
-        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        value = json.loads(text) if path.suffix == ".json" else load_yaml(text, path)
     except json.JSONDecodeError as error:
         raise InputError(f"is not valid JSON ({error.msg}).", path, error.lineno) from None
     except yaml.YAMLError as error:

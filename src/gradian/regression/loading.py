@@ -18,6 +18,7 @@ import torch
 
 from gradian.data.adapter_base import adapter_shapes, names_same_model
 from gradian.data.base_model import BaseModelRef, load_tokenizer
+from gradian.data.run_folder import check_lora_numbers
 from gradian.errors import InputError, reason
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -40,6 +41,11 @@ def pick_device_dtype(device: str | torch.device | None, dtype: str | torch.dtyp
         raise InputError("is not a device; use cpu, cuda or cuda:N.", str(device)) from None
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise InputError("CUDA was asked for but this machine has no usable CUDA GPU; use --device cpu.", str(device))
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError("MPS (Apple GPU) was asked for but this machine or this PyTorch build has none; use --device "
+                         "cpu, or cuda where there is a CUDA GPU.", str(device))
+    if chosen.type not in ("cpu", "cuda", "mps"):
+        raise InputError("is not a device Gradian runs on; use cpu, cuda, cuda:N or mps.", str(device))
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None) if dtype != "auto" else None
         if not isinstance(dtype, torch.dtype):
@@ -105,7 +111,7 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
         raise InputError(f"is not valid JSON ({error}); the adapter folder looks damaged.", path) from None
     if not isinstance(config, dict):
         raise InputError("is not a JSON object; the adapter folder looks damaged.", path)
-    return config
+    return check_lora_numbers(config, path)
 
 
 def check_attributable(adapter_dir: str | Path) -> None:

@@ -27,6 +27,7 @@ from gradian.report.wording import number, pct
 from gradian.verdict.types import cause_by_row
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
+REPORT_FILES = ("report.json", "report.md", "report.html", EXAMPLES_FILE, "culprits.jsonl", "train.cleaned.jsonl")
 
 
 def write_report(out_dir: str | Path, report: dict[str, Any], examples: Sequence[Example],

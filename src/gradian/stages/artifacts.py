@@ -15,11 +15,23 @@ from gradian.clusters.summary import ClusterSummary
 from gradian.files import atomic_write
 from gradian.gradients.extract import GradientSettings, ParameterScale
 from gradian.gradients.store import FeatureStore
+from gradian.lock import LOCK_NAME
+from gradian.regression.measure import GENERATIONS, SETTINGS, SUMMARY
+from gradian.report.writers import REPORT_FILES
 from gradian.scores.queries import QueryPair
 from gradian.scores.tracin import Checkpoint
 from gradian.verdict import Verdict
 
 Bar = Callable[[Iterable, str], Iterable]
+
+# The artifacts' names in the output folder; a name ending in "/" is a folder a stage writes as a whole.
+FINDINGS = "findings.json"
+GRADIENTS, CHECKPOINT_GRADIENTS, CAPTURED_GRADIENTS = "gradients", "gradients-checkpoints", "gradients-captured"
+PROJECTION_SHARES = "projection-shares.json"
+SCORES, SCORES_INDEX, RANKING = "scores.npy", "scores.json", "ranking.json"
+EXTRACT_WRITES = (LOCK_NAME, f"{GRADIENTS}/", f"{CHECKPOINT_GRADIENTS}/", f"{CAPTURED_GRADIENTS}/", PROJECTION_SHARES)
+ATTRIBUTE_WRITES = (*EXTRACT_WRITES, FINDINGS, GENERATIONS, SETTINGS, SUMMARY, SCORES, SCORES_INDEX, RANKING,
+                    *REPORT_FILES)
 
 
 class Prepared(NamedTuple):

@@ -17,7 +17,16 @@ from gradian.gradients.store import FeatureStore
 from gradian.scores.query import Query
 from gradian.scores.tracin import checkpoint_stores
 from gradian.settings import ExtractSettings
-from gradian.stages.artifacts import Bar, Extraction, Prepared, wrap
+from gradian.stages.artifacts import (
+    CAPTURED_GRADIENTS,
+    CHECKPOINT_GRADIENTS,
+    GRADIENTS,
+    PROJECTION_SHARES,
+    Bar,
+    Extraction,
+    Prepared,
+    wrap,
+)
 from gradian.stages.run import prepare
 
 
@@ -41,18 +50,18 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
 
     def shares() -> tuple[GradientSettings, Any]:
         shared, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget, scale=scale,
-                                       progress=wrap(bar, "projection shares"), cache=out / "projection-shares.json")
+                                       progress=wrap(bar, "projection shares"), cache=out / PROJECTION_SHARES)
         return shared, (project_sample(model, audit.rendered, sampled, shared, scale) if sampled else None)
 
     gradient, projected = ranks.main_only(shares, share=True)  # type: ignore[misc]
-    extract_train_features(model, audit.rendered, out / "gradients", settings=gradient, shard=ranks.shard,
+    extract_train_features(model, audit.rendered, out / GRADIENTS, settings=gradient, shard=ranks.shard,
                            progress=wrap(bar, "gradients"), scale=scale, sampled=projected,
                            direction=query.harm_direction if query is not None else None,
                            representations=query.states if query is not None else None)
     del projected
     ranks.barrier()
-    store = FeatureStore(out / "gradients")  # every rank's files written
-    stores = checkpoint_stores(model, audit.rendered, checkpoints, out / "gradients-checkpoints", settings=gradient,
+    store = FeatureStore(out / GRADIENTS)  # every rank's files written
+    stores = checkpoint_stores(model, audit.rendered, checkpoints, out / CHECKPOINT_GRADIENTS, settings=gradient,
                                shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
                                barrier=ranks.barrier) if checkpoints else []
     return Extraction(store, gradient, scale, checkpoints, stores, skipped)
@@ -65,7 +74,7 @@ def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks:
     if run is None or run.path is None:
         raise InputError("--checkpoints captured reads the run folder's gradian_capture/; pass --run DIR.",
                          settings.adapter)
-    path, record, out = run.path, run.record, settings.out_dir / "gradients-captured"
+    path, record, out = run.path, run.record, settings.out_dir / CAPTURED_GRADIENTS
     ranks.main_only(lambda: captured_store(path, ids_of(audit.examples), out, record))
     ranks.barrier()
     store = FeatureStore(out)  # its settings hold the capture's projection: the queries are projected alike

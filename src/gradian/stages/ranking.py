@@ -17,17 +17,27 @@ from gradian.scores.scoring import check_finite, effects_file, publish, score_fe
 from gradian.scores.token_harm import row_harms
 from gradian.scores.tracin import tracin_cp_effects
 from gradian.settings import AttributeSettings
-from gradian.stages.artifacts import Bar, Extraction, Scores, wrap, write_json
+from gradian.stages.artifacts import (
+    CHECKPOINT_GRADIENTS,
+    RANKING,
+    SCORES,
+    SCORES_INDEX,
+    Bar,
+    Extraction,
+    Scores,
+    wrap,
+    write_json,
+)
 
 
 def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit: DiagnoseResult, query: Query, *,
           bar: Bar | None = None) -> Scores:
     """(Q, N) effects streamed into scores.npy (a memory map), with scores.json beside it."""
     out, store, pairs = settings.out_dir, extraction.store, query.pairs
-    effects = effects_file(out / "scores.npy", len(pairs), store.n_rows)
+    effects = effects_file(out / SCORES, len(pairs), store.n_rows)
     kind = base_kind(settings.query)
     if extraction.checkpoints:
-        tracin_cp_effects(model, audit.rendered, pairs, extraction.checkpoints, out / "gradients-checkpoints",
+        tracin_cp_effects(model, audit.rendered, pairs, extraction.checkpoints, out / CHECKPOINT_GRADIENTS,
                           settings=extraction.gradient, kind=kind, unit_norm_train=settings.unit_norm_train,
                           stores=extraction.checkpoint_stores, out=effects)
     else:
@@ -36,9 +46,9 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
                                             damping=settings.damping, progress=wrap(bar, "curvature"))
         score_features(store, features, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
                        out=effects)
-    effects = publish(effects, out / "scores.npy")
+    effects = publish(effects, out / SCORES)
     check_finite(effects)  # NaN or inf: an internal error (exit 3), never a ranking
-    write_json(out / "scores.json", {"ids": list(store.ids), "queries": [p.eval_id for p in pairs],
+    write_json(out / SCORES_INDEX, {"ids": list(store.ids), "queries": [p.eval_id for p in pairs],
                                      "query": settings.query, "preconditioner": settings.preconditioner,
                                      "checkpoints": extraction.tracin["checkpoints"],
                                      "checkpoints_skipped": extraction.skipped})
@@ -53,7 +63,7 @@ def rank(settings: AttributeSettings, scores: Scores, extraction: Extraction, mo
     ranking = rank_rows(settings.rank, scores.effects, model, audit, query.failing,
                         harm=harm_of_rows(settings, query, extraction, model, audit, bar), row_harm=query.row_harm,
                         repsim=repsim, batch_size=settings.batch_size)
-    write_json(settings.out_dir / "ranking.json", ranking.to_dict())
+    write_json(settings.out_dir / RANKING, ranking.to_dict())
     return ranking
 
 

@@ -14,20 +14,27 @@ from gradian.curvature import parameter_scale as scale_of
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.extract import ParameterScale
+from gradian.guard import inputs, refuse_overwrite
 from gradian.lock import output_lock
 from gradian.regression.loading import check_attributable, load_models
 from gradian.scores.tracin import Checkpoint, checkpoint_weights
-from gradian.settings import ExtractSettings
-from gradian.stages.artifacts import Prepared, write_json
+from gradian.settings import AttributeSettings, ExtractSettings
+from gradian.stages.artifacts import ATTRIBUTE_WRITES, EXTRACT_WRITES, FINDINGS, Prepared, write_json
 from gradian.stages.evidence import EosEvidence, eos_after_cut_evidence
 
 
 @contextmanager
 def output_folder(settings: ExtractSettings, ranks: Ranks | None = None) -> Iterator[Path]:
     """The output folder, created and locked for the run: rank 0 holds its lock, and a refusal there stops every
-    rank (an unwritable folder fails at the lock)."""
+    rank (an unwritable folder fails at the lock). Before anything is created, no file the command writes may be
+    one of its inputs or lie inside a folder it reads as a whole (`gradian.guard`)."""
     ranks = ranks or Ranks()
     out = settings.out_dir
+    refuse_overwrite(out, ATTRIBUTE_WRITES if isinstance(settings, AttributeSettings) else EXTRACT_WRITES,
+                     inputs(dataset=settings.dataset, base_model=settings.base_model, adapter=settings.adapter,
+                            run=settings.run, config=settings.config,
+                            eval_dataset=getattr(settings, "eval_dataset", None),
+                            capability=getattr(settings, "capability", None)))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -46,9 +53,9 @@ def run_audit(settings: ExtractSettings, *, write: bool = True, evidence: EosEvi
                      overrides=overrides, capability=getattr(settings, "capability", None))  # extract: no capability
     audit.rendering_evidence = evidence.to_dict() if evidence is not None else None
     if write:
-        write_json(settings.out_dir / "findings.json", {"findings": [f.to_dict() for f in audit.findings],
-                                                        "tokenizer_source": tokenizer_source(audit),
-                                                        "rendering_evidence": audit.rendering_evidence})
+        write_json(settings.out_dir / FINDINGS, {"findings": [f.to_dict() for f in audit.findings],
+                                                 "tokenizer_source": tokenizer_source(audit),
+                                                 "rendering_evidence": audit.rendering_evidence})
     return audit
 
 

@@ -17,20 +17,23 @@ from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_m
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
 from gradian.errors import InputError
-from gradian.lock import output_lock
+from gradian.guard import inputs, refuse_overwrite
+from gradian.lock import LOCK_NAME, output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
 from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.report.schema import SCHEMA_VERSION
 from gradian.verify.measure import measure_adapter, read_original
-from gradian.verify.pages import write_pages
+from gradian.verify.pages import HTML, MARKDOWN, write_pages
 from gradian.verify.plan import plan
 from gradian.verify.recipe import read_recipe
 from gradian.verify.retrain import retrain
 from gradian.verify.settings import VerifySettings
-from gradian.verify.verification import summarize, write_verification
+from gradian.verify.verification import FILE, summarize, write_verification
 
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
+RETRAINS = "verify"  # DIR/verify/: one folder per retrain
+WRITES = (LOCK_NAME, f"{RETRAINS}/", FILE, HTML, MARKDOWN, "report.json", "report.md", "report.html")  # into DIR
 
 
 def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None = None) -> dict[str, Any]:
@@ -38,6 +41,11 @@ def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None 
     folder = Path(settings.report)
     if not (folder / "report.json").is_file():
         raise InputError("holds no report.json; run `gradian attribute --out` into it first.", folder)
+    used = _read_report(folder).get("settings") or {}
+    refuse_overwrite(folder, WRITES, inputs(dataset=used.get("dataset"), base_model=used.get("base_model"),
+                                            adapter=used.get("adapter"), run=used.get("run"), config=used.get("config"),
+                                            eval_dataset=used.get("eval_dataset"), capability=used.get("capability")),
+                     remedy="rerun `gradian attribute` with an --out folder apart from its inputs and verify that one")
     with output_lock(folder):
         return _verify(settings, folder, say or (lambda _: None), bar)
 
@@ -74,7 +82,7 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     if todo.primary is None and todo.fix_note:
         say(f"verify: {todo.fix_note}")
     scores, markers = {}, {}
-    root = folder / "verify"
+    root = folder / RETRAINS
     for number, (_, job) in enumerate(todo.jobs, start=1):
         weight = f", {len(job.zero_ids)} at zero weight" if job.zero_ids else ""
         say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows{weight}, seed {job.seed})")
