@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from test_report import SIGNIFICANT, effects_for, write_dataset
 
+from bad_inputs.corpus import attribute_args
+from bad_inputs.fixtures import gradian, workspace  # noqa: F401
 from gradian.clusters.cluster import cluster_examples
 from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
@@ -134,3 +136,20 @@ def test_non_finite_effects_are_an_internal_error():
     effects[0, 4] = np.inf
     with pytest.raises(NonFiniteEffects, match="2 of 5 training rows have effects that are not finite"):
         check_finite(effects)
+
+
+def test_nan_effects_end_attribute_with_exit_3_and_a_log(workspace, gradian, monkeypatch, tmp_path):  # noqa: F811
+    """NaN effects stop `attribute` as an internal error: exit 3, one sentence with the log's path, no traceback
+    (never exit 1, which a CI job would read as findings)."""
+    import gradian.stages.ranking as ranking
+
+    def nan_scores(*args, out, **kwargs):
+        out[:] = np.nan
+        return out
+
+    monkeypatch.setenv("GRADIAN_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(ranking, "score_features", nan_scores)
+    result = gradian(attribute_args(workspace, tmp_path / "out", extra=("--force",)))
+    assert result.exit_code == 3, result.output[-2000:]
+    assert "Traceback" not in result.output and "effects that are not finite" in result.stderr
+    assert "the traceback is in " + str(tmp_path / "logs") in result.stderr
