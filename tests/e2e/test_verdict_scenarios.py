@@ -71,9 +71,27 @@ def test_truncated_cluster_names_the_planted_rows_from_the_audit_and_the_symptom
     assert precision >= 0.9 and recall >= 0.9, (precision, recall)
 
 
-def test_pad_eos_is_setup_with_answers_that_never_stop_even_with_the_collator_unknown(scenario, tmp_path):
-    audit, regression, _ = measured(scenario("pad-eos", 0), tmp_path / "out")
+def gate(verdict, truth: dict) -> list[str]:
+    """The verdict-stability gate: how a verdict departs from the scenario's ground truth (its planted kind, and
+    for a data cause the planted rows at precision and recall ≥ 0.9); empty when it holds."""
+    wrong = [] if verdict.kind == truth["kind"] else [f"verdict {verdict.kind}, planted {truth['kind']}"]
+    if truth["kind"] == "data-cluster" and verdict.kind == "data-cluster":
+        precision, recall = recovery(verdict.culprit_ids, truth)
+        wrong += [f"precision {precision:.2f}, recall {recall:.2f}"] if min(precision, recall) < 0.9 else []
+    elif verdict.culprit_ids:
+        wrong.append(f"{len(verdict.culprit_ids)} rows named where none are planted")
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def pad_eos(scenario, tmp_path_factory):
+    return measured(scenario("pad-eos", 0), tmp_path_factory.mktemp("pad-eos"))
+
+
+def test_pad_eos_is_setup_with_answers_that_never_stop_even_with_the_collator_unknown(pad_eos):
+    audit, regression, truth = pad_eos
     verdict, symptoms, _ = verdict_with_spread_gradients(audit, regression)
+    assert gate(verdict, truth) == [], verdict.summary
     assert symptoms.dominant == "never-stops" and symptoms.shares["never-stops"] >= 0.8, symptoms.counts
     assert verdict.kind == "setup" and verdict.evidence["finding"]["check"] == "pad_eos_masking"
     # the issue's run: the collator is unknown, so the audit can only warn that pad == eos might mask EOS
@@ -85,10 +103,23 @@ def test_pad_eos_is_setup_with_answers_that_never_stop_even_with_the_collator_un
     assert verdict.evidence["symptom"]["dominant"] == "never-stops"
 
 
+def test_the_gate_fails_when_one_verdict_rule_is_flipped(pad_eos, monkeypatch):
+    """The gate can fail: with rules 2 and 3 (a setup fault from the audit or from the answers' symptom) switched
+    off, the pad == eos run's verdict is no longer the planted `setup`, and the gate says so."""
+    from gradian.verdict import rules
+
+    audit, regression, truth = pad_eos
+    monkeypatch.setattr(rules, "explaining_setup_finding", lambda *args: None)
+    monkeypatch.setattr(rules, "stop_by_symptom", lambda *args: None)
+    verdict, _, _ = verdict_with_spread_gradients(audit, regression)
+    assert gate(verdict, truth) and gate(verdict, truth)[0].startswith(f"verdict {verdict.kind}, planted setup")
+
+
 def test_null_run_is_no_regression(scenario, tmp_path):
-    audit, regression, _ = measured(scenario("null", 0), tmp_path / "out")
+    audit, regression, truth = measured(scenario("null", 0), tmp_path / "out")
     verdict, _, _ = verdict_with_spread_gradients(audit, regression)
     assert verdict.kind == "no-regression" and verdict.culprit_ids == []
+    assert gate(verdict, truth) == []
 
 
 def test_format_cluster_names_the_targets_that_fail_the_capability(scenario, tmp_path):
