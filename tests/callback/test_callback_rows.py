@@ -22,6 +22,7 @@ from gradian import GradianCallback
 from gradian.cli.main import cli, register_commands
 from gradian.data.recorded_rows import ROWS_NAME, read_recorded_rows
 from gradian.data.run_record import read_run_record
+from gradian.gradients.store import FeatureStore
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +48,7 @@ def chat_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("assistant-only")
     tokenizer = chatml_tokenizer(qwen2_5_chat_template)
     base = root / "tiny-instruct"
-    make_tiny_model(tokenizer).config.save_pretrained(base)
+    make_tiny_model(tokenizer).save_pretrained(base)  # the weights the run started from (same seed)
     tokenizer.save_pretrained(base)
     run = root / "run"
     trainer = finished(sft_trainer(run, chats(), tokenizer=tokenizer, callbacks=[quiet()], assistant_only_loss=True,
@@ -150,6 +151,18 @@ def test_rows_without_ids_match_by_content(cli_runner, chat_run, tmp_path):
     payload = json.loads(diagnose(cli_runner, bare, base, unnamed, "--json").output)
     assert payload["findings"] == []
     assert (payload["rows_source"]["recorded"], payload["rows_source"]["matched_by"]) == (8, "content")
+
+
+def test_extract_takes_gradients_on_the_recorded_rows(cli_runner, chat_run, tmp_path):
+    """What attribute extracts: every row has a gradient from the record; rendered, none would (no loss)."""
+    run, base, rows, _ = chat_run
+    for folder, trained in ((run, 8), (copied(run, tmp_path, without={ROWS_NAME}), 0)):
+        out = tmp_path / f"features-{trained}"
+        result = cli_runner.invoke(cli, ["extract", "--base-model", str(base), "--adapter", str(folder), "--dataset",
+                                         str(rows), "--run", str(folder), "--out", str(out), "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        features = np.asarray(FeatureStore(out / "gradients"))  # (8, k)
+        assert features.shape[0] == 8 and int((np.abs(features).sum(axis=1) > 0).sum()) == trained
 
 
 def test_recorded_rows_equal_the_trainers_token_for_token(chat_run):

@@ -51,7 +51,7 @@ class RowsSource:
                 f"(rows {shown})")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "summary": self.describe()}
 
 
 def training_rows(examples: ExampleColumns, tokenizer: Any, setup: TrainingSetup,

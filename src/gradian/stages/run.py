@@ -43,8 +43,14 @@ def run_audit(settings: ExtractSettings, *, write: bool = True) -> DiagnoseResul
                      capability=getattr(settings, "capability", None))  # `gradian extract` scores no capability
     if write:
         write_json(settings.out_dir / "findings.json", {"findings": [f.to_dict() for f in audit.findings],
-                                                        "tokenizer_source": tokenizer_source(audit)})
+                                                        "tokenizer_source": tokenizer_source(audit),
+                                                        "rows_source": rows_source(audit)})
     return audit
+
+
+def rows_source(audit: DiagnoseResult) -> dict[str, Any] | None:
+    """Where the audited rows came from: the run's record (as the trainer prepared them) or Gradian's renderer."""
+    return audit.rows_source.to_dict() if audit.rows_source is not None else None
 
 
 def tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
