@@ -125,7 +125,7 @@ def test_a_row_the_record_lacks_is_rendered_and_named(cli_runner, chat_run, tmp_
     payload = json.loads(diagnose(cli_runner, run, base, extra, "--json").output)
     source = payload["rows_source"]
     assert (payload["setup"]["rows_from"], source["recorded"], source["rendered"]) == ("record+render", 8, 1)
-    assert source["rendered_ids"] == ["new"] and "1 have no recorded row of their id" in source["why"]
+    assert source["rendered_ids"] == ["new"] and "1 match no recorded row by id or text" in source["why"]
     assert [f["example_ids"] for f in payload["findings"] if f["check"] == "no_loss"] == [["new"]]
 
 
@@ -140,12 +140,15 @@ def test_a_changed_row_is_rendered_not_matched(cli_runner, chat_run, tmp_path):
     assert "1 differ from the trainer's copy of them" in source["why"]
 
 
-def test_rows_without_ids_match_by_content(cli_runner, chat_run, tmp_path):
+@pytest.mark.parametrize("record_ids", [True, False])
+def test_rows_without_ids_match_by_content(cli_runner, chat_run, tmp_path, record_ids):
+    """A dataset file without the trainer's ids (in another order) finds its rows by their text."""
     run, base, rows, _ = chat_run
     bare = copied(run, tmp_path)
-    record = json.loads((bare / "gradian_run.json").read_text())
-    record["dataset"]["ids"] = None
-    (bare / "gradian_run.json").write_text(json.dumps(record))
+    if not record_ids:
+        record = json.loads((bare / "gradian_run.json").read_text())
+        record["dataset"]["ids"] = None
+        (bare / "gradian_run.json").write_text(json.dumps(record))
     unnamed = tmp_path / "unnamed.jsonl"
     unnamed.write_text("".join(json.dumps({"messages": r["messages"]}) + "\n" for r in reversed(chats())))
     payload = json.loads(diagnose(cli_runner, bare, base, unnamed, "--json").output)

@@ -1,9 +1,9 @@
 """The rows `diagnose` audits and `attribute` takes gradients on: the trainer's own, where the run recorded them.
 
 A run trained with `GradianCallback` holds `gradian_rows.safetensors` (`data.recorded_rows`): every row as the
-trainer prepared it. A dataset row is matched to its recorded row by its `id` when the record holds the trainer's
-ids, else by its content (`content_hash`, which finds the row in the trainer's dataset order or any other), and the
-content must agree either way. A matched row is read from the record and never re-rendered; a row without a match
+trainer prepared it. A dataset row is matched to its recorded row by its `id` when the record holds that id (and
+then its content must agree: an edited row is not the row trained), else by its content (`content_hash`, which
+finds the row in the trainer's dataset order or any other). A matched row is read from the record and never re-rendered; a row without a match
 is rendered by Gradian's port of the trainer (`data.render`), and `RowsSource` says how many and why.
 """
 
@@ -90,24 +90,29 @@ def _recorded(record: RunRecord | None) -> tuple[RecordedRows | None, str | None
 
 def match_rows(examples: Sequence[Any], recorded: RecordedRows,
                record: RunRecord) -> tuple[list[int | None], str, str | None]:
-    """(each example's recorded row or None, how they were matched, why some were not)."""
+    """(each example's recorded row or None, how they were matched, why some were not). An example whose id the
+    record holds is that row, and must have its text; any other is found by its text."""
     reference = record.rows or {}
     eos = [str(e) for e in reference.get("eos_stripped") or []]
     ids = (record.data.get("dataset") or {}).get("ids")
     by_id = {str(name): j for j, name in enumerate(ids)} if isinstance(ids, list) and len(ids) == len(recorded) \
         else None
-    by_content = _by_content(recorded) if by_id is None else {}
+    by_content = _by_content(recorded)
     matches: list[int | None] = []
-    absent = changed = 0
+    absent = changed = named = 0
     for example in examples:
         digest = content_hash(example.fields, eos)
-        found = by_id.get(example.id) if by_id is not None else by_content.get(digest)
-        if found is not None and recorded.content(found) != digest:
-            found, changed = None, changed + 1
-        elif found is None:
-            absent += 1
+        found = by_id.get(example.id) if by_id is not None else None
+        if found is not None:  # the id names the row: its text must be the trainer's
+            named += 1
+            if recorded.content(found) != digest:
+                found, changed = None, changed + 1
+        else:  # an id the trainer did not have, or no ids: a row of the same text trained the same
+            found = by_content.get(digest)
+            absent += found is None
         matches.append(found)
-    return matches, "id" if by_id is not None else "content", _why(absent, changed, reference, by_id is not None)
+    how = "id" if named == len(matches) else "content" if not named else "id, else content"
+    return matches, how, _why(absent, changed, reference)
 
 
 def _by_content(recorded: RecordedRows) -> dict[bytes, int]:
@@ -120,14 +125,13 @@ def _by_content(recorded: RecordedRows) -> dict[bytes, int]:
     return out
 
 
-def _why(absent: int, changed: int, reference: dict[str, Any], by_id: bool) -> str | None:
+def _why(absent: int, changed: int, reference: dict[str, Any]) -> str | None:
     """Why rows found no recorded row, in words."""
     if not reference.get("with_content"):
         return "the trainer kept no text beside its tokens, so no dataset row can be tied to a recorded row"
     parts = []
     if absent:
-        key = "id" if by_id else "text"
-        parts.append(f"{absent} have no recorded row of their {key} (the trainer dropped or never had them)")
+        parts.append(f"{absent} match no recorded row by id or text (the trainer dropped or never had them)")
     if changed:
         parts.append(f"{changed} differ from the trainer's copy of them (the dataset changed since training)")
     return "; ".join(parts) or None

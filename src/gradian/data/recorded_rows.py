@@ -21,6 +21,7 @@ it, or whose tensors do not fit together, is refused (`InputError`), never read 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,8 +100,9 @@ def rows_file_bytes(rows: Sequence[Rendered], contents: Sequence[bytes | None]) 
 
     lengths = np.fromiter((len(r.input_ids) for r in rows), dtype=np.int64, count=len(rows))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (N + 1,)
-    tokens = np.asarray([t for r in rows for t in r.input_ids], dtype=np.int64)  # (T,)
-    labels = np.asarray([label for r in rows for label in r.labels], dtype=np.int64)  # (T,)
+    total = int(offsets[-1])
+    tokens = np.fromiter(itertools.chain.from_iterable(r.input_ids for r in rows), dtype=np.int64, count=total)
+    labels = np.fromiter(itertools.chain.from_iterable(r.labels for r in rows), dtype=np.int64, count=total)
     content = np.zeros((len(rows), CONTENT_BYTES), dtype=np.uint8)
     for i, value in enumerate(contents):
         if value is not None:
