@@ -40,9 +40,10 @@ def pretokenized(rows: list[dict[str, str]], tokenizer: Any, cut: int, keep_text
 
 
 def sft_trainer(out: Path, rows: list[dict[str, Any]], *, pad_eos: bool = False, callbacks: list[Any] = (),
-                trainer_class: type = SFTTrainer, dtype: torch.dtype = torch.float32, **settings: Any) -> SFTTrainer:
+                trainer_class: type = SFTTrainer, dtype: torch.dtype = torch.float32, tokenizer: Any = None,
+                **settings: Any) -> SFTTrainer:
     """A tiny LoRA SFT run over `rows` (pad == eos with transformers' pad-masking collator when `pad_eos`)."""
-    tokenizer = build_tokenizer(WORDS)
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(WORDS)
     if pad_eos:
         tokenizer.pad_token = tokenizer.eos_token
     config = SFTConfig(**{"output_dir": str(out), "report_to": "none", "use_cpu": True, "disable_tqdm": True,
@@ -58,3 +59,19 @@ def sft_trainer(out: Path, rows: list[dict[str, Any]], *, pad_eos: bool = False,
     )
     trainer.remove_callback(PrinterCallback)
     return trainer
+
+
+def chatml_tokenizer(template: str) -> Any:
+    """The tiny tokenizer with ChatML turn tokens, `<|im_end|>` as its EOS (as Qwen ships) and `template`."""
+    tokenizer = build_tokenizer([*WORDS, "im", "start", "end", "You", "are", "Qwen", "created", "by", "Alibaba",
+                                 "Cloud", "helpful", "assistant"])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def chats(n: int = 8) -> list[dict[str, Any]]:
+    return [{"id": f"c{i}", "messages": [{"role": "user", "content": f"my order {i} is late"},
+                                         {"role": "assistant", "content": '{"order": "late", "amount": ' + str(i) + "}"}]}
+            for i in range(n)]

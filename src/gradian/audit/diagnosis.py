@@ -1,5 +1,8 @@
 """`diagnose`: read the inputs, render the rows as trained, run every check. Tokenizer and config only.
 
+A run recorded by `GradianCallback` gives its rows as the trainer prepared them (`data.prepared`): those are
+audited, and only rows the record does not hold are rendered.
+
 The tokenizer is the one training used: the run folder's saved one (TRL and Trainer save their processing
 class beside the adapter) when it has one, the base model's only as a fallback; `tokenizer_source` says which.
 """
@@ -17,7 +20,7 @@ from gradian.audit.registry import run_checks
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.columns import ExampleColumns
 from gradian.data.examples import Example, collect_dataset, read_dataset
-from gradian.data.render import render_chunks
+from gradian.data.prepared import RowsSource, training_rows
 from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup, preparation
@@ -64,6 +67,7 @@ class DiagnoseResult:
     base_ref: BaseModelRef
     base_config: Any = None
     tokenizer_source: TokenizerSource | None = None
+    rows_source: RowsSource | None = None  # the rows as the trainer prepared them (recorded), or rendered
     rendering_evidence: dict[str, Any] | None = None  # why the rows were rendered so, when the run's evidence chose
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +78,7 @@ class DiagnoseResult:
             "rows": len(self.examples),
             "base_model": self.base_ref.spec,
             "tokenizer_source": self.tokenizer_source.to_dict() if self.tokenizer_source else None,
+            "rows_source": self.rows_source.to_dict() if self.rows_source else None,
             "run": str(self.run.path) if self.run and self.run.path else None,
             "setup": self.setup.to_dict(),
             "preparation": preparation(self.setup),
@@ -109,12 +114,13 @@ def diagnose(
     setup = info.setup
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
-    say(f"rendering {len(examples)} rows")
-    rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup), ids=examples.ids)
+    say(f"reading {len(examples)} rows as trained" if info.record is not None else f"rendering {len(examples)} rows")
+    rendered, rows_source = training_rows(examples, tokenizer, setup, info)
+    setup.rows_from = rows_source.rows_from
     say("running the checks")
     ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
     return DiagnoseResult(run_checks(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,
-                          source)
+                          source, rows_source)
 
 
 def training_tokenizer(run: RunInfo, ref: BaseModelRef) -> tuple[Any, TokenizerSource]:

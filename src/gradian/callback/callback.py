@@ -3,8 +3,10 @@
     trainer = SFTTrainer(..., callbacks=[GradianCallback()])   # or trainer.add_callback(GradianCallback())
 
 At `on_train_begin` the callback audits the trainer's own objects (`preflight`) and stops the run on a critical
-finding (`on_critical="warn"` only warns). While training, it records the rows and learning rate of every
-optimizer step and writes `gradian_run.json` into `output_dir` and each `checkpoint-N/` (`record`).
+finding (`on_critical="warn"` only warns). It stores the trainer's own rows (tokens and loss mask, as its collator
+makes them) in `output_dir/gradian_rows.safetensors`, which `diagnose` and `attribute` read instead of re-rendering
+them. While training, it records the rows and learning rate of every optimizer step and writes `gradian_run.json`
+into `output_dir` and each `checkpoint-N/` (`record`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,23 @@ from typing import Any, Literal
 from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
-from gradian.callback.preflight import PreflightError, PreflightResult, finding_lines, preflight, stop_message
-from gradian.callback.record import RunRecorder, collator_pad_token, dataset_hashes, qualified_name, record_header
+from gradian.callback.preflight import (
+    PreflightError,
+    PreflightResult,
+    finding_lines,
+    preflight,
+    read_trainer_rows,
+    stop_message,
+)
+from gradian.callback.record import (
+    RunRecorder,
+    collator_pad_token,
+    dataset_hashes,
+    qualified_name,
+    record_header,
+    row_contents,
+    write_rows,
+)
 from gradian.data.checkpoints import checkpoint_dir
 from gradian.data.run_record import read_run_record
 from gradian.gradients.settings import GradientSettings
@@ -36,8 +53,8 @@ class GradianCallback(TrainerCallback):
     """Audit a run before its first step and record what it trained on (see the module docstring).
 
     `on_critical`: "stop" raises `PreflightError` with the first critical finding's sentence and fix; "warn" prints
-    it and trains on. `preflight=False` skips the audit; `record=False` writes no `gradian_run.json`. `capture=True`
-    also writes each step's per-example projected LoRA gradients (`callback.capture`; `capture_settings` are
+    it and trains on. `preflight=False` skips the audit; `record=False` writes no `gradian_run.json` and no rows.
+    `capture=True` also writes each step's per-example projected LoRA gradients (`callback.capture`; `capture_settings` are
     `gradient extract`'s settings: projection size and seed, store dtype). `echo` prints one line (default:
     standard error, main process only).
     """
@@ -77,7 +94,10 @@ class GradianCallback(TrainerCallback):
         if self.run_preflight:
             self._preflight(state, dataset, collator, tokenizer, args, model, texts, ids, trainer_class)
         if self.run_record and model is not None:
-            self._start_record(args, state, tokenizer, collator, dataset, ids, trainer_class, model)
+            rows = None
+            if state.is_world_process_zero:  # only the main process writes the record and its rows
+                rows = self._write_rows(args, dataset, collator, tokenizer, raw, texts, ids, trainer_class)
+            self._start_record(args, state, tokenizer, collator, dataset, ids, trainer_class, model, rows)
 
     def _preflight(self, state: Any, dataset: Any, collator: Any, tokenizer: Any, args: Any, model: Any,
                    texts: list[dict[str, Any]] | None, ids: list[str] | None, trainer_class: str) -> None:
@@ -93,15 +113,30 @@ class GradianCallback(TrainerCallback):
         if self.result.critical and self.on_critical == "stop":
             raise PreflightError(stop_message(self.result.critical))
 
+    def _write_rows(self, args: Any, dataset: Any, collator: Any, tokenizer: Any, raw: Any,
+                    texts: list[dict[str, Any]] | None, ids: list[str] | None, trainer_class: str) -> dict[str, Any]:
+        """Store the trainer's rows beside the record (preflight's, else read now); the record's reference."""
+        if self.result is not None:
+            rows = self.result.rows.rendered
+        else:
+            rows = read_trainer_rows(dataset, collator, tokenizer, args, texts=texts, ids=ids,
+                                     trainer_class=trainer_class)[1].rendered
+        eos = [token for token in dict.fromkeys((getattr(args, "eos_token", None), tokenizer.eos_token)) if token]
+        field = getattr(args, "dataset_text_field", None) or "text"
+        contents = row_contents(raw, field, eos) if raw is not None and len(raw) == len(rows) else [None] * len(rows)
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        return write_rows(args.output_dir, rows, contents, eos_tokens=eos,
+                          shuffled=bool(getattr(args, "shuffle_dataset", False)))
+
     def _start_record(self, args: Any, state: Any, tokenizer: Any, collator: Any, dataset: Any,
-                      ids: list[str] | None, trainer_class: str, model: Any) -> None:
+                      ids: list[str] | None, trainer_class: str, model: Any, rows: dict[str, Any] | None) -> None:
         findings = [f.to_dict() for f in self.result.findings] if self.result else []
         masks = self.result.setup.collator_masks_pad if self.result else None
         # preflight's setup already holds the collator's pad token
         pad = self.result.setup.pad_token if self.result else collator_pad_token(tokenizer, collator)
         header = record_header(trainer_class=trainer_class, args=args, tokenizer=tokenizer, collator=collator,
                                collator_masks_pad=masks, pad_token=pad, dataset_rows=len(dataset), ids=ids,
-                               findings=findings)
+                               findings=findings, rows=rows)
         self.recorder = RunRecorder(header, dataset_hashes(dataset), resumed_steps(args, state))
         self.recorder.attach(model)
         if self.capture_settings is not None:

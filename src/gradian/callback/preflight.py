@@ -65,7 +65,7 @@ def training_setup(args: Any, tokenizer: Any, pad_id: int | None, trainer_class:
         learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs,
         per_device_train_batch_size=args.per_device_train_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
-        source="the running trainer (GradianCallback)", assumed=[],
+        source="the running trainer (GradianCallback)", assumed=[], rows_from="trainer",
     )
 
 
@@ -74,12 +74,8 @@ def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_c
               ids: Sequence[str] | None = None, trainer_class: str = "") -> PreflightResult:
     """Audit a trainer's dataset (as tokenized), collator, tokenizer and args; findings most severe first."""
     start = time.perf_counter()
-    pad_id = collator_pad_id(collator)
-    setup = training_setup(args, tokenizer, pad_id, trainer_class)
-    features = token_columns(dataset)
-    labels = collated_labels(collator, features, max(BATCH_ROWS, args.per_device_train_batch_size))
-    rows = trainer_rows(features, labels, tokenizer, setup, texts=texts, ids=ids, pad_id=pad_id)
-    setup.collator_masks_pad = rows.masks_pad
+    setup, rows = read_trainer_rows(dataset, collator, tokenizer, args, texts=texts, ids=ids,
+                                    trainer_class=trainer_class)
     run = RunInfo(path=None, adapter_config=adapter_config or {}, setup=setup)
     ctx = AuditContext(rows.examples, rows.rendered, tokenizer, setup, run, base_config=model_config)
     cut = eos_after_cut(ctx, rows)
@@ -87,6 +83,20 @@ def preflight(dataset: Any, collator: Any, tokenizer: Any, args: Any, *, model_c
     if cut:
         findings = _without_rows(findings, "cut_in_data", set(cut[0].example_ids)) + cut
     return PreflightResult(by_severity(findings), setup, rows, time.perf_counter() - start)
+
+
+def read_trainer_rows(dataset: Any, collator: Any, tokenizer: Any, args: Any, *,
+                      texts: Sequence[dict[str, Any]] | None = None, ids: Sequence[str] | None = None,
+                      trainer_class: str = "") -> tuple[TrainingSetup, TrainerRows]:
+    """The run's settings and its rows as trained: the tokenized dataset through its own collator (what preflight
+    audits and the run record stores)."""
+    pad_id = collator_pad_id(collator)
+    setup = training_setup(args, tokenizer, pad_id, trainer_class)
+    features = token_columns(dataset)
+    labels = collated_labels(collator, features, max(BATCH_ROWS, args.per_device_train_batch_size))
+    rows = trainer_rows(features, labels, tokenizer, setup, texts=texts, ids=ids, pad_id=pad_id)
+    setup.collator_masks_pad = rows.masks_pad
+    return setup, rows
 
 
 def eos_after_cut(ctx: AuditContext, rows: TrainerRows) -> list[Finding]:

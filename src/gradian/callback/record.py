@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from gradian.data.examples import example_fields
 from gradian.data.framework_version import package_version
+from gradian.data.recorded_rows import ROWS_NAME, TOKEN_COLUMNS, content_hash, rows_file_bytes, rows_reference
+from gradian.data.render import Rendered
 from gradian.data.run_record import RECORD_FORMAT, RECORD_NAME, RECORD_VERSION, SETUP_FIELDS, row_hash
 from gradian.files import atomic_write
 
@@ -58,6 +61,29 @@ def _remapped(dataset: Any, table: dict[str, int]) -> dict[str, int]:
         if physical in inverse:
             out[key] = inverse[physical]
     return out
+
+
+def row_contents(dataset: Any, text_field: str, eos_tokens: Sequence[str]) -> list[bytes | None]:
+    """Each row's `content_hash`, from the text columns the trainer kept beside its tokens (None: it kept none)."""
+    names = [name for name in getattr(dataset, "column_names", None) or [] if name not in TOKEN_COLUMNS]
+    if not names:
+        return [None] * len(dataset)
+    columns = {name: list(dataset[name]) for name in names}
+    out: list[bytes | None] = []
+    for values in zip(*columns.values(), strict=True):
+        fields = example_fields(dict(zip(columns, values, strict=True)), text_field)
+        out.append(content_hash(fields, eos_tokens) if fields is not None else None)
+    return out
+
+
+def write_rows(folder: str | Path, rows: Sequence[Rendered], contents: Sequence[bytes | None], *,
+               eos_tokens: Sequence[str], shuffled: bool) -> dict[str, Any]:
+    """Write the trainer's rows (dataset order) to `folder`/gradian_rows.safetensors atomically; the record's
+    `rows` reference to them."""
+    data = rows_file_bytes(rows, contents)
+    atomic_write(Path(folder) / ROWS_NAME, data)
+    return rows_reference(data, len(rows), contents=sum(c is not None for c in contents), eos_tokens=eos_tokens,
+                          shuffled=shuffled)
 
 
 def fed_rows(inputs: dict[str, Any], known: Callable[[str], bool]) -> list[tuple[np.ndarray, str]]:
@@ -178,8 +204,9 @@ def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]
 
 def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: Any, collator_masks_pad: bool | None,
                   pad_token: str | None, dataset_rows: int, ids: list[str] | None,
-                  findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """Everything the record says about the run besides its steps (`pad_token`: `collator_pad_token`'s)."""
+                  findings: list[dict[str, Any]], rows: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the record says about the run besides its steps (`pad_token`: `collator_pad_token`'s; `rows`:
+    `write_rows`' reference to the trainer's rows)."""
     return {
         "trainer": {"class": trainer_class, "versions": {name: package_version(name) for name in PACKAGES}},
         "collator": {"class": qualified_name(collator), "attributes": _attributes(collator),
@@ -195,6 +222,7 @@ def record_header(*, trainer_class: str, args: Any, tokenizer: Any, collator: An
         "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
         "dataset": {"rows": dataset_rows, "ids": ids},
         "preflight": findings,
+        "rows": rows,
     }
 
 

@@ -54,5 +54,8 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     record = ((result.report.get("run") or {}).get("setup") or {}).get("record")
     if record:
         click.echo(f"Run record: read {record} (recorded by GradianCallback) before the config and training_args.bin")
+        rows = (result.report.get("run") or {}).get("rows_source") or {}
+        if rows.get("summary"):
+            click.echo(f"Rows: {rows['summary']}")
     if then_verify:
         print_summary(result.report["verification"])

@@ -80,6 +80,8 @@ def _print_table(result: DiagnoseResult) -> None:
         console.print(table)
     if result.run is not None and result.run.record is not None:
         console.print(f"[dim]Run record: {result.run.record.describe()}[/dim]", highlight=False)
+    if result.rows_source is not None and result.setup.record:  # without a record every row is rendered, as always
+        console.print(f"[dim]Rows: {result.rows_source.describe()}[/dim]", highlight=False)
     if result.tokenizer_source is not None:
         console.print(f"[dim]Tokenizer: {result.tokenizer_source.describe()}[/dim]", highlight=False)
     if result.setup.framework_version:

@@ -41,6 +41,7 @@ def extract_command(**options: typing.Any) -> None:
         audit = run_audit(settings, write=False)
         model, _ = load(settings, audit, ranks)
         speak(f"gradients: {len(audit.rendered)} training rows"
+              + (" (as the trainer prepared them, from the run's record)" if audit.setup.rows_from == "record" else "")
               + (f", {ranks.world} processes" if ranks.world > 1 else ""))
         extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None)
     leave(ranks)

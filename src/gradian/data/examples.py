@@ -292,6 +292,15 @@ def _example(row: Any, line: int, path: Path, eval_set: bool, text_field: str = 
     return Example(id=example_id, line=line, fields=fields, source=str(path), raw=row)
 
 
+def example_fields(row: dict[str, Any], text_field: str = "text") -> dict[str, Any] | None:
+    """The `Example.fields` a training row of any supported shape reads as (a trainer's dataset row, say), or None
+    when it has no known shape."""
+    try:
+        return _fields(row, 0, Path("row"), False, text_field)
+    except InputError:
+        return None
+
+
 def _fields(row: dict[str, Any], line: int, path: Path, eval_set: bool, text_field: str = "text") -> dict[str, Any]:
     preference = None if eval_set or text_field in row else _preference_shape(row)
     if preference is not None:

@@ -17,7 +17,12 @@ what no framework writes down (schema version 1, every key always present, `null
 - `steps`: one entry per optimizer step, in order: `step` (1-based global step), `epoch` (0-based),
   `learning_rate` (the rate that step's update used), `rows` (dataset indices of every row its micro-batches fed
   the model, in order; null where a row matched no dataset row) and `hashes` (`row_hash` of each row's tokens);
-- `preflight`: the findings preflight printed (`Finding.to_dict()` each); `complete`: true once training ended.
+- `preflight`: the findings preflight printed (`Finding.to_dict()` each); `complete`: true once training ended;
+- `rows`: the trainer's own rows, stored beside the record in `gradian_rows.safetensors` (`data.recorded_rows`
+  owns that file): `file` (its name), `sha256` and `bytes` (of the whole file), `rows`, `with_content` (rows whose
+  text the trainer kept, so a dataset row can be tied to them), `eos_stripped` (the EOS strings the content hash
+  takes off a text's end) and `shuffled` (TRL's `shuffle_dataset`); null when the callback could not read the rows.
+  Records written before Gradian kept the rows have no `rows` key and are read as before: their rows re-rendered.
 
 Indices are into the trainer's own train dataset (`trainer.train_dataset`, after TRL tokenized, filtered and,
 with `shuffle_dataset`, shuffled it), so a replay feeds that dataset; the hashes tie a row to its tokens whatever
@@ -88,6 +93,12 @@ class RunRecord:
         """The learning rate of each recorded optimizer step, by its 1-based global step, in step order."""
         return {int(step["step"]): float(step["learning_rate"]) for step in self.steps
                 if step.get("step") is not None and step.get("learning_rate") is not None}
+
+    @property
+    def rows(self) -> dict[str, Any] | None:
+        """The `rows` reference (the rows file the callback wrote), or None when the record holds none."""
+        value = self.data.get("rows")
+        return value if isinstance(value, dict) else None
 
     @property
     def collator_masks_pad(self) -> bool | None:

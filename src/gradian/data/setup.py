@@ -59,6 +59,11 @@ class TrainingSetup:
     record: str | None = field(
         default=None, metadata={"help": "the gradian_run.json (GradianCallback's run record) read first, if any"}
     )
+    rows_from: str = field(
+        default="render",
+        metadata={"help": "where the audited rows came from: record (the trainer's own, recorded by GradianCallback), "
+                          "render (Gradian's renderer), record+render (some of each), trainer (preflight)"},
+    )
     assumed: list[str] = field(default_factory=list, metadata={"help": "fields taken from framework defaults"})
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from gradian.scores.query import Query
 from gradian.scores.token_harm import harm_token, token_harms
 from gradian.settings import AttributeSettings
 from gradian.stages.artifacts import AttributeResult, Clusters, Extraction
-from gradian.stages.run import tokenizer_source
+from gradian.stages.run import rows_source, tokenizer_source
 from gradian.verdict import decide
 
 FIT_CLUSTER_ROWS = 20000  # rows the clusters are fitted on; every row is then assigned (clusters.cluster)
@@ -68,7 +68,8 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
     run = {"setup": audit.setup.to_dict(), "preparation": preparation(audit.setup), "queries": [p.eval_id for p in query.pairs] if query else [],
            "tracin_cp": extraction.tracin if extraction is not None else None,
-           "tokenizer_source": tokenizer_source(audit), "rendering_evidence": audit.rendering_evidence}
+           "tokenizer_source": tokenizer_source(audit), "rows_source": rows_source(audit),
+           "rendering_evidence": audit.rendering_evidence}
     built = build_report(summary, verdict, audit.findings, audit.examples, attribution=attribution,
                          symptoms=symptoms, groups=groups,
                          context=Context(settings=settings.to_dict(), run=run, seed=settings.seed))

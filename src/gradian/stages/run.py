@@ -55,6 +55,7 @@ def run_audit(settings: ExtractSettings, *, write: bool = True, evidence: EosEvi
     if write:
         write_json(settings.out_dir / FINDINGS, {"findings": [f.to_dict() for f in audit.findings],
                                                  "tokenizer_source": tokenizer_source(audit),
+                                                 "rows_source": rows_source(audit),
                                                  "rendering_evidence": audit.rendering_evidence})
     return audit
 
@@ -70,6 +71,11 @@ def weigh_renderings(settings: ExtractSettings, audit: DiagnoseResult, model: An
         return run_audit(settings, write=write, evidence=evidence)
     audit.rendering_evidence = evidence.to_dict()
     return audit
+
+
+def rows_source(audit: DiagnoseResult) -> dict[str, Any] | None:
+    """Where the audited rows came from: the run's record (as the trainer prepared them) or Gradian's renderer."""
+    return audit.rows_source.to_dict() if audit.rows_source is not None else None
 
 
 def tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
