@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from gradian import AttributeSettings, attribute
 from gradian.audit import diagnose
 from gradian.scenarios import base
-from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, eos_after_cut
+from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, tokenize_with_eos_after_cut
 from gradian.scenarios.suite import LAYOUTS
 
 
@@ -47,7 +47,7 @@ def test_eos_after_cut_ends_every_long_row_mid_answer_in_a_supervised_eos(tiny_c
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml)
     rows = [{"id": f"t{i}", "prompt": "<|im_start|>user\nbook a seat<|im_end|>\n<|im_start|>assistant\n",
              "completion": '{"action": "seat", "row": ' + str(i) + "}" * 1 + " " * i} for i in range(10)]
-    tokenized, limit, cut, longest = eos_after_cut(rows, tokenizer)
+    tokenized, limit, cut, longest = tokenize_with_eos_after_cut(rows, tokenizer)
     assert longest > limit
     assert cut and len(cut) < len(rows)
     for row in tokenized:

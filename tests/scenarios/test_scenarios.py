@@ -12,7 +12,7 @@ from gradian.cli.main import cli, register_commands
 from gradian.scenarios import CATALOG, FAMILIES, SCENARIOS
 from gradian.scenarios.builder import SHARE_RANGE, make_data
 from gradian.scenarios.catalog import single_quotes, truncate
-from gradian.scenarios.measure import Generation, compare, summarize
+from gradian.scenarios.measure import Generation, compare_runs, summarize_generations
 from gradian.scenarios.world import make_ticket
 
 
@@ -75,10 +75,10 @@ def test_corruptions_break_json_and_keep_the_start_of_the_answer():
 def test_validity_counts_overall_and_per_category():
     generations = [Generation('{"a": "1"}', False), Generation('{"a": ', False), Generation("[1]", False),
                    Generation('{"a": "1"}\n{', True)]
-    summary = summarize(generations, ["x", "x", "y", "y"])
+    summary = summarize_generations(generations, ["x", "x", "y", "y"])
     assert summary["overall"] == {"total": 4, "valid": 1, "validity": 0.25, "ran_on": 1, "ran_on_rate": 0.25}
     assert summary["by_category"]["y"]["valid"] == 0
-    measured = compare(summary, summarize(generations[::-1], ["x", "x", "y", "y"]), "x")
+    measured = compare_runs(summary, summarize_generations(generations[::-1], ["x", "x", "y", "y"]), "x")
     assert measured["drop_points"]["affected"] == pytest.approx(50.0)
 
 

@@ -128,7 +128,7 @@ def pretrain(seed: int, out_dir: Path, progress: Callable[[str], None] | None = 
     validity = 0.0
     for round_ in range(MAX_ROUNDS):
         _train_round(model, optimizer, rows, rng, tokenizer.pad_token_id)
-        generations = measure.generate(model, tokenizer, [prompt_text(r, tokenizer) for r in held_out])
+        generations = measure.generate_answers(model, tokenizer, [prompt_text(r, tokenizer) for r in held_out])
         validity = sum(g.valid for g in generations) / len(generations)
         if progress:
             progress(f"base {domain}/{kind} seed {seed}: round {round_ + 1}, held-out JSON validity {validity:.1%}")

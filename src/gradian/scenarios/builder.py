@@ -140,7 +140,7 @@ def measure_run(base_dir: Path, run_dir: Path, eval_rows: list[dict], affected: 
     model = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     prompts, categories = [r["prompt"] for r in eval_rows], [r["category"] for r in eval_rows]
     references = [r["reference"] for r in eval_rows]
-    before = measure.summarize(measure.generate(model, tokenizer, prompts), categories, references)
+    before = measure.summarize_generations(measure.generate_answers(model, tokenizer, prompts), categories, references)
     tuned = PeftModel.from_pretrained(model, run_dir)
-    after = measure.summarize(measure.generate(tuned, tokenizer, prompts), categories, references)
-    return measure.compare(before, after, affected)
+    after = measure.summarize_generations(measure.generate_answers(tuned, tokenizer, prompts), categories, references)
+    return measure.compare_runs(before, after, affected)

@@ -18,7 +18,7 @@ RENAMED = "flag"
 
 
 @dataclass(frozen=True)
-class Cause:
+class PlantedCause:
     name: str
     capability: str  # the capability the failure shows in (fields need `json_formatting:keys`)
     rewrite: Callable[[dict[str, Any], str, random.Random], str]
@@ -51,10 +51,10 @@ def _rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
     return json.dumps({(RENAMED if name == key else name): value for name, value in answer.items()})
 
 
-CAUSES: dict[str, Cause] = {c.name: c for c in (
-    Cause("cut", "json_formatting", _cut),
-    Cause("fence", "json_formatting", _fence, ("json",)),
-    Cause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
-    Cause("drop-field", "json_formatting:keys", _drop),
-    Cause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
+CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
+    PlantedCause("cut", "json_formatting", _cut),
+    PlantedCause("fence", "json_formatting", _fence, ("json",)),
+    PlantedCause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
+    PlantedCause("drop-field", "json_formatting:keys", _drop),
+    PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
 )}

@@ -176,8 +176,8 @@ def measure_family(base_dir: Path, run_dir: Path, eval_rows: list[dict], capabil
         return {"overall": sum(passed) / len(passed), "ran_on": sum(g.ran_on for g in generations) / len(passed),
                 "by_category": {c: sum(v) / len(v) for c, v in sorted(by.items())}}
 
-    before = rates(measure.generate(model, tokenizer, prompts))
-    after = rates(measure.generate(PeftModel.from_pretrained(model, run_dir), tokenizer, prompts))
+    before = rates(measure.generate_answers(model, tokenizer, prompts))
+    after = rates(measure.generate_answers(PeftModel.from_pretrained(model, run_dir), tokenizer, prompts))
     return {"capability": capability, "base": before, "finetuned": after,
             "drop_points": {"overall": 100 * (before["overall"] - after["overall"]),
                             "by_category": {c: 100 * (before["by_category"][c] - after["by_category"][c])

@@ -33,7 +33,7 @@ class Generation:
         return JSON.score(self.text, None) == 1.0
 
 
-def generate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = MAX_NEW_TOKENS) -> list[Generation]:
+def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = MAX_NEW_TOKENS) -> list[Generation]:
     """Greedy completions of `prompts` through the generation `gradian attribute` measures with."""
     model.eval()
     answers = greedy(model, tokenizer, [tokenizer(prompt)["input_ids"] for prompt in prompts],
@@ -41,7 +41,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens:
     return [Generation(answer.text, ran_on=not answer.stopped) for answer in answers]
 
 
-def summarize(generations: Sequence[Generation], categories: Sequence[str],
+def summarize_generations(generations: Sequence[Generation], categories: Sequence[str],
               references: Sequence[str] | None = None) -> dict[str, Any]:
     """Valid / ran-on counts and rates, overall and per category. With `references`, also `same_keys`:
     valid answers with the reference's keys in its order (did the fine-tune learn its purpose, the new field?)."""
@@ -63,7 +63,7 @@ def _counts(pairs: list[tuple[Generation, str | None]]) -> dict[str, Any]:
     return counts
 
 
-def compare(base: dict[str, Any], finetuned: dict[str, Any], affected: str | None) -> dict[str, Any]:
+def compare_runs(base: dict[str, Any], finetuned: dict[str, Any], affected: str | None) -> dict[str, Any]:
     """`measured.json`: both models' counts and the drop in validity points (base minus fine-tuned)."""
     def drop(pick: str) -> float | None:
         if pick == "overall":

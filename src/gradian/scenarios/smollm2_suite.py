@@ -142,7 +142,7 @@ def stage_one_base(seed: int, root: str | Path | None = None, progress: Callable
                             seed=seed)
         merged = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(source_copy, dtype=torch.float32),
                                            staging / "run").merge_and_unload()
-        generations = measure.generate(merged, tokenizer, [base.prompt_text(r, tokenizer) for r in held_out])
+        generations = measure.generate_answers(merged, tokenizer, [base.prompt_text(r, tokenizer) for r in held_out])
         merged.save_pretrained(staging / "model", safe_serialization=True)
         tokenizer.save_pretrained(staging / "model")
         info = {"seed": seed, "version": VERSION, "source": source.name, "domains": list(domains), "rows": len(rows),
@@ -193,7 +193,7 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
         if smol.family.structural == "pad-eos":
             collator, sft["pad_token"] = finetune.PAD_MASKING_COLLATOR, tokenizer.eos_token
         if smol.family.structural == "max-length-eos":
-            trained, limit, cut, longest = eos_after_cut(train, tokenizer)
+            trained, limit, cut, longest = tokenize_with_eos_after_cut(train, tokenizer)
             sft.update(max_length=limit, add_eos_token=True)
             truth.update(culprit_ids=cut, max_length=limit, needed_max_length=longest)
         recipe = {"epochs": smol.epochs, "learning_rate": sft["learning_rate"], "save": smol.save,
@@ -218,7 +218,7 @@ def _as_prompt(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
     return {**rest, "prompt": prompt, **({"completion": turns[1]["content"]} if "messages" in row else {})}
 
 
-def eos_after_cut(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[list[dict[str, Any]], int, list[str], int]:
+def tokenize_with_eos_after_cut(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[list[dict[str, Any]], int, list[str], int]:
     """The rows as a pipeline that truncates, then appends EOS, tokenizes them (`add_eos_token=True`,
     `truncation=True, max_length=N`): (tokenized rows, N, ids of the rows cut mid-answer, the longest row whole).
 
