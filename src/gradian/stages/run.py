@@ -55,7 +55,8 @@ def tokenizer_source(audit: DiagnoseResult) -> dict[str, Any] | None:
 def load(settings: ExtractSettings, audit: DiagnoseResult,
          ranks: Ranks | None = None) -> tuple[Any, Any]:
     """(the fine-tuned model, its tokenizer) on this process's device."""
-    return load_models(audit.base_ref, adapter_dir(settings, audit), device=(ranks or Ranks()).device(settings.device))
+    return load_models(audit.base_ref, adapter_dir(settings, audit), device=(ranks or Ranks()).device(settings.device),
+                       dtype=settings.dtype)
 
 
 def adapter_dir(settings: ExtractSettings, audit: DiagnoseResult) -> str:
