@@ -40,8 +40,10 @@ def pick_device_dtype(device: str | torch.device | None, dtype: str | torch.dtyp
         raise InputError("is not a device; use cpu, cuda or cuda:N.", str(device)) from None
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise InputError("CUDA was asked for but this machine has no usable CUDA GPU; use --device cpu.", str(device))
+    if dtype == "auto":
+        dtype = None
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None) if dtype != "auto" else None
+        dtype = getattr(torch, dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise InputError("is not a torch dtype; use float32, bfloat16, float16 or float64.", str(dtype))
     if dtype is None:
