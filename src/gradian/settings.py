@@ -22,6 +22,7 @@ CheckpointMode = Literal["auto", "on", "off", "captured"]
 ProjBudget = Literal["energy", "size"]
 RankRule = Literal["gradient", "combined"]
 RowHarm = Literal["auto", "positions", "tokens", "sum"]
+ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 QUERY_KINDS: tuple[str, ...] = get_args(QueryKind)
 PRECONDITIONERS: tuple[str, ...] = get_args(PreconditionerName)
@@ -75,6 +76,12 @@ class ExtractSettings:
                 "size (equal shares)"})
     batch_size: int = field(default=16, metadata={"min": 1, "help": "generation and gradient batch size"})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
+    dtype: ModelDtype = field(default="auto", metadata={
+        "help": "the model's dtype: auto (bfloat16 on CUDA, else float32), float32, bfloat16 or float16"})
+    gradient_check: bool = field(default=True, metadata={
+        "help": "before any row is ranked, compare a few rows' gradients as the run takes them (batched, padded, "
+                "in the model's dtype) with the same rows' taken alone, unpadded, in float32, and refuse when they "
+                "disagree (bf16 rounding or a padding fault would rank noise); --no-gradient-check ranks without it"})
     seed: int = field(default=0, metadata={"min": 0, "help": "seeds projections, bootstraps and clustering"})
     shard_rows: int = field(default=16384, metadata={"min": 1,
         "help": "rows per feature-store file; under torchrun each process writes whole files"})

@@ -56,6 +56,16 @@ def test_truncated_cluster_is_a_data_cluster(truncated):
     assert report["verdict"]["evidence"]["gradients"]["agreement"] == "agree", report["verdict"]["summary"]
 
 
+def test_the_gradient_check_lands_in_the_report(truncated):
+    """Before ranking, a few rows' gradients as the run took them (float32 on CPU, batched, right-padded) agreed with
+    the same rows' taken alone and unpadded; report.json holds the numbers."""
+    check = truncated[2]["run"]["gradient_check"]
+    assert check["rows_checked"] == 6 and check["agrees"] is True
+    assert check["min_cosine"] >= 0.999 and check["max_norm_error"] < 1e-4, check
+    assert (check["min_cosine_allowed"], check["max_norm_error_allowed"]) == (0.99, 0.10)
+    assert check["compared"]["run"].startswith("float32, ") and "padded on the right" in check["compared"]["run"]
+
+
 def test_truncated_cluster_name_and_join(truncated):
     folder, _, report, truth = truncated
     rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]

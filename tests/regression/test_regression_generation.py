@@ -138,6 +138,7 @@ def test_device_and_dtype_are_automatic_and_overridable():
     device, dtype = pick_device_dtype(None, None)
     assert (device.type, dtype) == (("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32))
     assert pick_device_dtype("cpu", "float64") == (torch.device("cpu"), torch.float64)
+    assert pick_device_dtype("cpu", "auto") == (torch.device("cpu"), torch.float32)  # --dtype auto
     with pytest.raises(InputError, match="not a torch dtype"):
         pick_device_dtype("cpu", "floaty")
     with pytest.raises(InputError, match="not a device"):

@@ -46,8 +46,10 @@ def pick_device_dtype(device: str | torch.device | None, dtype: str | torch.dtyp
                          "cpu, or cuda where there is a CUDA GPU.", str(device))
     if chosen.type not in ("cpu", "cuda", "mps"):
         raise InputError("is not a device Gradian runs on; use cpu, cuda, cuda:N or mps.", str(device))
+    if dtype == "auto":
+        dtype = None
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None) if dtype != "auto" else None
+        dtype = getattr(torch, dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise InputError("is not a torch dtype; use float32, bfloat16, float16 or float64.", str(dtype))
     if dtype is None:

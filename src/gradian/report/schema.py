@@ -34,7 +34,7 @@ SCHEMA_VERSION = "2.9"  # 2.0: per-row results moved to examples.jsonl; 2.1: sym
 # rows' token_harm renamed row_harm (the harm of whichever kind); 2.6: verdict.causes, groups[].name and .symptom,
 # verdict.evidence.gradients.top_cluster.inside_named_rows; 2.7: run.tracin_cp.captured_steps; 2.8: groups[].on_symptom,
 # causes located_by symptom-harm; 2.9: run.preparation; regression.test, .interval (the CI is the deciding test
-# inverted) and .detectable_drop; effects.distinct; the substitution symptom
+# inverted) and .detectable_drop; effects.distinct; the substitution symptom; run.gradient_check
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.

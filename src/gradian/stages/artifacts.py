@@ -13,6 +13,7 @@ import numpy as np
 from gradian.clusters.cluster import Embedding
 from gradian.clusters.summary import ClusterSummary
 from gradian.files import atomic_write
+from gradian.gradients.check import GradientCheck
 from gradian.gradients.extract import GradientSettings, ParameterScale
 from gradian.gradients.store import FeatureStore
 from gradian.lock import LOCK_NAME
@@ -52,6 +53,7 @@ class Extraction:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     checkpoint_stores: list[FeatureStore] = field(default_factory=list)
     skipped: str | None = None  # why `--checkpoints auto` fell back to the final adapter
+    check: GradientCheck | None = None  # the gradients' agreement with float32 unpadded ones; None: not checked
 
     @property
     def captured_steps(self) -> int:

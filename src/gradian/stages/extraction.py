@@ -10,9 +10,10 @@ from gradian.audit import DiagnoseResult
 from gradian.callback.capture import captured_store
 from gradian.data.columns import ids_of
 from gradian.errors import InputError
+from gradian.gradients.check import GradientCheck, check_gradients, disagreement
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.energy import share_budget
-from gradian.gradients.extract import GradientSettings, extract_train_features, project_sample
+from gradian.gradients.extract import GradientSettings, ParameterScale, extract_train_features, project_sample
 from gradian.gradients.store import FeatureStore
 from gradian.scores.query import Query
 from gradian.scores.tracin import checkpoint_stores
@@ -36,8 +37,10 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     with a `query`, its side stores too: each row's harmful positions along `query.harm_direction` from the final
     adapter's backward, and each row's RepSim to `query.states` from its forward (`gradients.sides`).
 
-    Rank 0 computes the projection shares and broadcasts them with the energy pass's projected rows; every rank
-    writes its files of each store; a barrier after each store, so every rank returns complete stores.
+    Rank 0 computes the projection shares and broadcasts them with the energy pass's projected rows, and checks that
+    the gradients as the run takes them agree with float32 unpadded ones (`check_extraction`; a disagreement stops
+    every rank before the long pass); every rank writes its files of each store; a barrier after each store, so every
+    rank returns complete stores.
     """
     ranks = ranks or Ranks()
     out = settings.out_dir
@@ -54,6 +57,7 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
         return shared, (project_sample(model, audit.rendered, sampled, shared, scale) if sampled else None)
 
     gradient, projected = ranks.main_only(shares, share=True)  # type: ignore[misc]
+    check = ranks.main_only(lambda: check_extraction(settings, audit, model, gradient, scale), share=True)
     extract_train_features(model, audit.rendered, out / GRADIENTS, settings=gradient, shard=ranks.shard,
                            progress=wrap(bar, "gradients"), scale=scale, sampled=projected,
                            direction=query.harm_direction if query is not None else None,
@@ -64,7 +68,19 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     stores = checkpoint_stores(model, audit.rendered, checkpoints, out / CHECKPOINT_GRADIENTS, settings=gradient,
                                shard=ranks.shard, progress=wrap(bar, "checkpoint gradients"), final_store=store,
                                barrier=ranks.barrier) if checkpoints else []
-    return Extraction(store, gradient, scale, checkpoints, stores, skipped)
+    return Extraction(store, gradient, scale, checkpoints, stores, skipped, check)
+
+
+def check_extraction(settings: ExtractSettings, audit: DiagnoseResult, model: Any, gradient: GradientSettings,
+                     scale: ParameterScale | None) -> GradientCheck | None:
+    """A few rows' features as extraction takes them against float32 unpadded ones (`gradients.check`); raises
+    `InputError` when they disagree. None with `--no-gradient-check` (or no trained row)."""
+    if not settings.gradient_check:
+        return None
+    check = check_gradients(model, audit.rendered, gradient, scale=scale)
+    if check is not None and not check.agrees:
+        raise InputError(disagreement(check))
+    return check
 
 
 def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks: Ranks) -> Extraction:

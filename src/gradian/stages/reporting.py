@@ -68,6 +68,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
     run = {"setup": audit.setup.to_dict(), "preparation": preparation(audit.setup), "queries": [p.eval_id for p in query.pairs] if query else [],
            "tracin_cp": extraction.tracin if extraction is not None else None,
+           "gradient_check": extraction.check.to_dict() if extraction is not None and extraction.check else None,
            "tokenizer_source": tokenizer_source(audit), "rows_source": rows_source(audit),
            "rendering_evidence": audit.rendering_evidence}
     built = build_report(summary, verdict, audit.findings, audit.examples, attribution=attribution,

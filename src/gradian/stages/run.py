@@ -89,7 +89,7 @@ def load(settings: ExtractSettings, audit: DiagnoseResult,
     modules_to_save) is refused before anything loads, so before any generation."""
     folder = adapter_dir(settings, audit)
     check_attributable(folder)
-    return load_models(audit.base_ref, folder, device=(ranks or Ranks()).device(settings.device))
+    return load_models(audit.base_ref, folder, device=(ranks or Ranks()).device(settings.device), dtype=settings.dtype)
 
 
 def adapter_dir(settings: ExtractSettings, audit: DiagnoseResult) -> str:
