@@ -78,7 +78,9 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         scores = score(settings, extraction, model, audit, query, bar=bar)
         if query.row_harm == "tokens":
             say("scores: each training row's harmful tokens, one forward-mode pass per batch")
-        ranking = rank(settings, scores, extraction, model, audit, query, bar=bar)
+        if settings.rank == "activation":
+            say("ranking: the base model's answers to the training prompts and the rows' activation differences")
+        ranking = rank(settings, scores, extraction, model, audit, query, bar=bar, tokenizer=tokenizer)
         say("clusters: grouping and naming the training rows")
         clusters = cluster(settings, audit, extraction.store, ranking.effects)
         return report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,

@@ -20,7 +20,7 @@ QueryKind = Literal[
 PreconditionerName = Literal["identity", "adam", "gauss-newton", "kfac", "ekfac"]
 CheckpointMode = Literal["auto", "on", "off", "captured"]
 ProjBudget = Literal["energy", "size"]
-RankRule = Literal["gradient", "combined"]
+RankRule = Literal["gradient", "combined", "activation"]
 RowHarm = Literal["auto", "positions", "tokens", "sum"]
 ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
@@ -131,7 +131,11 @@ class AttributeSettings(ExtractSettings):
                 "dev half, SmolLM2-135M, where relevance to the failing prompts, mostly about the first cause, hid "
                 "part of a second one) or combined (the harm's robust z plus the TF-IDF and RepSim relevance to the "
                 "failing prompts, each counted only as far as it picks out the gradient's most harmful rows: for "
-                "models so small that large unrelated gradients outrank the culprits; BENCHMARKS.md)"})
+                "models so small that large unrelated gradients outrank the culprits; BENCHMARKS.md) or activation "
+                "(the cosine of what each row's completion changes in the base model's middle-layer hidden state, "
+                "against its own greedy answer, with the change from the references to the fine-tune's failing "
+                "answers; needs reference answers on the failing eval rows, generates the base's answer to every "
+                "training prompt once, kept in the output folder; not yet measured on the suite)"})
     row_harm: RowHarm = field(default="auto", metadata={
         "help": "a row's harm in the ranking: positions (its harmful positions alone, Σ_s max(0, h_s), from the "
                 "extraction's own backward pass: a culprit's right tokens, the rest of a valid answer, no longer "

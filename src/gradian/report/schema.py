@@ -28,13 +28,14 @@ from gradian.verdict import Verdict
 if TYPE_CHECKING:
     from gradian.scores.combine import Ranking
 
-SCHEMA_VERSION = "2.9"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
+SCHEMA_VERSION = "2.10"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
 # 2.2: top_rows[].harm_token; 2.3: ranking.checks[].auc is the agreement with the gradient (it was a separation),
 # verdict.evidence.located_by; 2.4: ranking.row_harm, the rows' token_harm; 2.5: ranking.row_harm positions, the
 # rows' token_harm renamed row_harm (the harm of whichever kind); 2.6: verdict.causes, groups[].name and .symptom,
 # verdict.evidence.gradients.top_cluster.inside_named_rows; 2.7: run.tracin_cp.captured_steps; 2.8: groups[].on_symptom,
 # causes located_by symptom-harm; 2.9: run.preparation; regression.test, .interval (the CI is the deciding test
-# inverted) and .detectable_drop; effects.distinct; the substitution symptom; run.gradient_check
+# inverted) and .detectable_drop; effects.distinct; the substitution symptom; run.gradient_check; 2.10: ranking.activation and
+# ranking.agreement (--rank activation)
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -104,8 +105,7 @@ def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Fi
         "settings": context.settings,
         "artifacts": context.artifacts,
         "run": context.run,
-        "ranking": {"rank": ranking.rank, "row_harm": ranking.row_harm, "checks": ranking.checks}
-        if ranking is not None else {},
+        "ranking": ranking.summary() if ranking is not None else {},
     }
     return jsonable(report)
 

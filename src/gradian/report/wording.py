@@ -23,3 +23,16 @@ def number(value: Any) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "n/a"
     return f"{float(value):.3g}"
+
+
+RANKED_BY = {
+    "gradient": "the gradient's harm (--rank gradient)",
+    "combined": "the gradient's harm and the rows' relevance to the failing prompts (--rank combined)",
+    "activation": "how each row's completion moves the base model's hidden state after layer {layer} the way the "
+                  "fine-tune's failing answers do (--rank activation)",
+}
+
+
+def ranked_by(rank: str, activation: dict[str, Any] | None = None) -> str:
+    """Which method ranked the rows, in words (report.json's `ranking.rank`, and its `activation.layer`)."""
+    return RANKED_BY.get(rank, rank).format(layer=(activation or {}).get("layer", "?"))

@@ -57,6 +57,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
+from gradian.scores.activation import ActivationScores, agreement
 from gradian.scores.scoring import distinct, total_effect
 
 MAD_TO_SIGMA = 1.4826
@@ -88,6 +89,8 @@ class Ranking:
     row_harm: str = "sum"  # which: positions, tokens or sum (`settings.row_harm_of`)
     row_effect: np.ndarray | None = None  # (N,) each row's mean effect as reported; None: gradient_effect
     note: str | None = None  # why the harm asked for was not used, when it was not
+    activation: dict[str, Any] | None = None  # `--rank activation`: its layer, rows, queries and cost (seconds)
+    agreement: dict[str, float] | None = None  # `--rank activation`: its top k's overlap with the gradient's
 
     @property
     def effect(self) -> np.ndarray:
@@ -103,8 +106,14 @@ class Ranking:
             fields["row_harm"] = self.harm
         return {**fields, **{f"relevance_{kind}": values for kind, values in self.relevance.items()}}
 
+    def summary(self) -> dict[str, Any]:
+        """How the rows were ranked, as report.json's `ranking` shows it."""
+        extra = {name: value for name, value in (("activation", self.activation), ("agreement", self.agreement))
+                 if value is not None}
+        return {"rank": self.rank, "row_harm": self.row_harm, "checks": self.checks, **extra}
+
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "row_harm": self.row_harm, "checks": self.checks, "note": self.note,
+        return {**self.summary(), "note": self.note,
                 "rows": {name: values.tolist() for name, values in self.row_fields().items()}}
 
 
@@ -181,6 +190,20 @@ def gradient_ranking(effects: np.ndarray, *, harm: np.ndarray | None = None, row
                    row_harm=row_harm, row_effect=target)
 
 
+def activation_ranking(effects: np.ndarray, scores: ActivationScores, *, harm: np.ndarray | None = None,
+                       row_harm: str = "sum") -> Ranking:
+    """The rows ranked by the activation cosine (`scores.activation`): the score is the cosine, the effects the
+    gradient's leveled to its robust z (a cosine is not in the harm's units: leveled to the raw cosine, every row
+    would sit within one robust deviation of the harm's median), and `agreement` how far its top agrees with the
+    gradient's own ranking (`gradient_ranking` with this `harm`)."""
+    gradient = gradient_ranking(effects, harm=harm, row_harm=row_harm)
+    effect = gradient.gradient_effect  # (N,)
+    leveled, target = _level(effects, effect, robust_z(scores.cosine)[0])
+    return Ranking(rank="activation", effects=leveled, gradient_effect=effect, score=np.asarray(scores.cosine),
+                   harm=gradient.harm, row_harm=gradient.row_harm, row_effect=target, note=gradient.note,
+                   activation=scores.to_dict(), agreement=agreement(scores.cosine, gradient.score, effect))
+
+
 def _informative(harm: np.ndarray | None, row_harm: str) -> tuple[np.ndarray | None, str | None]:
     """(harm as float64, None), or (None, why) when the harm tells no row apart (every row's the same, e.g. no
     row touches a harmful position): leveling the effects to it would give every row one mean effect and erase
@@ -238,11 +261,16 @@ def relevances_from(parts: dict[str, np.ndarray], how: str) -> list[Relevance]:
 
 def rank_rows(rank: str, effects: np.ndarray, model: Any, audit: Any, failing: list[Any], *,
               harm: np.ndarray | None = None, row_harm: str = "sum", repsim: np.ndarray | None = None,
-              batch_size: int = 16) -> Ranking:
-    """`attribute`'s ranking: the gradient's alone, or combined with the relevances of its failing eval rows
-    (`failing`: their regression rows, `query.failing_queries`); `harm` (N,) and `row_harm` as `combine` takes
-    them, `repsim` (N, Q) as `relevance_parts`."""
+              activation: ActivationScores | None = None, batch_size: int = 16) -> Ranking:
+    """`attribute`'s ranking: the gradient's alone, combined with the relevances of its failing eval rows
+    (`failing`: their regression rows, `query.failing_queries`), or by the activation differences `activation`
+    (`scores.activation.activation_scores`, taken by the caller: it generates, and keeps its answers in the output
+    folder); `harm` (N,) and `row_harm` as `combine` takes them, `repsim` (N, Q) as `relevance_parts`."""
     if rank == "gradient":
         return gradient_ranking(effects, harm=harm, row_harm=row_harm)
+    if rank == "activation":
+        if activation is None:
+            raise ValueError("rank activation needs the rows' activation scores (scores.activation)")
+        return activation_ranking(effects, activation, harm=harm, row_harm=row_harm)
     parts = relevance_parts(model, audit.examples, audit.rendered, failing, batch_size=batch_size, repsim=repsim)
     return combine(effects, relevances_from(parts, RELEVANCE_AGGREGATE), harm=harm, row_harm=row_harm)

@@ -46,30 +46,37 @@ def tfidf_similarity(train_texts: Sequence[str], query_texts: Sequence[str]) -> 
 
 
 @torch.no_grad()
-def mean_hidden_states(model: Any, sequences: Sequence[Sequence[int]], *, batch_size: int = 16) -> np.ndarray:
-    """(n, d) float64: each sequence's last-layer hidden states averaged over its tokens (padding masked out).
+def mean_hidden_states(model: Any, sequences: Sequence[Sequence[int]], *, batch_size: int = 16, layer: int = -1,
+                       positions: Sequence[Sequence[bool]] | None = None) -> np.ndarray:
+    """(n, d) float64: each sequence's hidden states after `layer` (`hidden_states[layer]`: 0 the embeddings, -1 the
+    last layer's, after the final norm) averaged over its tokens, padding masked out; with `positions` (one flag per
+    token of each sequence) over the flagged tokens only, and a sequence with none flagged gets zeros.
 
     Sequences are sorted by length and right-padded a batch at a time, so little compute goes to padding; a PEFT
-    model is run with its adapter on (the fine-tuned model).
+    model is run with its adapter on (the fine-tuned model) unless the caller disabled it.
     """
     device = next(model.parameters()).device
     order = np.argsort([len(s) for s in sequences], kind="stable")
     out = np.zeros((len(sequences), 0))
     for start in range(0, len(order), batch_size):
-        batch = [list(sequences[i]) for i in order[start : start + batch_size]]
+        chosen = order[start : start + batch_size]
+        batch = [list(sequences[i]) for i in chosen]
         width = max(max(len(s) for s in batch), 1)
         ids = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T) pad id 0: masked anyway
-        mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)
-        for row, sequence in enumerate(batch):
+        mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T) the real tokens
+        counted = torch.zeros((len(batch), width))  # (B, T) the tokens averaged over
+        for row, (index, sequence) in enumerate(zip(chosen, batch, strict=True)):
             ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
             mask[row, : len(sequence)] = 1
+            counted[row, : len(sequence)] = 1.0 if positions is None else torch.tensor(
+                [float(flag) for flag in positions[index]])
         hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True,
-                       use_cache=False).hidden_states[-1]  # (B, T, d), after the final norm
-        weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+                       use_cache=False).hidden_states[layer]  # (B, T, d)
+        weights = counted.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, T, 1)
         pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)  # (B, d)
         if out.shape[1] == 0:
             out = np.zeros((len(sequences), pooled.shape[1]))
-        out[order[start : start + batch_size]] = pooled.double().cpu().numpy()
+        out[chosen] = pooled.double().cpu().numpy()
     return out
 
 

@@ -11,6 +11,7 @@ from gradian.capabilities import get_capability
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.regression.measure import RegressionResult, measure_regression
+from gradian.scores.activation import check_inputs
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.queries import QueryPair
 from gradian.scores.query import Query, failing_queries, query_direction, query_states
@@ -63,6 +64,8 @@ def queries(settings: AttributeSettings, audit: DiagnoseResult, measured: Regres
 
     def pairs_of() -> list[QueryPair]:
         assert measured is not None  # rank 0 measured it
+        if settings.rank == "activation":
+            check_inputs(measured.failures())  # before the gradients, which take long
         pairs = query_pairs(measured, get_capability(settings.capability), audit.eval_examples or [], tokenizer,
                             audit.setup, settings.query, model)
         if not pairs:

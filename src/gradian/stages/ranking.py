@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from gradian.audit import DiagnoseResult
 from gradian.curvature import fit_preconditioner
 from gradian.gradients.sides import position_harms_of, repsim_of
+from gradian.scores.activation import ActivationScores, activation_scores
 from gradian.scores.combine import Ranking, rank_rows
 from gradian.scores.pairs import base_kind
 from gradian.scores.queries import query_features
@@ -56,15 +58,44 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
 
 
 def rank(settings: AttributeSettings, scores: Scores, extraction: Extraction, model: Any, audit: DiagnoseResult,
-         query: Query, *, bar: Bar | None = None) -> Ranking:
-    """The rows ranked (`scores.combine`): by their harm, read as `query.row_harm` names it, and with `--rank
-    combined` by their relevance to the failing eval rows too; ranking.json."""
+         query: Query, *, bar: Bar | None = None, tokenizer: Any = None) -> Ranking:
+    """The rows ranked (`scores.combine`): by their harm, read as `query.row_harm` names it, with `--rank
+    combined` by their relevance to the failing eval rows too, with `--rank activation` by their activation
+    differences (`scores.activation`, the base's answers generated with `tokenizer`, else the audit's); ranking.json."""
     repsim = repsim_of(extraction.store, query.states) if query.states is not None else None  # (N, Q)
+    activation = activation_of(settings, model, tokenizer or audit.tokenizer, audit, query, bar) \
+        if settings.rank == "activation" else None
     ranking = rank_rows(settings.rank, scores.effects, model, audit, query.failing,
                         harm=harm_of_rows(settings, query, extraction, model, audit, bar), row_harm=query.row_harm,
-                        repsim=repsim, batch_size=settings.batch_size)
+                        repsim=repsim, activation=activation, batch_size=settings.batch_size)
     write_json(settings.out_dir / RANKING, ranking.to_dict())
     return ranking
+
+
+def activation_of(settings: AttributeSettings, model: Any, tokenizer: Any, audit: DiagnoseResult, query: Query,
+                  bar: Bar | None = None) -> ActivationScores:
+    """Each row's activation cosine, the base's answers to the training prompts generated under a bar labelled
+    `base answers` (none when they are kept in the output folder)."""
+    opened: list[Any] = []
+
+    def counter(total: int) -> Callable[[int], None]:  # a bar over the prompts to answer, once their count is known
+        assert bar is not None
+        ticks = bar(range(total), "base answers")
+        steps = iter(ticks)
+        opened.append(ticks)
+
+        def advance(n: int) -> None:  # each batch says how many answers it finished
+            for _ in range(n):
+                next(steps, None)
+        return advance
+
+    try:
+        return activation_scores(model, tokenizer, audit, query.failing, settings.out_dir,
+                                 max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                                 progress=counter if bar is not None else None)
+    finally:
+        for ticks in opened:
+            getattr(ticks, "close", lambda: None)()
 
 
 def harm_of_rows(settings: AttributeSettings, query: Query, extraction: Extraction, model: Any,
