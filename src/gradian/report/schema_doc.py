@@ -16,7 +16,7 @@ from typing import Any
 # The sections, in the doc's order: ($defs key, heading).
 SECTIONS = [("verdict", "verdict"), ("cause", "verdict.causes"), ("regression", "regression"), ("finding", "findings"), ("example", "examples"),
             ("cluster", "clusters"), ("symptoms", "symptoms"), ("group", "groups"), ("failure_sites", "failure_sites"),
-            ("effects", "effects"), ("top_row", "top_rows"), ("charts", "charts")]
+            ("effects", "effects"), ("top_row", "top_rows"), ("charts", "charts"), ("served", "served")]
 
 
 Kind = Callable[[dict[str, Any]], str]  # a property's schema -> its type in words
