@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import jsonschema
 import pytest
 
 from bad_inputs.corpus import attribute_args
 from bad_inputs.fixtures import assert_no_traceback, assert_one_line_error, gradian, workspace  # noqa: F401
 from bad_inputs.workspace import eval_rows, write_jsonl
+from gradian.report.schema_doc import report_schema
 
 N_EVAL = 8  # McNemar needs 6 answers broken and none fixed to call a drop significant at 95%
 
@@ -56,6 +58,7 @@ def test_served_answers_that_fail_where_gradians_path_does_not_get_the_serving_v
     assert "max_new_tokens" in [c["name"] for c in report["verdict"]["causes"]]
     assert "raise max_new_tokens in generation_config.json" in report["verdict"]["next_action"]
     assert "| as served | 100.0% | 0.0% | -100.0%" in (folder / "out" / "report.md").read_text(encoding="utf-8")
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
 
 
 def test_served_answers_equal_to_gradians_own_leave_the_verdict_unchanged(world, workspace, gradian):  # noqa: F811
