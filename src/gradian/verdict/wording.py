@@ -311,7 +311,8 @@ def difference_sentence(difference: dict[str, Any]) -> str:
                 f"{_token_words(e['served_token'])}.")
     if rule == "double_bos":
         how = ("the template writes it twice" if e["where"] == "template" else
-               "the template writes it and the tokenizer adds it again when the rendered text is tokenized")
+               "the template writes it and the tokenizer adds another when a server tokenizes the rendered text with "
+               "special tokens")
         return (f"The served prompt starts with BOS ({e['bos_token']!r}, id {e['bos_token_id']}) twice on "
                 f"{e['n_rows']} eval rows: {how}.")
     if rule == "system_prompt":
