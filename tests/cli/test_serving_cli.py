@@ -76,6 +76,27 @@ def test_served_answers_equal_to_gradians_own_leave_the_verdict_unchanged(world,
     assert report["verdict"]["summary"] == plain["verdict"]["summary"]
 
 
+def test_served_answers_running_past_the_fine_tunes_own_eos_name_the_stop_tokens(world, workspace, gradian):  # noqa: F811
+    folder, eval_dataset = world
+    plain = run(gradian, workspace, folder / "plain-stop", eval_dataset)
+    own = [json.loads(line) for line in (folder / "plain-stop" / "generations.jsonl").read_text().splitlines()]
+    assert all(row["finetuned_stopped"] and row["finetuned_ids"][-1] == 3 for row in own)  # </s>, id 3
+    references = {row["id"]: row["completion"] for row in eval_rows(N_EVAL)}
+    base = served_file(folder / "stop-base.jsonl", references)
+    tuned = served_file(folder / "stop.jsonl", {row["id"]: row["finetuned_output"] + " please help" for row in own})
+    export = folder / "export-stop"
+    shutil.copytree(workspace.model, export)
+    (export / "generation_config.json").write_text(json.dumps({"eos_token_id": [0]}))  # <pad>, not the trained </s>
+    report = run(gradian, workspace, folder / "stop-out", eval_dataset, "--served-outputs", tuned,
+                 "--served-base-outputs", base, "--served-model", export)
+    assert plain["verdict"]["kind"] != "serving" and report["verdict"]["kind"] == "serving"
+    stop = next(d for d in report["served"]["differences"] if d["rule"] == "stop_token")
+    ran_on = [row["id"] for row in own if row["finetuned_output"].strip()]  # an empty own answer has nothing to run past
+    assert stop["evidence"] == {"n_rows": len(ran_on), "example_id": ran_on[0], "trained_eos_id": 3,
+                                "served_eos_ids": [0]}
+    assert "add the trained end token 3 to generation_config.json's eos_token_id" in report["verdict"]["next_action"]
+
+
 @pytest.mark.parametrize(("name", "content", "names"), [
     ("unknown-id", '{"id": "e0", "output": "x"}\n{"id": "nope", "output": "y"}\n', "unknown-id.jsonl:2:"),
     ("missing-row", '{"id": "e0", "output": "x"}\n', "missing-row.jsonl: 3 eval row(s) have no served answer"),
@@ -89,3 +110,11 @@ def test_a_bad_served_file_is_one_sentence_naming_the_file_and_line(workspace, g
     path.write_text(content, encoding="utf-8")
     result = gradian(attribute_args(workspace, scratch / "out", extra=("--served-outputs", path)))
     assert_one_line_error(result, names)
+
+
+def test_a_missing_served_model_folder_is_one_sentence_naming_it(workspace, gradian):  # noqa: F811
+    scratch = workspace.scratch("served-model-missing")
+    served = served_file(scratch / "served.jsonl", {row["id"]: "x" for row in eval_rows(4)})
+    result = gradian(attribute_args(workspace, scratch / "out",
+                                    extra=("--served-outputs", served, "--served-model", scratch / "export-gone")))
+    assert_one_line_error(result, "export-gone: no such folder")
