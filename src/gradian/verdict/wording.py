@@ -16,7 +16,7 @@ from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
 from gradian.report.wording import number, pct
 from gradian.verdict.rules import Agreement
-from gradian.verdict.thresholds import MIN_AGREEMENT
+from gradian.verdict.thresholds import MIN_AGREEMENT, SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause
 
 SYMPTOM_PHRASES = {
@@ -276,13 +276,15 @@ def served_measured(served: dict[str, Any]) -> str:
 def serving(regression: dict[str, Any], served: dict[str, Any]) -> tuple[str, str]:
     """The `serving` verdict: the served drop, the training path's beside it, and what differs between the paths."""
     own = ("a drop inside the noise band" if not regression.get("significant") else
-           f"a drop of {pct(-float(regression.get('delta', 0.0)))}, at most half the served one")
+           f"a drop of {pct(-float(regression.get('delta', 0.0)))}, at most {SERVING_ONLY_SHARE:.0%} of the "
+           "served one")
     found = served.get("differences") or []
     text = (f"{served_measured(served)} On Gradian's own path (the adapter on the base, prompts rendered as trained, "
             f"greedy decoding to the trained EOS) the fine-tune scores {pct(regression.get('finetuned_rate'))} vs "
             f"{pct(regression.get('base_rate'))} for the base (difference {pct(regression.get('delta'), signed=True)}, "
-            f"p = {number(regression.get('p_value'))}): {own}. So the drop happens after training, in the serving "
-            "stack, and the training rows are not to blame for it.")
+            f"p = {number(regression.get('p_value'))}): {own}. So "
+            f"{'most of the drop' if regression.get('significant') else 'the drop'} happens after training, in the "
+            "serving stack, and the training rows are not to blame for it.")
     if not found:
         return (f"{text} Gradian found no difference it can see between the two paths"
                 f"{'' if served.get('model') else ' (pass --served-model to diff the export)'}.", SERVING_UNFOUND)
