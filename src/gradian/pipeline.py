@@ -1,4 +1,4 @@
-"""`attribute`: audit → regression → queries → gradients → scores → ranking → clusters → report, in `out`.
+"""`attribute`: audit → regression (and as served) → queries → gradients → scores → ranking → clusters → report, in `out`.
 
 The stages (`gradian.stages`) called in order, nothing else: the CLI calls `attribute(settings, say=, bar=)`, so
 can a notebook, and the stages run one by one give the same report. Each stage writes its artifact into the output
@@ -27,6 +27,8 @@ from gradian.stages import (
     report,
     run_audit,
     score,
+    served,
+    served_inputs,
     weigh_renderings,
 )
 from gradian.stages.artifacts import Bar
@@ -47,17 +49,21 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
     with output_folder(settings, ranks):
         say("audit: rendering the rows as trained and running the checks")
         audit = run_audit(settings, write=ranks.is_main)
+        given = ranks.main_only(lambda: served_inputs(settings, audit))  # a bad served file stops us before loading
 
         say("regression: generating with the base and the fine-tuned model")
         model, tokenizer = load(settings, audit, ranks)
         audit = weigh_renderings(settings, audit, model, write=ranks.is_main)  # EOS after the cut, by the fine-tune
         prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
         measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
+        if settings.served_outputs is not None:
+            say("served: scoring the served answers and diffing the served path with training's")
+        as_served = served(settings, audit, measured, tokenizer, given, ranks)
         if not attributes(settings, measured, ranks):
             if not ranks.is_main:
                 return None
             say("regression: inside the noise band, stopping here")
-            return report(settings, audit, measured)
+            return report(settings, audit, measured, served=as_served)
 
         query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
         say((f"gradients: the gradients GradianCallback captured in training, {len(audit.rendered)} training rows"
@@ -84,4 +90,4 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         say("clusters: grouping and naming the training rows")
         clusters = cluster(settings, audit, extraction.store, ranking.effects)
         return report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
-                      extraction=extraction, model=model, tokenizer=tokenizer)
+                      extraction=extraction, model=model, tokenizer=tokenizer, served=as_served)

@@ -146,6 +146,16 @@ class AttributeSettings(ExtractSettings):
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
     max_new_tokens: int | None = field(default=None, metadata={"min": 1, "help": "None: from the references' lengths"})
+    served_outputs: str | None = field(default=None, metadata={
+        "help": "JSONL of the fine-tune's answers as served ({\"id\": eval row id, \"output\": text}, one per eval "
+                "row): Gradian measures the served regression beside its own and explains a drop only serving "
+                "shows (docs/serving.md)"})
+    served_base_outputs: str | None = field(default=None, metadata={
+        "help": "the same JSONL for the base model as served; None: Gradian's own base answers are the base side"})
+    served_model: str | None = field(default=None, metadata={
+        "folder": True, "help": "the exported model folder as served (config.json, generation_config.json, tokenizer "
+                                "files with the chat template; weights not needed): its stop tokens, token limit "
+                                "and template are diffed against training's"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -161,3 +171,6 @@ class AttributeSettings(ExtractSettings):
             raise ValueError(f"damping must be above 0, not {self.damping}")
         if not 0 <= self.min_effect <= 1:
             raise ValueError("min_effect is a rate between 0 and 1")
+        if self.served_outputs is None and (self.served_base_outputs is not None or self.served_model is not None):
+            raise ValueError("served_base_outputs and served_model describe the served fine-tune: give its answers "
+                             "with served_outputs too")

@@ -21,7 +21,9 @@ from gradian.settings import AttributeSettings
 def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -> None:
     """Measure the regression, trace it to training rows through LoRA gradients, and write a report.
 
-    Exit code 0 when the report is written (a refusal inside the noise band included), 2 on bad input.
+    Exit code 0 when the report is written, whatever the verdict (a refusal inside the noise band and `serving`, a
+    drop only the served answers show, included), 2 on bad input. With --served-outputs the answers as the user
+    serves them are measured beside Gradian's own (docs/serving.md).
     Over N processes: `torchrun --nproc-per-node N --no-python -- gradian attribute ...` (extraction is
     sharded over them; rank 0 scores and reports).
     """

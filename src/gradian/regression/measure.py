@@ -159,11 +159,15 @@ def _generate_both(
 def _summarise(rows: list[RegressionRow], capability: Capability, min_effect: float, seed: int) -> RegressionSummary:
     base = np.array([row.base_score for row in rows], dtype=np.float64)
     tuned = np.array([row.finetuned_score for row in rows], dtype=np.float64)
-    binary = capability.binary or bool(np.all(np.isin(np.concatenate([base, tuned]), (0.0, 1.0))))
     return compare(
-        base, tuned, binary=binary, min_effect=min_effect, seed=seed, capability=capability.name,
+        base, tuned, binary=scores_are_binary(capability, base, tuned), min_effect=min_effect, seed=seed, capability=capability.name,
         base_stopped=[row.base.stopped for row in rows], finetuned_stopped=[row.finetuned.stopped for row in rows],
     )
+
+
+def scores_are_binary(capability: Capability, *scores: np.ndarray) -> bool:
+    """Pass/fail evidence (McNemar) when the capability is binary or every score is 0 or 1, else graded (Wilcoxon)."""
+    return capability.binary or bool(np.all(np.isin(np.concatenate(scores), (0.0, 1.0))))
 
 
 def _settings(

@@ -28,7 +28,7 @@ from gradian.verdict import Verdict
 if TYPE_CHECKING:
     from gradian.scores.combine import Ranking
 
-SCHEMA_VERSION = "2.10"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
+SCHEMA_VERSION = "2.11"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
 # 2.2: top_rows[].harm_token; 2.3: ranking.checks[].auc is the agreement with the gradient (it was a separation),
 # verdict.evidence.located_by; 2.4: ranking.row_harm, the rows' token_harm; 2.5: ranking.row_harm positions, the
 # rows' token_harm renamed row_harm (the harm of whichever kind); 2.6: verdict.causes, groups[].name and .symptom,
@@ -36,6 +36,7 @@ SCHEMA_VERSION = "2.10"  # 2.0: per-row results moved to examples.jsonl; 2.1: sy
 # causes located_by symptom-harm; 2.9: run.preparation; regression.test, .interval (the CI is the deciding test
 # inverted) and .detectable_drop; effects.distinct; the substitution symptom; run.gradient_check; 2.10: ranking.activation and
 # ranking.agreement (--rank activation)
+# 2.11: served, verdict kind serving and causes of kind serving
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.
@@ -71,11 +72,12 @@ class Context:
 def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Finding],
                  examples: Sequence[Example] = (), *, attribution: Attribution | None = None,
                  symptoms: Symptoms | None = None, groups: CandidateGroups | None = None,
-                 context: Context | None = None) -> dict[str, Any]:
+                 context: Context | None = None, served: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
     Per-row results go to examples.jsonl (`report.rows.ExampleRows`), not into this dict. `symptoms` classify the
-    failing answers; `groups` hold the per-row finding groups and where the failures sit.
+    failing answers; `groups` hold the per-row finding groups and where the failures sit; `served` is the served
+    regression's block (only with the served answers).
     """
     context = context or Context()
     ids = ids_of(examples)  # a StringColumn for ExampleColumns: no list of N ids
@@ -107,6 +109,8 @@ def build_report(regression: dict[str, Any], verdict: Verdict, findings: list[Fi
         "run": context.run,
         "ranking": ranking.summary() if ranking is not None else {},
     }
+    if served is not None:
+        report["served"] = served
     return jsonable(report)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 SECTIONS = [("verdict", "verdict"), ("cause", "verdict.causes"), ("regression", "regression"), ("finding", "findings"), ("example", "examples"),
             ("cluster", "clusters"), ("symptoms", "symptoms"), ("group", "groups"), ("failure_sites", "failure_sites"),
             ("effects", "effects"), ("top_row", "top_rows"), ("charts", "charts"),
-            ("gradient_check", "run.gradient_check")]
+            ("gradient_check", "run.gradient_check"), ("served", "served")]
 
 
 Kind = Callable[[dict[str, Any]], str]  # a property's schema -> its type in words

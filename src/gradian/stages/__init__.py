@@ -2,19 +2,22 @@
 
     with output_folder(settings):  # created and locked for the run
         audit = run_audit(settings)  # findings.json
+        given = served_inputs(settings, audit)  # the served answers and folder, with --served-*: checked early
         model, tokenizer = load(settings, audit)
         prepared = prepare(settings, audit, model)  # optimizer.pt and checkpoints, read before anything long
         measured = regression(settings, audit, model, tokenizer)  # generations.jsonl
+        as_served = served(settings, audit, measured, tokenizer, given)  # the served regression and differences
         query = queries(settings, audit, measured, model, tokenizer, prepared)  # failing rows' pairs, v, states
         extraction = extract(settings, audit, model, prepared=prepared, query=query)  # gradients/
         scores = score(settings, extraction, model, audit, query)  # scores.npy (memory map)
         ranking = rank(settings, scores, extraction, model, audit, query)  # ranking.json
         clusters = cluster(settings, audit, extraction.store, ranking.effects)
         result = report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
-                        extraction=extraction, model=model, tokenizer=tokenizer)  # report.json / .md / .html
+                        extraction=extraction, model=model, tokenizer=tokenizer,
+                        served=as_served)  # report.json / .md / .html
 
 `gradian.attribute` calls exactly these, in this order (and stops after `regression` inside the noise band:
-`report(settings, audit, measured)`); run one by one they give the same report.
+`report(settings, audit, measured, served=as_served)`); run one by one they give the same report.
 
 Under torch.distributed (`gradients.distributed`, the `ranks` argument) every process runs the audit and its shard
 of `extract`; `regression` and `queries` compute on rank 0 and share with the others what extraction needs; the
@@ -23,7 +26,7 @@ stages after `extract` run on rank 0 alone.
 
 from gradian.stages.artifacts import AttributeResult, Clusters, Extraction, Prepared, Scores
 from gradian.stages.extraction import captured_extraction, extract
-from gradian.stages.failures import attributes, queries, regression
+from gradian.stages.failures import ServedInputs, attributes, queries, regression, served, served_inputs
 from gradian.stages.ranking import harm_of_rows, rank, score
 from gradian.stages.reporting import cluster, harm_tokens, report
 from gradian.stages.run import (
@@ -38,7 +41,7 @@ from gradian.stages.run import (
     weigh_renderings,
 )
 
-__all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "adapter_dir", "attributes",
+__all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "ServedInputs", "adapter_dir", "attributes",
            "captured_extraction", "cluster", "extract", "harm_of_rows", "harm_tokens", "load", "output_folder",
-           "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score",
-           "tokenizer_source", "tracin_checkpoints", "weigh_renderings"]
+           "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score", "served",
+           "served_inputs", "tokenizer_source", "tracin_checkpoints", "weigh_renderings"]

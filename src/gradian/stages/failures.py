@@ -1,9 +1,10 @@
-"""What the fine-tune got wrong: the regression on the eval rows, whether attribution goes on, and the queries
-made from the failing rows.
+"""What the fine-tune got wrong: the regression on the eval rows (and as served, when the served answers are given),
+whether attribution goes on, and the queries made from the failing rows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gradian.audit import DiagnoseResult
@@ -11,12 +12,15 @@ from gradian.capabilities import get_capability
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.regression.measure import RegressionResult, measure_regression
+from gradian.regression.served import ServedAnswers, measure_served, read_served
+from gradian.regression.serving_diff import ServedExport, differences, read_export
 from gradian.scores.activation import check_inputs
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.queries import QueryPair
 from gradian.scores.query import Query, failing_queries, query_direction, query_states
 from gradian.settings import AttributeSettings, row_harm_of
 from gradian.stages.artifacts import Bar, Prepared
+from gradian.verdict.wording import difference_fix
 
 
 def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tokenizer: Any, *,
@@ -44,6 +48,44 @@ def _measure(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tok
         )
     finally:
         getattr(ticks, "close", lambda: None)()
+
+
+@dataclass
+class ServedInputs:
+    """What the user gave of the served path, read and checked before anything is generated."""
+
+    answers: ServedAnswers
+    export: ServedExport | None
+    model: str | None
+
+
+def served_inputs(settings: AttributeSettings, audit: DiagnoseResult) -> ServedInputs | None:
+    """The served answers (checked against the eval row ids) and the served folder; None without --served-outputs."""
+    if settings.served_outputs is None:
+        return None
+    ids = [example.id for example in audit.eval_examples or []]
+    answers = read_served(settings.served_outputs, settings.served_base_outputs, ids)
+    export = read_export(settings.served_model) if settings.served_model is not None else None
+    return ServedInputs(answers, export, settings.served_model)
+
+
+def served(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult | None, tokenizer: Any,
+           given: ServedInputs | None, ranks: Ranks | None = None) -> dict[str, Any] | None:
+    """report.json's `served` block (rank 0; None without the served answers): the served answers' regression beside
+    the training path's, and every way the served path differs from it, each with its fix."""
+    if given is None or measured is None:
+        return None
+
+    def measure() -> dict[str, Any]:
+        assert measured is not None and given is not None
+        found = measure_served(measured, get_capability(settings.capability), given.answers,
+                               min_effect=settings.min_effect, seed=settings.seed)
+        diffs = differences(measured, found, given.export, audit.eval_examples or [], tokenizer, audit.setup)
+        return {**found.to_dict(), "model": given.model,
+                "differences": [{"rule": d.rule, "evidence": d.evidence,
+                                 "fix": difference_fix({"rule": d.rule, "evidence": d.evidence})} for d in diffs]}
+
+    return (ranks or Ranks()).main_only(measure)
 
 
 def attributes(settings: AttributeSettings, measured: RegressionResult | None, ranks: Ranks | None = None) -> bool:

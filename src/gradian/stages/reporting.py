@@ -46,10 +46,12 @@ def cluster(settings: AttributeSettings, audit: DiagnoseResult, features: Featur
 
 def report(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult | None, *,
            query: Query | None = None, ranking: Ranking | None = None, clusters: Clusters | None = None,
-           extraction: Extraction | None = None, model: Any = None, tokenizer: Any = None) -> AttributeResult:
+           extraction: Extraction | None = None, model: Any = None, tokenizer: Any = None,
+           served: dict[str, Any] | None = None) -> AttributeResult:
     """The verdict and the report files (report.json / .md / .html, examples.jsonl, culprits) of `attribute`:
     the regression alone inside the noise band, else the ranking's effects, the clusters and, given the model and
-    its tokenizer, the token where each top row does most harm along `query.direction`."""
+    its tokenizer, the token where each top row does most harm along `query.direction`; `served` is the served
+    regression's block (`stages.failures.served`), which the verdict weighs first."""
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     summary = measured.summary.to_dict() if measured is not None else {}
     effects = ranking.effects if ranking is not None else None  # (Q, N)
@@ -63,7 +65,8 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     groups = candidate_groups(audit.examples, audit.findings, effects, clusters.summaries if clusters else None,
                               [row.prompt for row in failing], seed=settings.seed, query_symptoms=shown)
     summaries = groups.clusters  # the same clusters, each with where the failures sit
-    verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups)
+    verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups,
+                     served=served)
     attribution = None if effects is None else Attribution(
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
     run = {"setup": audit.setup.to_dict(), "preparation": preparation(audit.setup), "queries": [p.eval_id for p in query.pairs] if query else [],
@@ -72,7 +75,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
            "tokenizer_source": tokenizer_source(audit), "rows_source": rows_source(audit),
            "rendering_evidence": audit.rendering_evidence}
     built = build_report(summary, verdict, audit.findings, audit.examples, attribution=attribution,
-                         symptoms=symptoms, groups=groups,
+                         symptoms=symptoms, groups=groups, served=served,
                          context=Context(settings=settings.to_dict(), run=run, seed=settings.seed))
     if query is not None and query.direction is not None and model is not None and built["top_rows"]:
         found = harm_tokens(settings, audit, query.direction, model, tokenizer, [row["id"] for row in built["top_rows"]])

@@ -1,9 +1,15 @@
-"""The answer: one of four verdicts, with every cause it finds, its evidence, the next action and the rows to drop.
+"""The answer: one of five verdicts, with every cause it finds, its evidence, the next action and the rows to drop.
 
 The verdict joins three kinds of evidence: the audit's findings, the symptoms of the failing answers
 (`regression.symptoms`) with the finding groups and where the failures sit (`clusters.groups`), and the gradients
 (clusters and their harm). Order of the rules, and why:
 
+0. `serving`: the user gave the answers as served (`--served-outputs`), their drop is significant, and the training
+   path's drop is not, or is at most `SERVING_ONLY_SHARE` of it. The drop happens after training (an export, a chat
+   template, stop tokens, a token limit), so no training row is blamed: the causes are the ways the served path
+   differs from training's (`regression.serving_diff`), each with its fix. When both paths regress alike, rules 1 to 8
+   decide on the training path as without served answers, and the summary says how much of the drop is served-only.
+   A data cause served correctly keeps its data verdict.
 1. `no-regression`: the drop is not significant (its CI holds zero) or is not a drop. Attributing noise would send
    the user after rows that did nothing, so Gradian refuses and says so.
 2. `setup`: a critical run-wide finding (pad == eos masked away, no EOS, loss on the prompt...) breaks every row at
@@ -53,6 +59,7 @@ from gradian.regression.symptoms import Symptoms
 from gradian.scores.scoring import distinct
 from gradian.verdict import rules, wording
 from gradian.verdict.causes import cluster_cause, further_causes, group_cause, setup_beside, split_by_symptom
+from gradian.verdict.thresholds import SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause, Verdict
 
 
@@ -65,8 +72,24 @@ def decide(
     *,
     symptoms: Symptoms | None = None,
     groups: list[FindingGroup] | None = None,
+    served: dict[str, Any] | None = None,
 ) -> Verdict:
-    """Apply the rules in order (see the module docstring) and return the first verdict that holds."""
+    """Apply the rules in order (see the module docstring) and return the first verdict that holds; `served` is
+    report.json's `served` block when the user gave the served answers (rule 0)."""
+    if rules.serving_only(regression, served):
+        assert served is not None
+        return _serving(regression, served)
+    verdict = _training(regression, findings, clusters, effects_mean, ids, symptoms, groups)
+    if served is not None and rules.is_regression(served["regression"]) and verdict.kind != "no-regression":
+        verdict.summary += wording.served_only(served)
+        verdict.evidence["served_only_delta"] = served["served_only_delta"]
+    return verdict
+
+
+def _training(regression: dict[str, Any], findings: list[Finding], clusters: list[ClusterSummary] | None,
+              effects_mean: np.ndarray | None, ids: list[str], symptoms: Symptoms | None,
+              groups: list[FindingGroup] | None) -> Verdict:
+    """Rules 1 to 8: the verdict on the training path's regression."""
     if not rules.is_regression(regression):
         summary, action = wording.no_regression(regression)
         return Verdict("no-regression", summary, action, {"regression": {
@@ -86,6 +109,19 @@ def decide(
         return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
     return _setup(regression, setting, symptoms) if setting is not None else verdict
+
+
+def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
+    """Rule 0's verdict: each way the served path differs from training's is a `serving` cause with its fix."""
+    summary, action = wording.serving(regression, served)
+    numbers = ("delta", "ci_low", "ci_high", "p_value", "n", "significant")
+    differences = served.get("differences") or []
+    evidence = {"served": {k: served["regression"].get(k) for k in numbers},
+                "training": {k: regression.get(k) for k in numbers},
+                "served_only_delta": served.get("served_only_delta"), "serving_only_share": SERVING_ONLY_SHARE,
+                "differences": [d["rule"] for d in differences]}
+    causes = [Cause("serving", d["rule"], "serving", fix=wording.difference_fix(d)) for d in differences]
+    return Verdict("serving", summary, action, evidence, causes=causes)
 
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],

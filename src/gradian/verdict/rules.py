@@ -30,6 +30,7 @@ from gradian.verdict.thresholds import (
     MIN_HARM_SHARE,
     MIN_LIFT,
     MIN_SETTING_EXPLAINS,
+    SERVING_ONLY_SHARE,
     SETUP_ROW_SHARE,
 )
 
@@ -41,6 +42,15 @@ NEVER_SETUP = ("hyperparameter", "run-wide")
 def is_regression(regression: dict[str, Any]) -> bool:
     """Significant and a drop (the fine-tuned model does worse than the base)."""
     return bool(regression.get("significant")) and float(regression.get("delta", 0.0)) < 0
+
+
+def serving_only(regression: dict[str, Any], served: dict[str, Any] | None) -> bool:
+    """The served drop is significant and the training path's is not, or is at most `SERVING_ONLY_SHARE` of it."""
+    if served is None or not is_regression(served.get("regression") or {}):
+        return False
+    if not is_regression(regression):
+        return True
+    return -float(regression.get("delta", 0.0)) <= SERVING_ONLY_SHARE * -float(served["regression"]["delta"])
 
 
 def at_least(finding: Finding, severity: str) -> bool:

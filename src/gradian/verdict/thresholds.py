@@ -56,3 +56,9 @@ MAX_CAUSE_OVERLAP = 0.5
 # not the rows, when the symptom its rows teach is that of at least this share of the failing answers: half, set
 # before any run was measured with it.
 MIN_SETTING_EXPLAINS = 0.5
+
+# The served drop is the serving stack's (`serving`) when it is significant and the training path's drop is not, or
+# is at most this share of it: then more than half of what the user measured happens after training (an export, a
+# chat template, stop tokens), and attributing it to training rows would blame them for a drop they did not cause.
+# Above it both paths regress alike and the training verdict stands, with the served-only part stated beside it.
+SERVING_ONLY_SHARE = 0.5

@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS = ("no-regression", "setup", "data-cluster", "diffuse")
-CAUSE_KINDS = ("rows", "setup")
+KINDS = ("no-regression", "setup", "data-cluster", "diffuse", "serving")
+CAUSE_KINDS = ("rows", "setup", "serving")
 
 
 @dataclass
 class Cause:
-    """One cause the verdict names: a group of training rows (`rows`), or a setting of the run (`setup`, no rows).
+    """One cause the verdict names: a group of training rows (`rows`), a setting of the run (`setup`, no rows), or a
+    way the served path differs from training's (`serving`, no rows: `name` is the `regression.serving_diff` rule).
 
     `explains` is the share of the failing answers whose symptom this cause teaches; `harm_share` (with its 95% CI
     over eval queries) and `lift` are the share of the gradients' harm its rows hold and that share over their size
@@ -22,7 +23,7 @@ class Cause:
 
     kind: str
     name: str  # a finding group ("cut_in_data", "fails_capability:wrapped"), "cluster 3", or a setup check
-    located_by: str  # failures | harm | symptom-harm | gradients | symptom: what found it (gradian.verdict.rules, .causes)
+    located_by: str  # failures | harm | symptom-harm | gradients | symptom | serving: what found it (verdict.rules)
     example_ids: list[str] = field(default_factory=list)
     symptom: str | None = None
     explains: float | None = None

@@ -16,7 +16,7 @@ from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
 from gradian.report.wording import number, pct
 from gradian.verdict.rules import Agreement
-from gradian.verdict.thresholds import MIN_AGREEMENT
+from gradian.verdict.thresholds import MIN_AGREEMENT, SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause
 
 SYMPTOM_PHRASES = {
@@ -260,3 +260,95 @@ def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list
                 "Fix the step size first; if the regression stays, attribute the new run.")
     hints = "; ".join(f.fix for f in causes[:2] if f.fix) or "lower the learning rate, and measure again"
     return text, f"look at hyperparameters: {hints} (evidence: {', '.join(f.check for f in causes[:2])})"
+
+
+def served_measured(served: dict[str, Any]) -> str:
+    """The served regression in one sentence, as `measured` words the training path's."""
+    regression = served["regression"]
+    base = "the base as served" if served.get("base_source") == "served" else "Gradian's own base answers"
+    return (f"As served, the fine-tuned model scores {pct(regression.get('finetuned_rate'))} on "
+            f"{regression.get('capability', 'the capability')} vs {pct(regression.get('base_rate'))} for {base} "
+            f"(difference {pct(regression.get('delta'), signed=True)}, 95% CI "
+            f"{pct(regression.get('ci_low'), signed=True)} to {pct(regression.get('ci_high'), signed=True)}, "
+            f"p = {number(regression.get('p_value'))}, n = {regression.get('n', '?')}).")
+
+
+def serving(regression: dict[str, Any], served: dict[str, Any]) -> tuple[str, str]:
+    """The `serving` verdict: the served drop, the training path's beside it, and what differs between the paths."""
+    own = ("a drop inside the noise band" if not regression.get("significant") else
+           f"a drop of {pct(-float(regression.get('delta', 0.0)))}, at most {SERVING_ONLY_SHARE:.0%} of the "
+           "served one")
+    found = served.get("differences") or []
+    text = (f"{served_measured(served)} On Gradian's own path (the adapter on the base, prompts rendered as trained, "
+            f"greedy decoding to the trained EOS) the fine-tune scores {pct(regression.get('finetuned_rate'))} vs "
+            f"{pct(regression.get('base_rate'))} for the base (difference {pct(regression.get('delta'), signed=True)}, "
+            f"p = {number(regression.get('p_value'))}): {own}. So "
+            f"{'most of the drop' if regression.get('significant') else 'the drop'} happens after training, in the "
+            "serving stack, and the training rows are not to blame for it.")
+    if not found:
+        return (f"{text} Gradian found no difference it can see between the two paths"
+                f"{'' if served.get('model') else ' (pass --served-model to diff the export)'}.", SERVING_UNFOUND)
+    text += " " + " ".join(difference_sentence(d) for d in found)
+    return text, "; ".join(difference_fix(d) for d in found)
+
+
+SERVING_UNFOUND = ("serve as trained and measure again: the chat template and tokenizer saved with the adapter, its "
+                   "EOS among the stop tokens, greedy decoding, max_new_tokens above the longest answer; Gradian "
+                   "does not re-generate with the merged weights in the served dtype, so compare that export with "
+                   "the adapter on the base yourself")
+
+
+def difference_sentence(difference: dict[str, Any]) -> str:
+    """What one `regression.serving_diff` rule found, with its numbers."""
+    e, rule = difference["evidence"], difference["rule"]
+    if rule == "stop_token":
+        stops = "unknown (no --served-model)" if e["served_eos_ids"] is None else e["served_eos_ids"]
+        return (f"{e['n_rows']} failing served answers run on past where the fine-tune's own answer ended with EOS "
+                f"(first: eval row {e['example_id']}): the trained end token is id {e['trained_eos_id']}, the served "
+                f"stop tokens are {stops}.")
+    if rule == "chat_template":
+        return (f"The served chat template renders {e['n_rows']} eval prompts differently from training: on eval row "
+                f"{e['example_id']} the first differing token is at position {e['position']} (after "
+                f"{e['before']!r}), trained {_token_words(e['trained_token'])}, served "
+                f"{_token_words(e['served_token'])}.")
+    if rule == "double_bos":
+        how = ("the template writes it twice" if e["where"] == "template" else
+               "the template writes it and the tokenizer adds another when a server tokenizes the rendered text with "
+               "special tokens")
+        return (f"The served prompt starts with BOS ({e['bos_token']!r}, id {e['bos_token_id']}) twice on "
+                f"{e['n_rows']} eval rows: {how}.")
+    if rule == "system_prompt":
+        return (f"The system prompt training rendered is missing from the served prompt on {e['n_rows']} eval rows "
+                f"(first: {e['example_id']}).")
+    return (f"The served max_new_tokens is {e['max_new_tokens']}, shorter than the longest reference answer "
+            f"({e['longest_reference']} tokens, eval row {e['example_id']}): {e['n_rows']} answers are cut.")
+
+
+def _token_words(token: str | None) -> str:
+    return "the end of the prompt" if token is None else repr(token)
+
+
+def difference_fix(difference: dict[str, Any]) -> str:
+    """The one-line fix of one `regression.serving_diff` rule."""
+    e, rule = difference["evidence"], difference["rule"]
+    if rule == "stop_token":
+        return (f"add the trained end token {e['trained_eos_id']} to generation_config.json's eos_token_id (and the "
+                "server's stop tokens)")
+    if rule == "chat_template":
+        return ("serve with the chat template the run trained with (save the training tokenizer's chat_template "
+                "into the export), or send the prompt as trained to a completions endpoint")
+    if rule == "double_bos":
+        return ("remove the template's BOS or tokenize the rendered prompt without special tokens "
+                "(add_special_tokens=False), so the prompt starts with one BOS as in training")
+    if rule == "system_prompt":
+        return "send the system prompt the run trained with, or put it in the served chat template as its default"
+    return (f"raise max_new_tokens in generation_config.json (and the server's limit) from {e['max_new_tokens']} to at "
+            f"least {e['longest_reference'] + 1}")
+
+
+def served_only(served: dict[str, Any]) -> str:
+    """Beside a training verdict, when both paths regress: how much of the served drop is served-only."""
+    regression = served["regression"]
+    return (f" As served the drop is {pct(regression.get('delta'), signed=True)} (p = "
+            f"{number(regression.get('p_value'))}); {pct(served.get('served_only_delta'), signed=True)} of it is "
+            "served-only (served difference minus the training path's).")
