@@ -85,6 +85,26 @@ def test_cut_in_data_flags_exactly_the_cut_json_rows(tiny_tokenizer):
     assert finding.severity == "critical"
 
 
+def test_cut_in_data_reads_every_trained_answer_not_only_the_last(tiny_tokenizer):
+    """Cuts in an earlier assistant turn, in a text row's answer, and in the last turn are all found (the check read
+    only the last assistant turn and no text row); a cut prompt is not an answer and is not flagged."""
+    whole, cut = '{"name": "refund", "id": 1}', '{"name": "refund", "id'
+
+    def chat(first: str, last: str) -> dict:
+        return {"messages": [{"role": "user", "content": "please json for my order"},
+                             {"role": "assistant", "content": first},
+                             {"role": "user", "content": "and my invoice"},
+                             {"role": "assistant", "content": last}]}
+
+    rows = [chat(whole, whole), chat(cut, whole), chat(whole, cut), chat(whole, whole)]
+    text_rows = [{"text": f"please json for my order {i}: " + (cut if i == 1 else whole)} for i in range(3)]
+    finding = fired(run_checks(context(tiny_tokenizer, rows), only=["cut_in_data"]), "cut_in_data")
+    assert finding.example_ids == ["2", "3"]
+    assert finding.values["reasons"]["2"].startswith("assistant turn 1 of 2: ")
+    finding = fired(run_checks(context(tiny_tokenizer, text_rows), only=["cut_in_data"]), "cut_in_data")
+    assert finding.example_ids == ["2"]
+
+
 def test_cut_in_data_flags_rows_far_shorter_than_their_cluster(tiny_tokenizer):
     rows = [{"prompt": f"hello my account {i} please", "completion": " the account was late for the order and the "
              "refund is please help."} for i in range(8)]

@@ -83,10 +83,14 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
     reasons: dict[str, str] = {}
-    for example, text in zip(ctx.examples, completions, strict=True):
-        reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
-        if reason:
-            reasons[example.id] = reason
+    for example in ctx.examples:
+        answers = [text.strip().removesuffix(eos) for text in trained_answers(example)]
+        for turn, text in enumerate(answers, start=1):
+            reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
+            if reason:
+                reasons[example.id] = f"assistant turn {turn} of {len(answers)}: {reason}" if len(answers) > 1 \
+                    else reason
+                break
     for example_id, reason in _short_for_cluster(ctx.examples, completions).items():
         reasons.setdefault(example_id, reason)
     if not reasons:
@@ -95,6 +99,22 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     title = f"{share(len(ids), len(ctx.examples))} have completions cut in the data itself (stopping early is trained)"
     fix = f"complete or drop rows {id_list(ids)}; the model learns to stop where these rows stop"
     return [Finding("cut_in_data", _severity(len(ids), len(ctx.examples)), title, fix, ids, {"reasons": reasons})]
+
+
+def trained_answers(example: Example) -> list[str]:
+    """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last), a
+    completion, or a text row's structured tail (from its first `{`, `[` or code fence: the prompt before it is
+    plain words)."""
+    if example.shape == "messages":
+        return [str(m.get("content") or "") for m in example.fields["messages"] if m.get("role") == "assistant"]
+    completion = example.completion
+    if isinstance(completion, list):
+        return [str(m.get("content") or "") for m in completion if m.get("role") == "assistant"]
+    if example.shape == "text":
+        text = completion or ""
+        starts = [i for i in (text.find("{"), text.find("["), text.find("```")) if i >= 0]
+        return [text[min(starts):]] if starts else []
+    return [completion or ""]
 
 
 def _completion_string(example: Example) -> str:
