@@ -16,11 +16,11 @@ from gradian.capabilities import get_capability
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 from gradian.guard import inputs, refuse_overwrite
 from gradian.lock import LOCK_NAME, output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
-from gradian.report.rows import EXAMPLES_FILE, read_examples
+from gradian.report.rows import EXAMPLES_FILE, read_examples, schema_problem, schema_validator
 from gradian.report.schema import SCHEMA_VERSION
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.pages import HTML, MARKDOWN, write_pages
@@ -51,7 +51,7 @@ def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None 
 
 
 def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -> dict[str, Any]:
-    report = _read_report(folder)
+    report = read_report(folder)
     used = report.get("settings") or {}
     base = _base(used)
     run = read_run(used.get("run") or used.get("adapter"), used.get("config"))
@@ -99,19 +99,32 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     return verification
 
 
+def read_report(folder: Path) -> dict[str, Any]:
+    """report.json, checked against the report schema before any field is used (a hand-edited verdict is one
+    sentence, not a crash halfway through the retrains)."""
+    report = _read_report(folder)
+    problem = schema_problem(schema_validator(), report)
+    if problem:
+        raise InputError(f"does not match the report schema ({problem}); it was edited or damaged: rerun `gradian "
+                         "attribute` with the same --out to write it again, then verify.", folder / "report.json")
+    return report
+
+
 def _read_report(folder: Path) -> dict[str, Any]:
+    """report.json read far enough to know its settings (what the overwrite guard needs)."""
+    path = folder / "report.json"
     try:
-        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"is not a readable report ({error}); rerun `gradian attribute`.", folder / "report.json") \
-            from None
-    if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
-        raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
-                         folder / "report.json")
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise InputError(f"is not a readable report ({reason(error)}); rerun `gradian attribute`.", path) from None
+    settings = report.get("settings") if isinstance(report, dict) else None
+    if not isinstance(report, dict) or "verdict" not in report or not isinstance(settings, dict) \
+            or not settings.get("dataset"):
+        raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.", path)
     if report.get("schema_version") != SCHEMA_VERSION:  # its report.md/html could not be written again
         raise InputError(f"was written with report schema {report.get('schema_version')}, this Gradian writes "
                          f"{SCHEMA_VERSION}; rerun `gradian attribute` with the same --out (its cached stages are "
-                         "reused), then verify.", folder / "report.json")
+                         "reused), then verify.", path)
     return report
 
 
