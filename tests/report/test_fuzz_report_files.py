@@ -21,7 +21,7 @@ from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.report.writers import write_report
 from gradian.verify.measure import read_original
 from gradian.verify.plan import candidate_groups
-from gradian.verify.run import read_report
+from gradian.verify.run import INPUTS, read_report
 from gradian.verify.sets import ranking_of
 
 values = st.recursive(st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | st.text(max_size=12),
@@ -89,16 +89,19 @@ def test_examples_cut_mid_line_names_the_file_and_line(written):
 
 @FUZZ
 @given(data=st.data(), new=values, delete=st.booleans())
+@example(data=None, new="data-cluster", delete=False)  # the verdict edited to a string
 @bounded
 def test_fuzz_report_json(written, data, new, delete):
     out, report, _ = written
-    path = data.draw(st.sampled_from(list(_paths(report))))
+    path = ("verdict",) if data is None else data.draw(st.sampled_from(list(_paths(report))))
     damaged = _replace(report, path, new, delete and bool(path))
     (out / "report.json").write_text(json.dumps(damaged), encoding="utf-8")
     read = answer(lambda: read_report(out), out, names="report.json")
     if read is not None:
         candidate_groups({**read, "examples": []})
         assert isinstance(read["verdict"], dict) and isinstance(read["regression"], dict)
+        assert all(isinstance(value, (str, type(None))) for name, value in read["settings"].items()
+                   if name in INPUTS) and isinstance(read["settings"].get("seed", 0), int)
 
 
 @FUZZ
@@ -143,3 +146,27 @@ def test_fuzz_generations(rows, settings, spec, tmp_path_factory):
     if original is not None:
         assert all(isinstance(i, int) for ids in original.prompt_ids for i in ids)
         assert np.isfinite(original.base).all() and original.max_new_tokens > 0
+
+
+@pytest.mark.parametrize("damage, names", [
+    (lambda out, report, rows: (out / "report.json").write_text(json.dumps({**report, "verdict": "data-cluster"})),
+     "report.json: does not match the report schema (at verdict"),
+    (lambda out, report, rows: (out / EXAMPLES_FILE).write_bytes(rows[:-10]), f"{EXAMPLES_FILE}:"),
+    (lambda out, report, rows: (out / "report.json").write_text(json.dumps(
+        {**report, "settings": {**report["settings"], "seed": "zero"}})), "report.json: has the seed 'zero'"),
+])
+def test_verify_on_a_damaged_report_is_exit_2_naming_the_file(written, damage, names):
+    """Through the CLI: one sentence naming the file (and line), exit code 2, before any retrain."""
+    from click.testing import CliRunner
+
+    from gradian.cli.main import cli, register_commands
+
+    out, report, rows = written
+    damage(out, report, rows)
+    if not cli.commands:
+        register_commands()
+    result = CliRunner().invoke(cli, ["verify", "--report", str(out)])
+    assert result.exit_code == 2, result.output[-2000:]
+    last = result.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith("Error: ") and names in last and "Traceback" not in result.output, last
+    assert not (out / "verify").exists()

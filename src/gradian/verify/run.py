@@ -33,6 +33,7 @@ from gradian.verify.verification import FILE, summarize, write_verification
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
 RETRAINS = "verify"  # DIR/verify/: one folder per retrain
+INPUTS = ("dataset", "base_model", "adapter", "run", "config", "eval_dataset", "capability")  # report.json's settings
 WRITES = (LOCK_NAME, f"{RETRAINS}/", FILE, HTML, MARKDOWN, "report.json", "report.md", "report.html")  # into DIR
 
 
@@ -52,6 +53,7 @@ def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None 
 
 def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -> dict[str, Any]:
     report = read_report(folder)
+    rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
     used = report.get("settings") or {}
     base = _base(used)
     run = read_run(used.get("run") or used.get("adapter"), used.get("config"))
@@ -70,7 +72,6 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     cleaned_file = folder / "train.cleaned.jsonl"
     cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
     seed = int(used.get("seed", 0))
-    rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
     order = run.record.order if run.record is not None else None
     if order is not None:
         say(f"verify: replaying the order of {len(order)} optimizer steps recorded in gradian_run.json")
@@ -121,6 +122,14 @@ def _read_report(folder: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or "verdict" not in report or not isinstance(settings, dict) \
             or not settings.get("dataset"):
         raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.", path)
+    edited = [name for name in INPUTS if not isinstance(settings.get(name), (str, type(None)))]
+    if edited:
+        raise InputError(f"names its {edited[0]} with a {type(settings[edited[0]]).__name__}, not a path; it was edited: "
+                         "rerun `gradian attribute` to write it again.", path)
+    seed = settings.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"has the seed {seed!r}, not a whole number; it was edited: rerun `gradian attribute` to "
+                         "write it again.", path)
     if report.get("schema_version") != SCHEMA_VERSION:  # its report.md/html could not be written again
         raise InputError(f"was written with report schema {report.get('schema_version')}, this Gradian writes "
                          f"{SCHEMA_VERSION}; rerun `gradian attribute` with the same --out (its cached stages are "
