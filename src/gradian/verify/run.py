@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.capabilities import get_capability
+from gradian.data.adapter_base import ADAPTER_WEIGHTS
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
@@ -22,6 +23,7 @@ from gradian.lock import LOCK_NAME, output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
 from gradian.report.rows import EXAMPLES_FILE, read_examples, schema_problem, schema_validator
 from gradian.report.schema import SCHEMA_VERSION
+from gradian.space import allocated, require_space
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.pages import HTML, MARKDOWN, write_pages
 from gradian.verify.plan import plan
@@ -84,6 +86,8 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
         say(f"verify: {todo.fix_note}")
     scores, markers = {}, {}
     root = folder / RETRAINS
+    require_space(folder, retrains_bytes(adapter, len(todo.jobs)), f"verify's {len(todo.jobs)} retrains",
+                  present=allocated(root))
     for number, (_, job) in enumerate(todo.jobs, start=1):
         weight = f", {len(job.zero_ids)} at zero weight" if job.zero_ids else ""
         say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows{weight}, seed {job.seed})")
@@ -135,6 +139,13 @@ def _read_report(folder: Path) -> dict[str, Any]:
                          f"{SCHEMA_VERSION}; rerun `gradian attribute` with the same --out (its cached stages are "
                          "reused), then verify.", path)
     return report
+
+
+def retrains_bytes(adapter: str | None, retrains: int) -> int:
+    """What `retrains` retrained adapters write: each about the size of the run's adapter weights."""
+    weights = [Path(adapter) / name for name in ADAPTER_WEIGHTS] if adapter else []
+    size = next((path.stat().st_size for path in weights if path.is_file()), 0)
+    return size * retrains
 
 
 def _base(used: dict[str, Any]) -> BaseModelRef:
