@@ -80,6 +80,7 @@ odd_values = (json_values | st.floats() | st.integers(-(10**400), 10**400) | st.
 @example(value=float("nan"), binary=False, repaired=None)
 @example(value="0.5", binary=True, repaired=3)
 @example(value=10**400, binary=False, repaired=None)
+@example(value=0, binary=False, repaired=object())  # found by this test: passed through unchecked before
 @bounded
 def test_fuzz_plugin_returns(value, binary, repaired):
     """Whatever a plug-in returns (module:function or an installed capability): a score in [0, 1] or one sentence."""

@@ -104,6 +104,21 @@ def test_fuzz_report_json(written, data, new, delete):
                    if name in INPUTS) and isinstance(read["settings"].get("seed", 0), int)
 
 
+@pytest.mark.parametrize("damage", [
+    lambda data: data[:-10],  # cut mid-line: JSONDecodeError before
+    lambda data: data.replace(b"{", b"\x80", 1),  # not UTF-8: UnicodeDecodeError before
+    lambda data: data.replace(data.split(b"\n")[1], b"[1, 2]", 1),  # not a row: AttributeError in the plan before
+    lambda data: data.replace(b'"cluster": ', b'"cluster": "x", "was": ', 1),  # a field of another type
+])
+def test_a_damaged_examples_line_is_one_sentence_naming_the_file(written, damage):
+    """The failures the fuzz test below found in examples.jsonl, pinned."""
+    out, _, data = written
+    (out / EXAMPLES_FILE).write_bytes(damage(data))
+    with pytest.raises(InputError, match=rf"^{out / EXAMPLES_FILE}(:\d+)?: ") as raised:
+        read_examples(out)
+    assert "\n" not in str(raised.value)
+
+
 @FUZZ
 @given(data=st.data(), new=values, cut=st.integers(0, 10**6) | st.none(),
        flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3))
