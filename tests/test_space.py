@@ -78,3 +78,12 @@ def test_a_disk_full_mid_write_is_exit_2_and_the_rerun_resumes(workspace, gradia
     again = gradian(attribute_args(workspace, out, extra=("--force",)))
     assert again.exit_code == 0, again.output[-2000:]
     assert (out / "report.json").exists()
+
+
+def test_extract_refuses_before_its_gradients_when_the_disk_is_too_small(workspace, gradian, monkeypatch, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    _free(monkeypatch, 100)
+    result = gradian(["extract", "--base-model", workspace.model, "--adapter", workspace.adapter, "--dataset",
+                      workspace.dataset, "--out", out, "--proj-dim", "16"])
+    assert_one_line_error(result, f"{out}: gradient extraction (8 rows × 16 values, 1 store) writes about 277 bytes")
+    assert not (out / "gradients").exists()
