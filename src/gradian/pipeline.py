@@ -16,6 +16,7 @@ from gradian.settings import AttributeSettings
 from gradian.stages import (
     AttributeResult,
     attributes,
+    check_space,
     cluster,
     extract,
     load,
@@ -55,6 +56,7 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         model, tokenizer = load(settings, audit, ranks)
         audit = weigh_renderings(settings, audit, model, write=ranks.is_main)  # EOS after the cut, by the fine-tune
         prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
+        check_space(settings, audit, len(prepared.checkpoints), len(audit.eval_examples or []))  # before generating
         measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
         if settings.served_outputs is not None:
             say("served: scoring the served answers and diffing the served path with training's")

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bad_inputs.workspace import Workspace, save_adapter, tiny_model, train_rows
 
@@ -435,6 +436,29 @@ ATTRIBUTE_CASES = [
          lambda ws, s: [*attribute_args(ws, s / "out"), "--capability", "no_such_capability"], "no_such_capability"),
 ]
 
+def _lora_tensors(change: Callable[[Any], Any]) -> Callable[[Path], None]:
+    """Apply `change` in place to every lora_A tensor of the adapter's safetensors file."""
+
+    def damage(adapter: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(adapter / "adapter_model.safetensors")
+        for name, tensor in tensors.items():
+            if "lora_A" in name:
+                change(tensor)
+        save_file(tensors, adapter / "adapter_model.safetensors", metadata={"format": "pt"})
+
+    return damage
+
+
+def _schema(schema: object) -> Build:
+    def build(ws: Workspace, scratch: Path) -> list[str]:
+        path = _file(scratch / "answer.schema.json", json.dumps(schema).encode())
+        return [*attribute_args(ws, scratch / "out"), "--capability", f"json_schema:{path}"]
+
+    return build
+
+
 def _option(flag: str, value: str) -> Build:
     return lambda ws, s: attribute_args(ws, s / "out", extra=(flag, value, "--force"))
 
@@ -448,6 +472,18 @@ ATTRIBUTE_CASES += [
     Case("attribute-option-unknown-device", 2, _option("--device", "bogus"), "bogus"),
     Case("attribute-option-device-mps-absent", 2, _option("--device", "mps"), "mps: MPS"),
     Case("attribute-adapter-r-nan", 2, _adapter(_adapter_config(r=float("nan"))), "adapter_config.json"),
+    # late failures, now refused before the first generation (issue 42)
+    Case("attribute-adapter-weights-nan", 2, _adapter(_lora_tensors(lambda t: t.fill_(float("nan")))),
+         "adapter_model.safetensors: the tensor"),
+    Case("attribute-adapter-weights-infinite", 2, _adapter(_lora_tensors(lambda t: t.fill_(float("inf")))),
+         "adapter_model.safetensors: the tensor"),
+    Case("attribute-adapter-rank-not-the-configs", 2, _adapter(_adapter_config(r=4)),
+         "(r=4) implies (4, "),
+    Case("attribute-capability-regex-repeat-overflow", 2,
+         lambda ws, s: [*attribute_args(ws, s / "out"), "--capability", "regex:a{99999999999}"], "regex:a{99999999999}"),
+    Case("attribute-capability-schema-self-ref", 2, _schema({"$ref": "#"}), "answer.schema.json: never finishes"),
+    Case("attribute-capability-schema-remote-ref", 2, _schema({"$ref": "https://example.com/answer.schema.json"}),
+         "answer.schema.json: refers to another document"),
 ]
 
 CASES = DATASET_CASES + RUN_CASES + MODEL_CASES + ATTRIBUTE_CASES

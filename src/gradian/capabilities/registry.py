@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.capabilities.repair import normal_key, parse_object, repair_json_object
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 from gradian.plugins import CAPABILITIES as CAPABILITY_GROUP
 from gradian.plugins import load_group, plugin_code
 
@@ -109,11 +109,40 @@ class InstalledCapability(Capability):
 
     def score(self, output: str, reference: str | None) -> float:
         with plugin_code(self.plugin, "scoring an answer"):
-            return self.capability.score(output, reference)
+            value = self.capability.score(output, reference)
+            return checked_score(value, self.binary, self.plugin)
 
     def repair(self, output: str, reference: str) -> str | None:
         with plugin_code(self.plugin, "repairing an answer"):
-            return self.capability.repair(output, reference)
+            return checked_repair(self.capability.repair(output, reference), self.plugin)
+
+
+def checked_score(value: Any, binary: bool, plugin: str, path: str | None = None) -> float:
+    """A plug-in's score as a float in [0, 1] (exactly 0 or 1 when it says it is `binary`), else `InputError`."""
+    try:
+        number = float(value)
+    except Exception:  # a plug-in's own type may raise anything from __float__
+        raise InputError(f"{plugin} returned {_shown(value)}, not a number; scores must be floats in [0, 1].",
+                         path) from None
+    if not 0.0 <= number <= 1.0:
+        raise InputError(f"{plugin} returned {number}, outside [0, 1]; scores must be in [0, 1].", path)
+    if binary and number not in (0.0, 1.0):
+        raise InputError(f"{plugin} is binary but returned {number}; a binary capability returns exactly 0 or 1 "
+                         "(or drop `binary`).", path)
+    return number
+
+
+def checked_repair(value: Any, plugin: str, path: str | None = None) -> str | None:
+    """A plug-in's repaired answer: text or None, else `InputError`."""
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{plugin}'s repair returned {_shown(value)}; it must return the corrected text or None.",
+                         path)
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def get_capability(spec: str) -> Capability:
@@ -221,6 +250,9 @@ class Regex(Capability):
             self.pattern = re.compile(argument, re.DOTALL)
         except re.error as error:
             raise InputError(f"is not a valid regular expression ({error}).", f"regex:{argument}") from None
+        except (OverflowError, RecursionError) as error:  # a repeat count past Python's limit, nesting too deep
+            raise InputError(f"is not a regular expression Python can compile ({reason(error)}); use a smaller "
+                             "repeat count or less nesting.", f"regex:{argument}") from None
         self.name = f"regex:{argument}"
 
     def score(self, output: str, reference: str | None) -> float:
@@ -247,15 +279,53 @@ class JsonSchema(Capability):
             validator_class.check_schema(schema)
         except jsonschema.SchemaError as error:
             raise InputError(f"is not a valid JSON Schema ({error.message}).", path) from None
-        self.validator = validator_class(schema)
+        remote = _remote_ref(schema)
+        if remote is not None:
+            raise InputError(f"refers to another document ($ref: {remote!r}), which Gradian does not fetch (it runs "
+                             "offline); inline the referenced schema under $defs and refer to it as #/$defs/<name>.",
+                             path)
+        self.validator, self.path = validator_class(schema), path
         self.name = f"json_schema:{argument}"
+        for probe in _PROBES:  # a $ref that loops on itself fails on any value: say so before generating
+            self._valid(probe)
 
     def score(self, output: str, reference: str | None) -> float:
         try:
             value = json.loads(output)
         except (json.JSONDecodeError, RecursionError):
             return 0.0
-        return float(self.validator.is_valid(value))
+        return float(self._valid(value))
+
+    def _valid(self, value: Any) -> bool:
+        import referencing.exceptions
+
+        try:
+            return bool(self.validator.is_valid(value))
+        except RecursionError:
+            raise InputError("never finishes validating a value: a $ref refers to itself with nothing in between "
+                             "(as {\"$ref\": \"#\"} does); make every recursive $ref go through a property or item.",
+                             self.path) from None
+        except referencing.exceptions.Unresolvable as error:
+            raise InputError(f"has a $ref that cannot be resolved ({reason(error)}); fix the reference.",
+                             self.path) from None
+
+
+_PROBES: tuple[Any, ...] = (None, True, 0, 0.5, "", [], {}, [{}], {"a": []})
+
+
+def _remote_ref(schema: Any) -> str | None:
+    """The first `$ref` (or `$dynamicRef`) in `schema` that names another document than the schema itself."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
+                    return value
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 class PluginCapability(Capability):
@@ -271,19 +341,17 @@ class PluginCapability(Capability):
     def score(self, output: str, reference: str | None) -> float:
         with plugin_code("the plug-in", "scoring an answer", path=self.name):
             try:
-                value = float(self.function(output, reference))
+                value = self.function(output, reference)
             except Exception as error:
-                raise InputError(f"the plug-in raised {type(error).__name__}: {error}; fix the plug-in.",
+                raise InputError(f"the plug-in raised {type(error).__name__}: {reason(error)}; fix the plug-in.",
                                  self.name) from None
-        if not 0.0 <= value <= 1.0:
-            raise InputError(f"the plug-in returned {value}, outside [0, 1]; scores must be in [0, 1].", self.name)
-        return value
+        return checked_score(value, self.binary, "the plug-in", self.name)
 
     def repair(self, output: str, reference: str) -> str | None:
         if not callable(self._repair):
             return None
         with plugin_code("the plug-in", "repairing an answer", path=self.name):
-            return self._repair(output, reference)
+            return checked_repair(self._repair(output, reference), "the plug-in", self.name)
 
 
 def _import_plugin(module_name: str, function_name: str, spec: str) -> Callable[..., Any]:

@@ -12,6 +12,7 @@ import click
 from gradian import __version__
 from gradian.cli.exit_codes import BAD_INPUT, EPILOG, INTERNAL, INTERRUPTED, write_crash_log
 from gradian.errors import InputError, reason
+from gradian.space import disk_full_sentence, is_disk_full
 
 
 class GradianGroup(click.Group):
@@ -31,6 +32,12 @@ class GradianGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("Error: interrupted; run the same command again to resume from what was finished.", err=True)
             ctx.exit(INTERRUPTED)
+        except OSError as error:
+            if not is_disk_full(error):
+                click.echo(f"Error: {internal_error(error)}", err=True)
+                ctx.exit(INTERNAL)
+            click.echo(f"Error: {disk_full_sentence(error)}", err=True)  # no log: writing one would need the disk
+            ctx.exit(BAD_INPUT)
         except BaseException as error:  # SystemExit included: nothing below may end the run on its own
             click.echo(f"Error: {internal_error(error)}", err=True)
             ctx.exit(INTERNAL)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,4 +174,42 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
     if data.get("version") != RECORD_VERSION:
         raise InputError(f"is a run record of version {data.get('version')!r}; this Gradian reads version "
                          f"{RECORD_VERSION}: upgrade Gradian.", path)
+    problem = _shape_problem(data)
+    if problem:
+        raise InputError(f"is not a record GradianCallback wrote ({problem}); it was edited or damaged: remove it from "
+                         "the run folder, or retrain with GradianCallback.", path)
     return RunRecord(path.resolve(), data)
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    """What in a record is not as GradianCallback writes it, among the fields `RunRecord` reads; None when all is."""
+    for name in ("collator", "rendering", "trainer", "dataset", "seeds"):
+        if data.get(name) is not None and not isinstance(data[name], dict):
+            return f"{name} is not an object"
+    trainer = data.get("trainer") or {}
+    if not isinstance(trainer.get("versions") or {}, dict) or not all(
+            isinstance(v, (str, type(None))) for v in (trainer.get("versions") or {}).values()):
+        return "trainer.versions is not an object of version strings"
+    if not isinstance(trainer.get("class"), (str, type(None))):
+        return "trainer.class is not text"
+    if not isinstance(data.get("steps") or [], list):
+        return "steps is not a list"
+    steps = data.get("steps") or []
+    for number, step in enumerate(steps, start=1):
+        if not isinstance(step, dict):
+            return f"step entry {number} is not an object"
+        if not isinstance(step.get("rows") or [], list) or not all(
+                i is None or _whole(i) and i >= 0 for i in step.get("rows") or []):
+            return f"step entry {number}'s rows are not dataset indices"
+        if step.get("step") is not None and not _whole(step["step"]):
+            return f"step entry {number}'s step is not a whole number"
+        if step.get("epoch") is not None and not (_whole(step["epoch"]) and 0 <= step["epoch"] <= len(steps)):
+            return f"step entry {number}'s epoch is not an epoch index"
+        rate = step.get("learning_rate")
+        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not math.isfinite(rate)):
+            return f"step entry {number}'s learning_rate is not a number"
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

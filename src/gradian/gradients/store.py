@@ -15,7 +15,8 @@ finished by 1. settings.json and ids.json are written by rank 0 only.
 
 Rows are written into the features' memory map, then their flags are set in the flags' memory map: a crash
 leaves unflagged rows that a rerun recomputes (one byte per flag is written whole; no flush or fsync: the page
-cache outlives a killed process).
+cache outlives a killed process). A new file's bytes are reserved on disk when it is created (`space.preallocate`):
+a full disk is an `OSError` (ENOSPC) there, from which a rerun resumes, not a SIGBUS in the middle of a write.
 `<key>` hashes settings.json, so files from other settings are never read and are removed on rewrite.
 """
 
@@ -32,6 +33,7 @@ import numpy as np
 from gradian.data.columns import StringColumn
 from gradian.errors import InputError
 from gradian.files import atomic_write
+from gradian.space import preallocate
 
 LAYOUT_VERSION = 2  # 1: one file per process (rank-of-world); 2: fixed blocks of shard_rows
 
@@ -77,6 +79,8 @@ class ShardFile:
             self.done = np.lib.format.open_memmap(self.done_path, mode="w+", dtype=bool, shape=(stop - start,))
             self.features = np.lib.format.open_memmap(self.features_path, mode="w+", dtype=dtype,
                                                       shape=(stop - start, dim))
+            for path in (self.done_path, self.features_path):  # a full disk: ENOSPC here, not SIGBUS mid-write
+                preallocate(path, path.stat().st_size)
         self.remaining = int((~np.asarray(self.done)).sum())  # rows still to write
 
     def written(self, local: np.ndarray, features: np.ndarray) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gradian.data.adapter_base import adapter_shapes, names_same_model
+from gradian.data.adapter_base import ADAPTER_WEIGHTS, adapter_shapes, names_same_model
 from gradian.data.base_model import BaseModelRef, load_tokenizer
 from gradian.data.run_folder import check_lora_numbers
 from gradian.errors import InputError, reason
@@ -74,6 +75,7 @@ def load_models(
 
     adapter_dir = Path(adapter_dir)
     config = read_adapter_config(adapter_dir)
+    check_adapter_weights(adapter_dir, config)
     chosen_device, chosen_dtype = pick_device_dtype(device, dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(base.path, dtype=chosen_dtype, **base.kwargs())
@@ -86,12 +88,84 @@ def load_models(
     try:
         peft_model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
     except Exception as error:
-        raise InputError(f"PEFT could not load the adapter ({reason(error)}).", adapter_dir) from None
+        raise InputError(f"PEFT could not load the adapter ({_peft_reason(error)}).", adapter_dir) from None
     peft_model.to(chosen_device).eval()
     peft_model.gradian_warnings = notes
     tokenizer = _tokenizer(adapter_dir, base)
     check_vocabulary(tokenizer, peft_model, base)
     return peft_model, tokenizer
+
+
+def _peft_reason(error: BaseException) -> str:
+    """PEFT's cause: the first `size mismatch for ...` line of a state-dict error (its first line names no cause)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    mismatch = next((line for line in lines if line.startswith("size mismatch")), None)
+    return mismatch.rstrip(".")[:300] if mismatch else reason(error)
+
+
+def check_adapter_weights(adapter_dir: Path, config: dict[str, Any]) -> None:
+    """Before anything loads, so before any generation: every LoRA factor has the rank adapter_config.json gives it
+    (`r`, or its `rank_pattern`) and every adapter tensor is finite (read from the file: no model is loaded)."""
+    where = _weights_file(adapter_dir)
+    for key, shape in adapter_shapes(adapter_dir).items():
+        match = _LORA_KEY.match(key)
+        if match is None or len(shape) < 2:
+            continue
+        kind = match.group("kind")
+        rank = _config_rank(config, match.group("module"))
+        axis = 0 if kind.endswith("A") else 1  # A: (r, in), B: (out, r)
+        if rank is not None and shape[axis] != rank:
+            implied = tuple(rank if i == axis else size for i, size in enumerate(shape))
+            raise InputError(f"the tensor {key} has shape {tuple(shape)} but adapter_config.json (r={rank}) implies "
+                             f"{implied}; the config was saved by another run than these weights: put back the "
+                             "adapter_config.json written with them.", where)
+    for key, tensor in _adapter_tensors(where):
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise InputError(f"the tensor {key} holds {bad} NaN or infinite values of {tensor.numel()}, so every "
+                             "answer of this adapter would be garbage; the training diverged: retrain (a lower "
+                             "learning rate, bf16 instead of fp16) or use an earlier checkpoint.", where)
+
+
+def _weights_file(adapter_dir: Path) -> Path:
+    for name in ADAPTER_WEIGHTS:
+        if (adapter_dir / name).is_file():
+            return adapter_dir / name
+    raise InputError("has no adapter_model.safetensors (or adapter_model.bin).", adapter_dir)
+
+
+def _config_rank(config: dict[str, Any], module: str) -> int | None:
+    """The rank adapter_config.json gives `module` (PEFT's rule: a `rank_pattern` key matching the name's end, else
+    `r`, default 8); None when the pattern cannot be read (then PEFT's own check speaks)."""
+    patterns = config.get("rank_pattern") or {}
+    if not isinstance(patterns, dict):
+        return None
+    for pattern, rank in patterns.items():
+        try:
+            if re.match(rf"(.*\.)?({pattern})$", module):
+                return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        except (re.error, TypeError, OverflowError, RecursionError):
+            return None
+    rank = config.get("r", 8)
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _adapter_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of the adapter file, one at a time on the CPU; `InputError` when a tensor cannot be read."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as handle:
+                for key in handle.keys():  # noqa: SIM118
+                    yield key, handle.get_tensor(key)
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            yield from (state.items() if isinstance(state, dict) else [])
+    except InputError:
+        raise
+    except Exception as error:
+        raise InputError(f"could not read the adapter weights ({reason(error)}).", path) from None
 
 
 def check_vocabulary(tokenizer: Any, model: Any, base: BaseModelRef) -> None:

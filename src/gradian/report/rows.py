@@ -22,6 +22,7 @@ import numpy as np
 from gradian.audit.finding import Finding
 from gradian.clusters.summary import RowFlags
 from gradian.data.columns import mask_of
+from gradian.errors import InputError, reason
 
 EXAMPLES_FILE = "examples.jsonl"
 
@@ -66,6 +67,57 @@ class ExampleRows:
 
 
 def read_examples(out_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of `out_dir/examples.jsonl` (for tests and notebooks; a reader of millions should stream it)."""
-    with open(Path(out_dir) / EXAMPLES_FILE, encoding="utf-8") as stream:
-        return [json.loads(line) for line in stream]
+    """The rows of `out_dir/examples.jsonl`, each checked against the report schema's `$defs/example`; a line cut
+    short, damaged or edited out of shape is an `InputError` naming the file and line."""
+    path = Path(out_dir) / EXAMPLES_FILE
+    validator = schema_validator("example")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return [_example_line(line, validator, path, number) for number, line in enumerate(stream, start=1)]
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot be read ({reason(error)}); rerun `gradian attribute` into its folder.", path) from None
+
+
+def _example_line(line: str, validator: Any, path: Path, number: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as error:
+        raise InputError(f"is not one whole JSON object ({reason(error)}): the file was cut short or edited; rerun "
+                         "`gradian attribute` into its folder to write it again.", path, number) from None
+    problem = schema_problem(validator, row)
+    if problem:
+        raise InputError(f"does not match the report schema ({problem}); rerun `gradian attribute` into its folder "
+                         "to write it again.", path, number)
+    return row
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def schema_validator(definition: str | None = None) -> Any:
+    """A validator of report.json (`definition=None`) or of one of its `$defs` (`"example"`: a line of
+    examples.jsonl), from the JSON Schema the package ships."""
+    import jsonschema
+
+    from gradian.report.schema_doc import report_schema
+
+    schema = report_schema()
+    if definition is not None:
+        schema = {"$schema": schema.get("$schema"), "$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def schema_problem(validator: Any, value: Any) -> str | None:
+    """The first way `value` breaks the schema, in a few words (`at verdict: 'x' is not of type 'object'`)."""
+    import jsonschema
+
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except RecursionError:
+        return "nested too deeply"
+    if error is None:
+        return None
+    where = ".".join(map(str, error.absolute_path)) or "the top level"
+    message = " ".join(error.message.split())
+    return f"at {where}: {message[:150]}{'...' if len(message) > 150 else ''}"

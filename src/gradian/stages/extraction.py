@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gradian.audit import DiagnoseResult
 from gradian.callback.capture import captured_store
 from gradian.data.columns import ids_of
@@ -18,6 +20,7 @@ from gradian.gradients.store import FeatureStore
 from gradian.scores.query import Query
 from gradian.scores.tracin import checkpoint_stores
 from gradian.settings import ExtractSettings
+from gradian.space import allocated, features_bytes, require_space, scores_bytes
 from gradian.stages.artifacts import (
     CAPTURED_GRADIENTS,
     CHECKPOINT_GRADIENTS,
@@ -47,9 +50,8 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     if settings.checkpoints == "captured":
         return captured_extraction(settings, audit, ranks)
     scale, checkpoints, skipped = prepared or prepare(settings, audit, model)
-    gradient = GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
-                                GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
-                                shard_rows=settings.shard_rows)
+    gradient = gradient_settings(settings)
+    check_space(settings, audit, len(checkpoints))
 
     def shares() -> tuple[GradientSettings, Any]:
         shared, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget, scale=scale,
@@ -81,6 +83,26 @@ def check_extraction(settings: ExtractSettings, audit: DiagnoseResult, model: An
     if check is not None and not check.agrees:
         raise InputError(disagreement(check))
     return check
+
+
+def gradient_settings(settings: ExtractSettings) -> GradientSettings:
+    """What extraction runs with (the projection shares aside, which the energy pass sets)."""
+    return GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
+                            GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
+                            shard_rows=settings.shard_rows)
+
+
+def check_space(settings: ExtractSettings, audit: DiagnoseResult, checkpoints: int, queries: int = 0) -> None:
+    """Refuse before a long stage when the disk at --out cannot hold the feature stores (the final adapter's and one
+    per TracIn-CP checkpoint) and, with `queries`, the (Q, N) scores; a resumed store's files count as written."""
+    if settings.checkpoints == "captured":
+        return  # the capture is summed into one store of the run's own dimension, written once
+    gradient, rows, out = gradient_settings(settings), len(audit.rendered), settings.out_dir
+    itemsize = np.dtype(gradient.store_dtype).itemsize
+    needed = features_bytes(rows, gradient.proj_dim or 0, itemsize, 1 + checkpoints) + scores_bytes(queries, rows)
+    require_space(out, needed, f"gradient extraction ({rows} rows × {gradient.proj_dim} values, {1 + checkpoints} "
+                  f"store{'s' if checkpoints else ''}{', and the scores' if queries else ''})",
+                  present=allocated(out / GRADIENTS, out / CHECKPOINT_GRADIENTS))
 
 
 def captured_extraction(settings: ExtractSettings, audit: DiagnoseResult, ranks: Ranks) -> Extraction:

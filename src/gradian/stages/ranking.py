@@ -19,6 +19,7 @@ from gradian.scores.scoring import check_finite, effects_file, publish, score_fe
 from gradian.scores.token_harm import row_harms
 from gradian.scores.tracin import tracin_cp_effects
 from gradian.settings import AttributeSettings
+from gradian.space import require_space, scores_bytes
 from gradian.stages.artifacts import (
     CHECKPOINT_GRADIENTS,
     RANKING,
@@ -36,6 +37,7 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
           bar: Bar | None = None) -> Scores:
     """(Q, N) effects streamed into scores.npy (a memory map), with scores.json beside it."""
     out, store, pairs = settings.out_dir, extraction.store, query.pairs
+    require_space(out, scores_bytes(len(pairs), store.n_rows), f"scoring ({len(pairs)} queries × {store.n_rows} rows)")
     effects = effects_file(out / SCORES, len(pairs), store.n_rows)
     kind = base_kind(settings.query)
     if extraction.checkpoints:

@@ -57,26 +57,47 @@ class Change:
 
 
 def read_original(report_dir: Path, capability: Capability) -> Original:
-    """The report's generations, rescored with `capability` (as `attribute` rescores a cached run)."""
+    """The report's generations, rescored with `capability` (as `attribute` rescores a cached run); a row or setting
+    out of shape is an `InputError` naming the file (and line)."""
     rows_file, settings_file = report_dir / GENERATIONS, report_dir / SETTINGS
     try:
-        rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = rows_file.read_text(encoding="utf-8").splitlines()
         settings = json.loads(settings_file.read_text(encoding="utf-8"))
-        max_new_tokens = int(settings["max_new_tokens"])
-        original = Original(
-            ids=[row["id"] for row in rows], prompt_ids=[list(row["prompt_ids"]) for row in rows],
-            references=[row["reference"] for row in rows],
-            base=np.array([capability.score(row["base_output"], row["reference"]) for row in rows], dtype=np.float64),
-            finetuned=np.array([capability.score(row["finetuned_output"], row["reference"]) for row in rows],
-                               dtype=np.float64),
-            max_new_tokens=max_new_tokens,
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, RecursionError):
         raise InputError(f"has no readable {GENERATIONS} / {SETTINGS}; rerun `gradian attribute` into it first.",
                          report_dir) from None
-    if not original.ids:
+    max_new_tokens = settings.get("max_new_tokens") if isinstance(settings, dict) else None
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError("has no max_new_tokens (a positive whole number); rerun `gradian attribute` into its folder.",
+                         settings_file)
+    rows = [_generation(line, rows_file, number) for number, line in enumerate(lines, start=1) if line.strip()]
+    if not rows:
         raise InputError(f"{GENERATIONS} holds no eval rows; rerun `gradian attribute` into it.", report_dir)
-    return original
+    return Original(
+        ids=[row["id"] for row in rows], prompt_ids=[list(row["prompt_ids"]) for row in rows],
+        references=[row["reference"] for row in rows],
+        base=np.array([capability.score(row["base_output"], row["reference"]) for row in rows], dtype=np.float64),
+        finetuned=np.array([capability.score(row["finetuned_output"], row["reference"]) for row in rows],
+                           dtype=np.float64),
+        max_new_tokens=max_new_tokens,
+    )
+
+
+def _generation(line: str, path: Path, number: int) -> dict[str, Any]:
+    """One line of generations.jsonl: an id, the prompt's token ids, the reference and both models' answers."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        row = None
+    ids = row.get("prompt_ids") if isinstance(row, dict) else None
+    fine = (isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(ids, list) and ids
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            and isinstance(row.get("reference", ""), (str, type(None)))
+            and all(isinstance(row.get(name), str) for name in ("base_output", "finetuned_output")))
+    if not fine:
+        raise InputError("is not a generation row (id, prompt_ids, reference, base_output, finetuned_output); the "
+                         "file was cut or edited: rerun `gradian attribute` into its folder.", path, number)
+    return {**row, "reference": row.get("reference")}
 
 
 def measure_adapter(

@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from gradian.capabilities import get_capability
+from gradian.data.adapter_base import ADAPTER_WEIGHTS
 from gradian.data.base_model import BaseModelRef, load_tokenizer, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.data.run_folder import read_run
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 from gradian.guard import inputs, refuse_overwrite
 from gradian.lock import LOCK_NAME, output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
-from gradian.report.rows import EXAMPLES_FILE, read_examples
+from gradian.report.rows import EXAMPLES_FILE, read_examples, schema_problem, schema_validator
 from gradian.report.schema import SCHEMA_VERSION
+from gradian.space import allocated, require_space
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.pages import HTML, MARKDOWN, write_pages
 from gradian.verify.plan import plan
@@ -33,6 +35,7 @@ from gradian.verify.verification import FILE, summarize, write_verification
 Say = Callable[[str], None]
 Bar = Callable[[Iterable, str], Iterable]
 RETRAINS = "verify"  # DIR/verify/: one folder per retrain
+INPUTS = ("dataset", "base_model", "adapter", "run", "config", "eval_dataset", "capability")  # report.json's settings
 WRITES = (LOCK_NAME, f"{RETRAINS}/", FILE, HTML, MARKDOWN, "report.json", "report.md", "report.html")  # into DIR
 
 
@@ -51,7 +54,8 @@ def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None 
 
 
 def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -> dict[str, Any]:
-    report = _read_report(folder)
+    report = read_report(folder)
+    rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
     used = report.get("settings") or {}
     base = _base(used)
     run = read_run(used.get("run") or used.get("adapter"), used.get("config"))
@@ -70,7 +74,6 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     cleaned_file = folder / "train.cleaned.jsonl"
     cleaned = read_dataset(cleaned_file) if cleaned_file.is_file() and report["verdict"].get("culprit_ids") else None
     seed = int(used.get("seed", 0))
-    rows = read_examples(folder) if (folder / EXAMPLES_FILE).exists() else report.get("examples", [])
     order = run.record.order if run.record is not None else None
     if order is not None:
         say(f"verify: replaying the order of {len(order)} optimizer steps recorded in gradian_run.json")
@@ -83,6 +86,8 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
         say(f"verify: {todo.fix_note}")
     scores, markers = {}, {}
     root = folder / RETRAINS
+    require_space(folder, retrains_bytes(adapter, len(todo.jobs)), f"verify's {len(todo.jobs)} retrains",
+                  present=allocated(root))
     for number, (_, job) in enumerate(todo.jobs, start=1):
         weight = f", {len(job.zero_ids)} at zero weight" if job.zero_ids else ""
         say(f"verify {number}/{len(todo.jobs)}: {job.name} ({len(job.rows)} rows{weight}, seed {job.seed})")
@@ -99,20 +104,48 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     return verification
 
 
+def read_report(folder: Path) -> dict[str, Any]:
+    """report.json, checked against the report schema before any field is used (a hand-edited verdict is one
+    sentence, not a crash halfway through the retrains)."""
+    report = _read_report(folder)
+    problem = schema_problem(schema_validator(), report)
+    if problem:
+        raise InputError(f"does not match the report schema ({problem}); it was edited or damaged: rerun `gradian "
+                         "attribute` with the same --out to write it again, then verify.", folder / "report.json")
+    return report
+
+
 def _read_report(folder: Path) -> dict[str, Any]:
+    """report.json read far enough to know its settings (what the overwrite guard needs)."""
+    path = folder / "report.json"
     try:
-        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"is not a readable report ({error}); rerun `gradian attribute`.", folder / "report.json") \
-            from None
-    if not isinstance(report, dict) or "verdict" not in report or not report.get("settings", {}).get("dataset"):
-        raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.",
-                         folder / "report.json")
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise InputError(f"is not a readable report ({reason(error)}); rerun `gradian attribute`.", path) from None
+    settings = report.get("settings") if isinstance(report, dict) else None
+    if not isinstance(report, dict) or "verdict" not in report or not isinstance(settings, dict) \
+            or not settings.get("dataset"):
+        raise InputError("is not a Gradian report (no verdict or settings); rerun `gradian attribute`.", path)
+    edited = [name for name in INPUTS if not isinstance(settings.get(name), (str, type(None)))]
+    if edited:
+        raise InputError(f"names its {edited[0]} with a {type(settings[edited[0]]).__name__}, not a path; it was edited: "
+                         "rerun `gradian attribute` to write it again.", path)
+    seed = settings.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"has the seed {seed!r}, not a whole number; it was edited: rerun `gradian attribute` to "
+                         "write it again.", path)
     if report.get("schema_version") != SCHEMA_VERSION:  # its report.md/html could not be written again
         raise InputError(f"was written with report schema {report.get('schema_version')}, this Gradian writes "
                          f"{SCHEMA_VERSION}; rerun `gradian attribute` with the same --out (its cached stages are "
-                         "reused), then verify.", folder / "report.json")
+                         "reused), then verify.", path)
     return report
+
+
+def retrains_bytes(adapter: str | None, retrains: int) -> int:
+    """What `retrains` retrained adapters write: each about the size of the run's adapter weights."""
+    weights = [Path(adapter) / name for name in ADAPTER_WEIGHTS] if adapter else []
+    size = next((path.stat().st_size for path in weights if path.is_file()), 0)
+    return size * retrains
 
 
 def _base(used: dict[str, Any]) -> BaseModelRef:
