@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from gradian.verify.measure import Original, change
-from gradian.verify.pages import curve_chart, render
+from gradian.verify.pages import curve_chart, render_page
 from gradian.verify.paired import ALPHA, holm, paired_test, with_holm
 from gradian.verify.plan import CurvePoint, Plan, Topic
 from gradian.verify.recipe import Recipe
 from gradian.verify.retrain import Retrain
-from gradian.verify.schema_doc import render as render_doc
+from gradian.verify.schema_doc import render_doc
 from gradian.verify.verification import summarize, verification_schema
 
 
@@ -140,11 +140,11 @@ def test_the_pages_draw_the_curve_with_every_number_from_the_json():
     chart = curve_chart(verification)
     assert [t["label"] for t in chart["ticks"]] == ["5% (5)", "10% (10)", "named (10)"]
     assert len(chart["marks"]) == 6  # top k and random at each k, and the named rows beside their controls
-    html = render(verification, "verification.html.j2")
+    html = render_page(verification, "verification.html.j2")
     assert 'id="recovery-curve"' in html and "http" not in html.replace("http-equiv", "")
     for point in verification["curve"]["points"]:
         assert f"{100 * point['recovery']:.1f}%" in html
-    markdown = render(verification, "verification.md.j2")
+    markdown = render_page(verification, "verification.md.j2")
     assert "#### Recovery curve" in markdown and "What you will see when you retrain" in markdown
     assert curve_chart(synthetic(False)) is None
 

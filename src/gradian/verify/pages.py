@@ -56,7 +56,7 @@ def curve_chart(verification: dict[str, Any]) -> dict[str, Any] | None:
             "marks": marks, "ticks": ticks, "grid": grid, "path": path, "ranking": curve.get("ranking")}
 
 
-def render(verification: dict[str, Any], template: str) -> str:
+def render_page(verification: dict[str, Any], template: str) -> str:
     environment = jinja2.Environment(autoescape=template.endswith(".html.j2"), trim_blocks=True, lstrip_blocks=True,
                                      undefined=jinja2.StrictUndefined)
     environment.filters["pct"] = pct
@@ -67,5 +67,5 @@ def render(verification: dict[str, Any], template: str) -> str:
 
 def write_pages(report_dir: Path, verification: dict[str, Any]) -> dict[str, Path]:
     """verification.html and verification.md beside verification.json."""
-    return {HTML: atomic_write(report_dir / HTML, render(verification, "verification.html.j2")),
-            MARKDOWN: atomic_write(report_dir / MARKDOWN, render(verification, "verification.md.j2"))}
+    return {HTML: atomic_write(report_dir / HTML, render_page(verification, "verification.html.j2")),
+            MARKDOWN: atomic_write(report_dir / MARKDOWN, render_page(verification, "verification.md.j2"))}

@@ -34,7 +34,7 @@ def kind(spec: dict[str, Any]) -> str:
     return type_text(spec)
 
 
-def render(schema: dict[str, Any]) -> str:
+def render_doc(schema: dict[str, Any]) -> str:
     lines = header(schema, "verification.json", "gradian.verify.schema_doc",
                    "src/gradian/verify/verification.schema.json", kind=kind, flatten=False)
     for path, heading in SECTIONS:
@@ -48,4 +48,4 @@ def render(schema: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    print(render(verification_schema()), end="")
+    print(render_doc(verification_schema()), end="")
