@@ -71,9 +71,9 @@ def test_a_curve_killed_mid_retrain_resumes(curve_report, tmp_path):
 def test_a_curve_without_a_ranking_is_one_sentence_and_exit_2(curve_report, tmp_path, cli_runner):
     shutil.copytree(curve_report, tmp_path / "report", ignore=shutil.ignore_patterns("verify", "gradients*"))
     rows = [json.loads(line) for line in (tmp_path / "report" / "examples.jsonl").read_text().splitlines()]
-    keep = ("id", "cluster", "flags", "culprit")
+    keep = ("id", "cluster", "flags", "culprit")  # as attribute writes a report where attribution did not run
     (tmp_path / "report" / "examples.jsonl").write_text(
-        "".join(json.dumps({k: row[k] for k in keep}) + "\n" for row in rows))
+        "".join(json.dumps({**{k: row[k] for k in keep}, "effect": None}) + "\n" for row in rows))
     register_commands()
     result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path / "report"), "--curve"])
     assert result.exit_code == 2, result.output
