@@ -43,6 +43,7 @@ from gradian.data.safe_yaml import check_size, load_yaml
 from gradian.data.setup import TrainingSetup
 from gradian.data.training_args import read_training_args
 from gradian.errors import InputError
+from gradian.files import read_json_object
 
 CONFIG_NAMES = (
     "sft_config.yaml", "sft_config.yml", "sft_config.json", "training_config.yaml", "training_config.yml",
@@ -164,21 +165,7 @@ def check_lora_numbers(config: dict[str, Any], path: str | Path) -> dict[str, An
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():  # a link to a pipe would block, to a device would never end
-        raise InputError("is not a regular file; the run folder looks damaged.", path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError("is not UTF-8 text; the run folder looks damaged.", path) from None
-    except OSError as error:
-        raise InputError(f"cannot be read ({error.strerror}).", path) from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"is not valid JSON ({error.msg}); the run folder looks damaged.", path, error.lineno) from None
-    if not isinstance(value, dict):
-        raise InputError("should hold a JSON object.", path)
-    return value
+    return read_json_object(path, "the run folder looks damaged")
 
 
 def _training_args(run: RunInfo, root: Path, checkpoints: list[Path]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ base fails with one sentence instead of a `size mismatch` traceback.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from gradian.data.adapter_base import ADAPTER_WEIGHTS, adapter_shapes, names_sam
 from gradian.data.base_model import BaseModelRef, load_tokenizer
 from gradian.data.run_folder import check_lora_numbers
 from gradian.errors import InputError, reason
+from gradian.files import read_json_object
 
 ADAPTER_CONFIG = "adapter_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -181,13 +181,7 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"has no {ADAPTER_CONFIG}; point --adapter at the folder the trainer saved the adapter in.",
                          adapter_dir)
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"is not valid JSON ({error}); the adapter folder looks damaged.", path) from None
-    if not isinstance(config, dict):
-        raise InputError("is not a JSON object; the adapter folder looks damaged.", path)
-    return check_lora_numbers(config, path)
+    return check_lora_numbers(read_json_object(path, "the adapter folder looks damaged"), path)
 
 
 def check_attributable(adapter_dir: str | Path) -> None:

@@ -21,7 +21,6 @@ weights. The sentences (and each rule's one-line fix) are in `gradian.verdict.wo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from gradian.data.examples import Example
 from gradian.data.render import eos_token_of
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
+from gradian.files import read_json_object
 from gradian.regression.measure import RegressionResult, RegressionRow
 from gradian.regression.served import ServedRegression
 
@@ -83,13 +83,7 @@ def read_export(folder: str | Path) -> ServedExport:
 def _json_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"this is not valid JSON ({reason(error)}).", path) from None
-    if not isinstance(data, dict):
-        raise InputError("this should hold a JSON object.", path)
-    return data
+    return read_json_object(path, "export the served model folder again")
 
 
 def _tokenizer(path: Path) -> Any:
