@@ -281,3 +281,16 @@ def test_vectorised_shingles_equal_a_naive_loop():
                 value = (value * 1_000_003 + token) % 2**64
             naive.add(value)
         assert row_shingles(grams, index) == naive
+
+
+def test_keep_end_cut_rows_do_not_train_their_prompt(tiny_tokenizer):
+    """keep_end cuts a row's start: the kept row's prompt span is shorter by the cut, and its labels there stay
+    masked (TRL's completion mask), so no prompt_loss; the cut rows are still reported as truncated."""
+    rows = clean_rows()
+    for row in rows[:5]:
+        row["prompt"] = "hello " * 30 + row["prompt"]
+    longest_clean = max(r.full_length for r in render_dataset(examples(clean_rows()), tiny_tokenizer, TrainingSetup()))
+    setup = TrainingSetup(max_length=longest_clean, truncation_mode="keep_end")
+    findings = run_checks(context(tiny_tokenizer, rows, setup))
+    assert not [f for f in findings if f.check == "prompt_loss"], [f.title for f in findings]
+    assert fired(findings, "truncated_completion").example_ids == ["1", "2", "3", "4", "5"]

@@ -9,6 +9,7 @@ from trl import SFTConfig, SFTTrainer
 from gradian.data.examples import Example
 from gradian.data.render import IGNORE, render_answer, render_dataset, render_example, render_prompt
 from gradian.data.setup import TrainingSetup
+from gradian.data.trl_prepare import Preparation, trl_rows
 
 PLAIN = [
     {"prompt": "my order is late", "completion": " please help"},
@@ -102,10 +103,11 @@ def test_offsets_fast_path_equals_trl_way_over_many_batches(tiny_tokenizer):
     rows = [{"prompt": "my order " * (i % 7) + "is", "completion": " late" * (1 + i % 3)} for i in range(9000)]
     rows[5000]["prompt"] = "hello"  # ends mid-word once joined: "hellolate" is one (unknown) word
     rows[5000]["completion"] = "late"
-    fast = render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup())
-    ids = [r.input_ids for r in fast]
-    exact = render._exact_prompt_lengths([r["prompt"] for r in rows], ids, tiny_tokenizer)
-    assert [r.prompt_length for r in fast] == exact
+    tally = Preparation()
+    fast = render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup(), tally)
+    assert tally.checked_rows == len(rows) and tally.trainer_rows == 0  # the fast path took every row
+    trl = trl_rows(_examples(rows), tiny_tokenizer, TrainingSetup())  # TRL's own code on every row
+    assert [(r.input_ids, r.labels, r.prompt_length) for r in fast] == trl
 
 
 def test_offsets_that_disagree_fall_back_to_trl_way(tiny_tokenizer, monkeypatch):
@@ -113,5 +115,7 @@ def test_offsets_that_disagree_fall_back_to_trl_way(tiny_tokenizer, monkeypatch)
 
     monkeypatch.setattr(render, "_prompt_end", lambda spans, chars: 0)  # a tokenizer whose offsets mislead
     rows = _examples(PLAIN * 500)
-    rendered = render.render_dataset(rows, tiny_tokenizer, TrainingSetup())
+    tally = Preparation()
+    rendered = render.render_dataset(rows, tiny_tokenizer, TrainingSetup(), tally)
     assert all(r.prompt_length > 0 for r in rendered)
+    assert tally.trainer_rows == len(rows) and tally.checked_rows == 0  # TRL's own code took every row

@@ -7,6 +7,7 @@ import json
 from html import unescape
 
 import pytest
+import trl
 from test_report_schema import validator
 
 from bad_inputs.corpus import attribute_args, diagnose_args
@@ -28,12 +29,25 @@ from gradian.data.setup import TrainingSetup, preparation
      "trained with transformers 5.25.0 Trainer on rows its own script prepared"),
     (TrainingSetup(framework="trl", framework_version="1.16.0"), True,
      "rows as recorded by GradianCallback: the running TRL 1.16.0 SFTTrainer's own tokens and collator labels"),
-], ids=["trl", "trl-range", "trl-unknown", "axolotl", "trl-recorded", "plain-trainer-recorded", "callback"])
+    (TrainingSetup(framework_version="0.19.1", prepared_by={"trainer_rows": 40, "trl_version": "1.16.0"}), False,
+     "rows as TRL 0.19.1 SFTTrainer prepares them (TRL 1.16.0's own code, the run used TRL 0.19.1)"),
+    (TrainingSetup(framework_version="1.16.0", prepared_by={"checked_rows": 40, "trl_version": "1.16.0"}), False,
+     "rows as TRL 1.16.0 SFTTrainer prepares them (TRL 1.16.0's own code, string rows by Gradian's batched "
+     "tokenization, checked equal to TRL's on their first rows)"),
+    (TrainingSetup(prepared_by={"trainer_rows": 38, "port_rows": 2, "why": ["TRL refused them"],
+                                "trl_version": "1.16.0"}), False,
+     "rows as TRL SFTTrainer prepares them (TRL 1.16.0's own code, 2 rows by Gradian's port (TRL refused them), "
+     "the run's TRL version unknown)"),
+], ids=["trl", "trl-range", "trl-unknown", "axolotl", "trl-recorded", "plain-trainer-recorded", "callback",
+        "trl-code", "trl-code-checked", "trl-code-and-port"])
 def test_preparation_names_trainer_version_and_whose_code_ran(setup, trainer_code, text):
     prepared = preparation(setup, trainer_code=trainer_code)
     assert prepared["text"] == text
     assert prepared["version"] == setup.framework_version
-    assert prepared["code"] == ("trainer" if trainer_code else "gradian-port")
+    prepared_by = setup.prepared_by or {}
+    by_trl = prepared_by.get("trainer_rows", 0) + prepared_by.get("checked_rows", 0)
+    ported = "trainer+port" if prepared_by.get("port_rows") else "trainer"
+    assert prepared["code"] == ("trainer" if trainer_code else ported if by_trl else "gradian-port")
 
 
 def test_attribute_writes_the_preparation_into_the_report(workspace, gradian, tmp_path):  # noqa: F811
@@ -42,9 +56,12 @@ def test_attribute_writes_the_preparation_into_the_report(workspace, gradian, tm
     assert result.exit_code in (0, 1), result.output[-2000:]
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     validator().validate(report)
-    text = "rows as TRL SFTTrainer prepares them (Gradian's port, TRL version unknown)"
-    assert report["run"]["preparation"] == {"trainer": "TRL SFTTrainer", "version": None, "code": "gradian-port",
+    text = (f"rows as TRL SFTTrainer prepares them (TRL {trl.__version__}'s own code, string rows by Gradian's batched "
+            "tokenization, checked equal to TRL's on their first rows, the run's TRL version unknown)")
+    rows = report["run"]["preparation"].pop("rows")
+    assert report["run"]["preparation"] == {"trainer": "TRL SFTTrainer", "version": None, "code": "trainer",
                                             "text": text}
+    assert rows["checked_rows"] > 0 and rows["port_rows"] == 0
     assert f"Training rows: {text}." in (out / "report.md").read_text(encoding="utf-8")
     html = unescape((out / "report.html").read_text(encoding="utf-8"))
     assert f'<p class="muted" id="preparation">Training rows: {text}.</p>' in html
@@ -52,4 +69,4 @@ def test_attribute_writes_the_preparation_into_the_report(workspace, gradian, tm
 
 def test_diagnose_says_how_the_rows_were_prepared(workspace, gradian):  # noqa: F811
     payload = json.loads(gradian(diagnose_args(workspace, workspace.dataset)).stdout)
-    assert payload["preparation"]["code"] == "gradian-port" and payload["preparation"]["trainer"] == "TRL SFTTrainer"
+    assert payload["preparation"]["code"] == "trainer" and payload["preparation"]["trainer"] == "TRL SFTTrainer"

@@ -26,7 +26,7 @@ def target_text(example: Example, eos: str | None) -> str | None:
         return None
     completion = example.completion
     if isinstance(completion, list):
-        completion = "\n".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
+        completion = "\n".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
     if completion is None:
         return None
     text = completion.strip()

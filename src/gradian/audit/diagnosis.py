@@ -25,6 +25,7 @@ from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run
 from gradian.data.setup import TrainingSetup, preparation
 from gradian.data.tokens import apply_training_tokens
+from gradian.data.trl_prepare import Preparation
 from gradian.errors import InputError
 
 if TYPE_CHECKING:
@@ -115,8 +116,9 @@ def diagnose(
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
     say(f"reading {len(examples)} rows as trained" if info.record is not None else f"rendering {len(examples)} rows")
-    rendered, rows_source = training_rows(examples, tokenizer, setup, info)
-    setup.rows_from = rows_source.rows_from
+    tally = Preparation()
+    rendered, rows_source = training_rows(examples, tokenizer, setup, info, tally)
+    setup.rows_from, setup.prepared_by = rows_source.rows_from, tally.to_dict()
     say("running the checks")
     ctx = AuditContext(examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config, capability=scorer)
     return DiagnoseResult(run_checks(ctx), examples, rendered, tokenizer, setup, info, eval_examples, ref, base_config,

@@ -16,7 +16,8 @@ def _prompt_trained(example: Example, row: Rendered) -> bool:
     """Prompt tokens carry loss: inside the prompt span for prompt/completion rows, or every token of a chat
     that has non-assistant turns."""
     if example.shape in ("prompt_completion", "conversational_prompt_completion"):
-        span = row.labels[: row.prompt_length]
+        kept_front = row.truncated_tokens if not row.tail_cut else 0  # keep_end cut the row's start away
+        span = row.labels[: max(row.prompt_length - kept_front, 0)]
         return span.count(IGNORE) != len(span)
     if example.shape == "messages":
         has_prompt = any(m.get("role") != "assistant" for m in example.fields["messages"])

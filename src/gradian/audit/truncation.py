@@ -120,7 +120,7 @@ def trained_answers(example: Example) -> list[str]:
 def _completion_string(example: Example) -> str:
     completion = example.completion
     if isinstance(completion, list):
-        return "\n".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
+        return "\n".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
     return completion or ""
 
 

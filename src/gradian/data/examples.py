@@ -120,7 +120,7 @@ def _as_text(value: str | Messages | None) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return "\n".join(str(message.get("content", "")) for message in value)
+    return "\n".join(str(message.get("content") or "") for message in value)
 
 
 def read_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text") -> list[Example]:
@@ -406,5 +406,5 @@ def _check_messages(messages: Any, name: str, line: int, path: Path) -> None:
     if not isinstance(messages, list) or not messages:
         raise InputError(f'"{name}" must be a non-empty list of {{"role", "content"}} messages.', path, line)
     for message in messages:
-        if not isinstance(message, dict) or "role" not in message or "content" not in message:
-            raise InputError(f'every message in "{name}" needs "role" and "content".', path, line)
+        if not isinstance(message, dict) or "role" not in message or not {"content", "tool_calls"} & set(message):
+            raise InputError(f'every message in "{name}" needs "role" and "content" (or "tool_calls").', path, line)

@@ -21,6 +21,7 @@ from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo
 from gradian.data.run_record import RunRecord
 from gradian.data.setup import TrainingSetup
+from gradian.data.trl_prepare import Preparation
 
 SHOWN_IDS = 5  # rendered rows a description names
 RECORDED = "rows as the trainer prepared them, recorded by GradianCallback"
@@ -54,18 +55,19 @@ class RowsSource:
         return {**asdict(self), "summary": self.describe()}
 
 
-def training_rows(examples: ExampleColumns, tokenizer: Any, setup: TrainingSetup,
-                  run: RunInfo | None) -> tuple[RenderedColumns, RowsSource]:
-    """`examples` as trained: from the run's recorded rows where they match, rendered otherwise.
+def training_rows(examples: ExampleColumns, tokenizer: Any, setup: TrainingSetup, run: RunInfo | None,
+                  tally: Preparation | None = None) -> tuple[RenderedColumns, RowsSource]:
+    """`examples` as trained: from the run's recorded rows where they match, rendered otherwise (`tally` counts
+    whose code rendered them).
 
     Raises `InputError` naming the rows file when the record names one that is damaged."""
     recorded, why = _recorded(run.record if run is not None else None)
     if recorded is None:
-        rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup), ids=examples.ids)
+        rendered = RenderedColumns.from_chunks(render_chunks(examples, tokenizer, setup, tally), ids=examples.ids)
         return rendered, RowsSource("render", rendered=len(examples), why=why)
     assert run is not None and run.record is not None
     matches, matched_by, why = match_rows(examples, recorded, run.record)
-    chunks = _merged(examples, matches, recorded, tokenizer, setup)
+    chunks = _merged(examples, matches, recorded, tokenizer, setup, tally)
     rendered = RenderedColumns.from_chunks(chunks, ids=examples.ids)
     found = sum(j is not None for j in matches)
     kind = "record" if found == len(examples) else "render" if not found else "record+render"
@@ -138,10 +140,10 @@ def _why(absent: int, changed: int, reference: dict[str, Any]) -> str | None:
 
 
 def _merged(examples: ExampleColumns, matches: list[int | None], recorded: RecordedRows, tokenizer: Any,
-            setup: TrainingSetup) -> Iterator[list[Rendered]]:
+            setup: TrainingSetup, tally: Preparation | None) -> Iterator[list[Rendered]]:
     """The rows in dataset order, BATCH at a time: recorded ones read from the record, the rest rendered lazily."""
     unmatched = (example for example, j in zip(examples, matches, strict=True) if j is None)
-    rendered = itertools.chain.from_iterable(render_chunks(unmatched, tokenizer, setup))
+    rendered = itertools.chain.from_iterable(render_chunks(unmatched, tokenizer, setup, tally))
     names = iter(examples.ids)
     for start in range(0, len(matches), BATCH):
         yield [recorded.row(j, next(names)) if j is not None else _named(next(rendered), next(names))

@@ -24,6 +24,7 @@ from typing import Any
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
+from gradian.data.trl_prepare import Preparation, TrlCannotPrepare, trl_rows, trl_version
 from gradian.errors import InputError, reason
 
 IGNORE = -100
@@ -84,22 +85,26 @@ def render_example(example: Example, tokenizer: Any, setup: TrainingSetup) -> Re
     return render_dataset([example], tokenizer, setup)[0]
 
 
-def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Rendered]:
+def render_dataset(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
+                   tally: Preparation | None = None) -> list[Rendered]:
     """Render many examples; string rows are tokenized in batches (the fast path for big datasets)."""
-    return [row for chunk in render_chunks(examples, tokenizer, setup) for row in chunk]
+    return [row for chunk in render_chunks(examples, tokenizer, setup, tally) for row in chunk]
 
 
-def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSetup) -> Iterator[list[Rendered]]:
+def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSetup,
+                  tally: Preparation | None = None) -> Iterator[list[Rendered]]:
     """The rendered rows of `examples` in order, BATCH rows at a time (a caller may keep each chunk as columns:
-    `data.columns.RenderedColumns.from_chunks`, so no list of every row is ever held)."""
+    `data.columns.RenderedColumns.from_chunks`, so no list of every row is ever held). `tally` counts whose code
+    prepared them."""
     rows = iter(examples)  # read in order: columns build a batch of rows at once
-    offsets = _OffsetsCheck()
+    tally = tally if tally is not None else Preparation()
+    trusted: dict[str, bool] = {}  # shape -> whether the fast path equals TRL's code on its first rows
     options = axolotl_options(setup) if setup.framework == "axolotl" else {}
     entries: dict[str, dict[str, Any]] = {}  # axolotl: one datasets entry per source file
     while chunk := list(itertools.islice(rows, BATCH)):
         if setup.framework != "axolotl":
-            tokenized = _tokenize_chunk(chunk, tokenizer, setup, offsets)
-            yield [_finish(example, *row, tokenizer, setup) for example, row in zip(chunk, tokenized, strict=True)]
+            prepared = _prepare_chunk(chunk, tokenizer, setup, trusted, tally)
+            yield [_limit(example, *row, tokenizer, setup) for example, row in zip(chunk, prepared, strict=True)]
             continue
         out = []
         for example in chunk:
@@ -110,34 +115,95 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
         yield out
 
 
-class _OffsetsCheck:
-    """Whether rows can take the fast path: the Rust tokenizer called directly, and the prompt length read from
-    the full row's character offsets instead of tokenizing every prompt a second time. TRL takes the common
-    prefix of tokenize(prompt) and tokenize(prompt + completion); the offsets give the same number when the
-    tokenizer splits at the prompt's end. Both are checked against TRL's way (ids and
-    prompt lengths) on the first VERIFY_ROWS rows; any difference and every row takes TRL's way."""
-
-    def __init__(self) -> None:
-        self.trusted: bool | None = None
+Prepared = tuple[list[int], list[int], int]  # input_ids, labels, prompt length: a row before truncation
 
 
-def _tokenize_chunk(
-    examples: list[Example], tokenizer: Any, setup: TrainingSetup, offsets: _OffsetsCheck | None = None
-) -> list[tuple[list[int], int, list[int] | None]]:
-    """(input_ids, prompt_length, assistant_mask or None) per example, batched where the shape allows."""
-    offsets = offsets or _OffsetsCheck()
-    eos = eos_token_of(tokenizer, setup)
-    results: list[tuple[list[int], int, list[int] | None] | None] = [None] * len(examples)
-    plain = [i for i, example in enumerate(examples) if not example.is_conversational]
-    if plain:
-        prompts, fulls = zip(*(_plain_texts(examples[i], eos, setup) for i in plain), strict=True)
-        for i, ids, prompt_len in zip(plain, *_plain_prompt_lengths(list(prompts), list(fulls), tokenizer, offsets),
-                                      strict=True):
-            results[i] = (ids, prompt_len, None)
-    for i, example in enumerate(examples):
-        if example.is_conversational:
-            results[i] = _conversational_or_error(example, tokenizer, setup)
+def _prepare_chunk(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted: dict[str, bool],
+                   tally: Preparation) -> list[Prepared]:
+    """Each example as TRL prepares it, untruncated; shape by shape, since TRL reads a dataset's kind from its
+    first row. String rows take the batched fast path once it has equalled TRL's code on their shape's first
+    VERIFY_ROWS rows; chat rows always go through TRL's code (tools, templates, roles are its business)."""
+    results: list[Prepared | None] = [None] * len(examples)
+    for shape in dict.fromkeys(example.shape for example in examples):
+        group = [i for i, example in enumerate(examples) if example.shape == shape]
+        part = [examples[i] for i in group]
+        prepared = None if examples[group[0]].is_conversational else _fast(part, tokenizer, setup, trusted, tally)
+        if prepared is None:
+            prepared = _by_trl(part, tokenizer, setup, tally)
+        for i, row in zip(group, prepared, strict=True):
+            results[i] = row
     return results  # type: ignore[return-value]
+
+
+def _by_trl(examples: list[Example], tokenizer: Any, setup: TrainingSetup, tally: Preparation) -> list[Prepared]:
+    """TRL's own preparation, else, where TRL refuses the rows, Gradian's port (its findings then say what TRL would
+    have refused, and the report says why the port ran)."""
+    try:
+        return trl_rows(examples, tokenizer, setup, tally)
+    except TrlCannotPrepare as error:
+        tally.note(f"TRL {trl_version()}'s preparation refused them: {error}")
+        tally.port_rows += len(examples)
+        return [_port(example, tokenizer, setup) for example in examples]
+
+
+def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted: dict[str, bool],
+          tally: Preparation) -> list[Prepared] | None:
+    """String rows by the Rust tokenizer in one batch, the prompt length read from the full row's character offsets
+    (TRL tokenizes every row and prompt alone, in Python: ~6x slower at 10^5 rows). None where the fast path is not
+    trusted: the first VERIFY_ROWS rows of each shape are compared with TRL's own code, ids and labels."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    shape = examples[0].shape
+    if backend is None or trusted.get(shape) is False:
+        return None
+    if setup.eos_token is not None and setup.eos_token != tokenizer.eos_token:
+        return None  # TRL sets the run's EOS on its tokenizer: its code, not the fast path
+    eos = eos_token_of(tokenizer, setup)
+    prompts, fulls = zip(*(_plain_texts(example, eos) for example in examples), strict=True)
+    encodings = backend.encode_batch(list(fulls))  # the Rust tokenizer itself: no per-row Python dicts
+    rows = []
+    for example, prompt, encoding in zip(examples, prompts, encodings, strict=True):
+        prompt_len = _prompt_end(encoding.offsets, len(prompt)) if prompt is not None else 0
+        rows.append((encoding.ids, _labels(example, encoding.ids, prompt_len, None, setup), prompt_len))
+    if shape not in trusted:
+        sample = examples[:VERIFY_ROWS]
+        try:
+            reference = trl_rows(sample, tokenizer, setup)
+        except TrlCannotPrepare:
+            reference = None
+        trusted[shape] = reference == [(list(ids), labels, n) for ids, labels, n in rows[: len(sample)]]
+        if not trusted[shape]:
+            return None
+    tally.checked_rows += len(rows)
+    return [(list(ids), labels, n) for ids, labels, n in rows]
+
+
+def _prompt_end(spans: Sequence[tuple[int, int]], prompt_chars: int) -> int:
+    """Tokens before the first one that reaches past the prompt's last character."""
+    for index, (_, end) in enumerate(spans):
+        if end > prompt_chars:
+            return index
+    return len(spans)
+
+
+def _plain_texts(example: Example, eos: str) -> tuple[str | None, str]:
+    if example.shape == "text":
+        text = example.fields["text"]
+        return None, text if text.endswith(eos) else text + eos
+    completion = example.fields.get("completion", "")
+    if not completion.endswith(eos):
+        completion += eos
+    return example.fields["prompt"], example.fields["prompt"] + completion
+
+
+def _port(example: Example, tokenizer: Any, setup: TrainingSetup) -> Prepared:
+    """Gradian's port of TRL's tokenization, for rows TRL's own code refused."""
+    if example.is_conversational:
+        ids, prompt_len, mask = _conversational_or_error(example, tokenizer, setup)
+    else:
+        prompt, full = _plain_texts(example, eos_token_of(tokenizer, setup))
+        ids, mask = list(tokenizer(full)["input_ids"]), None
+        prompt_len = _common_prefix(tokenizer(prompt)["input_ids"], ids) if prompt is not None else 0
+    return ids, _labels(example, ids, prompt_len, mask, setup), prompt_len
 
 
 def _conversational_or_error(
@@ -150,54 +216,6 @@ def _conversational_or_error(
         raise InputError(f"the chat template cannot render this row ({reason(error)}); give the tokenizer a chat "
                          f"template or set chat_template_path in the training config.",
                          example.source or None, example.line) from None
-
-
-def _plain_prompt_lengths(
-    prompts: list[str | None], fulls: list[str], tokenizer: Any, offsets: _OffsetsCheck
-) -> tuple[list[list[int]], list[int]]:
-    """Token ids of each full row and the length of its prompt part, as TRL computes it."""
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is None or offsets.trusted is False:
-        full_ids = [list(ids) for ids in tokenizer(fulls)["input_ids"]]
-        return full_ids, _exact_prompt_lengths(prompts, full_ids, tokenizer)
-    encodings = backend.encode_batch(fulls)  # the Rust tokenizer itself: no per-row Python dicts
-    full_ids = [encoding.ids for encoding in encodings]
-    by_offsets = [_prompt_end(e.offsets, len(p)) if p is not None else 0
-                  for p, e in zip(prompts, encodings, strict=True)]
-    if offsets.trusted is None:  # first rows: check the fast path against TRL's way
-        sample = slice(0, VERIFY_ROWS)
-        trl_ids = [list(ids) for ids in tokenizer(fulls[sample])["input_ids"]]
-        exact = _exact_prompt_lengths(prompts[sample], trl_ids, tokenizer)
-        offsets.trusted = trl_ids == full_ids[sample] and by_offsets[sample] == exact
-        if not offsets.trusted:
-            return _plain_prompt_lengths(prompts, fulls, tokenizer, offsets)
-    return full_ids, by_offsets
-
-
-def _exact_prompt_lengths(prompts: list[str | None], full_ids: list[list[int]], tokenizer: Any) -> list[int]:
-    """TRL's way: the common prefix of the tokenized prompt and the tokenized prompt + completion."""
-    present = [p for p in prompts if p is not None]
-    prompt_iter = iter(tokenizer(present)["input_ids"] if present else [])
-    return [_common_prefix(next(prompt_iter), ids) if p is not None else 0
-            for p, ids in zip(prompts, full_ids, strict=True)]
-
-
-def _prompt_end(spans: Sequence[tuple[int, int]], prompt_chars: int) -> int:
-    """Tokens before the first one that reaches past the prompt's last character."""
-    for index, (_, end) in enumerate(spans):
-        if end > prompt_chars:
-            return index
-    return len(spans)
-
-
-def _plain_texts(example: Example, eos: str, setup: TrainingSetup) -> tuple[str | None, str]:
-    if example.shape == "text":
-        text = example.fields["text"]
-        return None, text if text.endswith(eos) else text + eos
-    completion = example.fields.get("completion", "")
-    if not completion.endswith(eos):
-        completion += eos
-    return example.fields["prompt"], example.fields["prompt"] + completion
 
 
 def _conversational(example: Example, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], int, list[int] | None]:
@@ -230,18 +248,19 @@ def _common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
     return length
 
 
-def _finish(
-    example: Example,
-    ids: list[int],
-    prompt_len: int,
-    assistant_mask: list[int] | None,
-    tokenizer: Any,
-    setup: TrainingSetup,
-) -> Rendered:
+def _labels(example: Example, ids: list[int], prompt_len: int, assistant_mask: list[int] | None,
+            setup: TrainingSetup) -> list[int]:
+    """TRL's labels: the completion mask (loss from where the prompt ends), then the assistant mask."""
     start = prompt_len if completion_only(example, setup) else 0
-    labels = [IGNORE] * start + ids[start:]  # the completion mask: loss from where the prompt ends
+    labels = [IGNORE] * start + ids[start:]
     if assistant_mask is not None:
         labels = [label if mask else IGNORE for label, mask in zip(labels, assistant_mask, strict=True)]
+    return labels
+
+
+def _limit(example: Example, ids: list[int], labels: list[int], prompt_len: int, tokenizer: Any,
+           setup: TrainingSetup) -> Rendered:
+    """A prepared row as the run's collator and max_length leave it."""
     if setup.collator_masks_pad:
         pad_id = pad_token_id_of(tokenizer, setup)
         labels = [IGNORE if token == pad_id else label for token, label in zip(ids, labels, strict=True)]

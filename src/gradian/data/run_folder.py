@@ -217,7 +217,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
     """Flags > config file > training_args.bin > trainer_state.json > the framework's defaults."""
-    known = {f.name for f in fields(TrainingSetup)} - {"assumed", "source", "rows_from"}
+    known = {f.name for f in fields(TrainingSetup)} - {"assumed", "source", "rows_from", "prepared_by"}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise InputError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")

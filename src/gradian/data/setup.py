@@ -64,6 +64,12 @@ class TrainingSetup:
         metadata={"help": "where the audited rows came from: record (the trainer's own, recorded by GradianCallback), "
                           "render (Gradian's renderer), record+render (some of each), trainer (preflight)"},
     )
+    prepared_by: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "whose code prepared the rendered rows (`data.trl_prepare.Preparation`): rows by TRL's own "
+                          "code, rows by the fast path checked against it, rows by Gradian's port and why; None "
+                          "before rendering"},
+    )
     assumed: list[str] = field(default_factory=list, metadata={"help": "fields taken from framework defaults"})
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,25 +92,43 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
     """Which preparation produced the rows Gradian audited and attributed, and whose code ran it.
 
     `trainer_code`: the rows are the running trainer's own (GradianCallback's preflight: its tokenized dataset, its
-    collator's labels); else Gradian rendered them with its port of TRL's `SFTTrainer` preparation or of axolotl's
-    (`data.render`, `data.axolotl`). Under a plain transformers `Trainer` the port is TRL's: that trainer prepares
-    no rows itself (the run's own script did), and the text says so.
+    collator's labels). Else `setup.prepared_by` says what rendering did: TRL's own `SFTTrainer` preparation
+    (`data.trl_prepare`), or Gradian's port (axolotl's always; TRL's where TRL's code refused rows). Under a plain
+    transformers `Trainer` the rows are TRL's: that trainer prepares no rows itself (the run's own script did), and
+    the text says so.
     """
     version = setup.framework_version
     trainer = trainer_name(setup.framework)
-    if trainer_code:
+    if trainer_code or setup.rows_from == "record":
         text = (f"rows as recorded by GradianCallback: the running {trainer_name(setup.framework, version)}'s own "
                 "tokens and collator labels")
-    else:
-        ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
-        notes = ["Gradian's port"]
-        if ported == setup.framework and not version:
-            notes.append(f"{TRAINERS[ported][0]} version unknown")
-        if setup.record:
-            notes.append("with the settings GradianCallback recorded")
-        text = (f"rows as {trainer_name(ported, version if ported == setup.framework else None)} prepares them "
-                f"({', '.join(notes)})")
-        if ported != setup.framework:
-            text += f"; the run trained with {trainer_name(setup.framework, version)} on rows its own script prepared"
-    return {"trainer": trainer, "version": version, "code": "trainer" if trainer_code else "gradian-port",
-            "text": text}
+        return {"trainer": trainer, "version": version, "code": "trainer", "text": text}
+    prepared = setup.prepared_by or {}
+    by_trl = prepared.get("trainer_rows", 0) + prepared.get("checked_rows", 0)
+    ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
+    notes = []
+    if by_trl:
+        installed = prepared.get("trl_version")
+        notes.append(f"TRL {installed}'s own code" if installed else "TRL's own code")
+        if prepared.get("checked_rows"):
+            notes.append("string rows by Gradian's batched tokenization, checked equal to TRL's on their first rows")
+        if ported == setup.framework and version and version != installed:
+            notes.append(f"the run used TRL {version}")
+    if prepared.get("port_rows") or not by_trl:
+        port = f"{prepared['port_rows']} rows by Gradian's port" if by_trl else "Gradian's port"
+        notes.append(port + (f" ({'; '.join(prepared['why'])})" if prepared.get("why") else ""))
+    if ported == setup.framework and not version:
+        notes.append(f"the run's {TRAINERS[ported][0]} version unknown" if by_trl else
+                     f"{TRAINERS[ported][0]} version unknown")
+    if prepared.get("guessed"):
+        notes.append(f"{prepared['guessed']} rows of a shape TRL does not read (Alpaca or similar) read as "
+                     "prompt/completion: a guess at the run's formatting")
+    if setup.record:
+        notes.append("with the settings GradianCallback recorded")
+    text = (f"rows as {trainer_name(ported, version if ported == setup.framework else None)} prepares them "
+            f"({', '.join(notes)})")
+    if ported != setup.framework:
+        text += f"; the run trained with {trainer_name(setup.framework, version)} on rows its own script prepared"
+    code = "gradian-port" if not by_trl else "trainer+port" if prepared.get("port_rows") else "trainer"
+    return {"trainer": trainer, "version": version, "code": code, "text": text,
+            "rows": {key: prepared.get(key, 0) for key in ("trainer_rows", "checked_rows", "port_rows", "guessed")}}

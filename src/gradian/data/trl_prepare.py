@@ -1,0 +1,161 @@
+"""Rows as TRL's SFTTrainer prepares them, by TRL's own code: `SFTTrainer._prepare_dataset` run on the dataset's rows.
+
+TRL is a dependency, so a TRL run's rows come from the trainer's preparation itself rather than a copy of it: the
+training-template swap for `assistant_only_loss` with a stock template, the `tools` column, per-row
+`chat_template_kwargs`, ShareGPT keys renamed with their roles kept, EOS appended to string rows. TRL is run
+untruncated (no max_length, no packing, no shuffle): `data.render` then cuts each row at the run's max_length as
+TRL does, so it knows what the cut removed.
+
+Each row goes to TRL with the columns it reads (`TRL_COLUMNS` and the run's text field) as the dataset file holds
+them; a row of a shape TRL does not read (Alpaca, axolotl's segments, turns under another key) goes in Gradian's
+reading of it (`Example.fields`), and `Preparation.guessed` counts those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+from unittest import mock
+
+from gradian.data.examples import Example
+from gradian.data.setup import TrainingSetup
+
+IGNORE = -100
+TRL_COLUMNS = ("prompt", "completion", "messages", "conversations", "tools", "chat_template_kwargs")
+SHAPES = ("prompt", "messages", "conversations")  # a raw row with one of these (or the text field) is TRL's shape
+
+
+class TrlCannotPrepare(Exception):
+    """TRL's own preparation refused the rows (its reason in the message); the run could not have trained them so."""
+
+
+@dataclass
+class Preparation:
+    """Whose code prepared the rows of one `render_chunks` pass, counted as they go."""
+
+    trainer_rows: int = 0  # rows TRL's own code prepared
+    checked_rows: int = 0  # string rows tokenized by Gradian's batched fast path, checked equal to TRL's first
+    port_rows: int = 0  # rows Gradian's port prepared because TRL's code refused them
+    guessed: int = 0  # rows of a shape TRL does not read, given to it as Gradian reads them
+    why: list[str] = field(default_factory=list)  # why TRL's code was not used, once per reason
+
+    def note(self, reason: str) -> None:
+        if reason not in self.why:
+            self.why.append(reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "trl_version": trl_version() if self.trainer_rows or self.checked_rows else None}
+
+
+def trl_version() -> str:
+    import trl
+
+    return str(trl.__version__)
+
+
+def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
+             tally: Preparation | None = None) -> list[tuple[list[int], list[int], int]]:
+    """(input_ids, labels, prompt_length) of each example as TRL's SFTTrainer prepares it, before truncation.
+
+    All `examples` must be of one kind (conversational or not): TRL reads a dataset's kind from its first row.
+    Raises `TrlCannotPrepare` with TRL's reason when its code refuses them."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+    from trl.trainer import sft_trainer
+
+    rows = [_trl_row(example, setup, tally) for example in examples]
+    try:
+        dataset = datasets.Dataset.from_list(rows)
+    except Exception as error:  # columns whose types differ between rows: each row its own dataset, as in its file
+        if len(rows) == 1:
+            raise TrlCannotPrepare(f"datasets cannot hold the row ({type(error).__name__})") from None
+        return [row for example in examples for row in trl_rows([example], tokenizer, setup, tally)]
+    args = _config(SFTConfig, max_length=None, packing=False, shuffle_dataset=False, dataset_num_proc=None,
+                   assistant_only_loss=setup.assistant_only_loss, completion_only_loss=setup.completion_only_loss,
+                   dataset_text_field=setup.dataset_text_field)
+    trainer = _trainer_state(tokenizer, setup, args, rows[0])
+    progress = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # library code draws no bars; the CLI's come through its steps
+    trl_log = logging.getLogger("trl")
+    level, trl_log.level = trl_log.level, logging.ERROR  # TRL's advice to its own users, not Gradian's
+    try:  # one process's preparation: TRL's main-process-first barrier would wait for ranks that never come
+        with mock.patch.object(sft_trainer, "global_then_local_main_first", contextlib.nullcontext):
+            prepared = SFTTrainer._prepare_dataset(trainer, dataset, trainer._tokenizer, args, False, None, "train")
+    except Exception as error:  # anything TRL's code raises on these rows: the port renders them and says so
+        raise TrlCannotPrepare(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__) \
+            from None
+    finally:
+        trl_log.level = level
+        if progress:
+            datasets.enable_progress_bars()
+    if tally is not None:
+        tally.trainer_rows += len(rows)
+    masks = prepared["completion_mask"] if "completion_mask" in prepared.column_names else None
+    out = []
+    for index, (ids, labels) in enumerate(zip(prepared["input_ids"], prepared["labels"], strict=True)):
+        out.append((list(ids), list(labels), _prompt_length(labels, masks[index] if masks else None,
+                                                             "prompt" in rows[index])))
+    return out
+
+
+def _trl_row(example: Example, setup: TrainingSetup, tally: Preparation | None) -> dict[str, Any]:
+    """The columns TRL reads of one row: the file's own, where the row is of a shape TRL reads."""
+    raw = example.raw or example.fields
+    if any(key in raw for key in (*SHAPES, setup.dataset_text_field)):
+        row = {key: raw[key] for key in (*TRL_COLUMNS, setup.dataset_text_field) if key in raw}
+    else:
+        row = dict(example.fields)
+        if "text" in row and setup.dataset_text_field != "text":
+            row[setup.dataset_text_field] = row.pop("text")
+        row.update({key: raw[key] for key in ("tools", "chat_template_kwargs") if key in raw})
+        if tally is not None:
+            tally.guessed += 1
+    if "reference" in row and "completion" not in row:
+        row["completion"] = row.pop("reference")
+    return row
+
+
+def _config(config_class: type, **settings: Any) -> Any:
+    """An SFTConfig's fields, its defaults under `settings`, without constructing one: TrainingArguments' set-up
+    touches accelerate's process state, which a GradianCallback inside a running trainer must leave alone."""
+    from types import SimpleNamespace
+
+    values = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+              for f in fields(config_class)}
+    return SimpleNamespace(**{**values, **settings})
+
+
+def _trainer_state(tokenizer: Any, setup: TrainingSetup, args: Any, sample: dict[str, Any]) -> Any:
+    """What `SFTTrainer.__init__` sets on itself for `_prepare_dataset`, by TRL's own helpers: the tokenizer with the
+    run's chat template and EOS, the training template swapped in for assistant-only loss, completion-only loss."""
+    from types import SimpleNamespace
+
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    tokenizer = copy.copy(tokenizer)  # the caller's tokenizer is never changed
+    if setup.chat_template is not None:
+        tokenizer.chat_template = setup.chat_template
+    if setup.eos_token is not None:
+        tokenizer.eos_token = setup.eos_token
+    template = None
+    if args.assistant_only_loss and not has_generation_markers(tokenizer.chat_template):
+        try:
+            template = get_training_chat_template(tokenizer)
+        except Exception as error:  # a template TRL has no training version of
+            raise TrlCannotPrepare(str(error).strip().splitlines()[0]) from None
+    completion_only = args.completion_only_loss
+    if completion_only is None:
+        completion_only = "prompt" in sample and "completion" in sample
+    return SimpleNamespace(_tokenizer=tokenizer, chat_template=template, completion_only_loss=completion_only)
+
+
+def _prompt_length(labels: Sequence[int], completion_mask: Sequence[int] | None, has_prompt: bool) -> int:
+    """Tokens before the completion: where TRL's completion mask starts, else the first trained token."""
+    if not has_prompt:
+        return 0
+    mask = completion_mask if completion_mask is not None else [label != IGNORE for label in labels]
+    return next((i for i, bit in enumerate(mask) if bit), len(mask))
