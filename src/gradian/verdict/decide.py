@@ -177,7 +177,7 @@ def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group:
     beside = causes[len(first):]
     if beside:
         summary += " " + wording.causes_sentence(beside)
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, findings), evidence, culprits, causes)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
 
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,
@@ -211,7 +211,7 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
         summary += wording.audit_elsewhere(elsewhere)
     if len(causes) > 1:
         summary += " " + wording.causes_sentence(causes[1:])
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, findings), evidence, culprits, causes)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,

@@ -6,7 +6,6 @@ formatted by `gradian.report.wording` (`pct`, `number`) as the report formats th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gradian.audit.finding import Finding
@@ -222,16 +221,14 @@ def split_sentence(causes: list[Cause]) -> str:
     return f" These rows hold {len(parts)} causes: {said}."
 
 
-def drop_action(n_rows: int, causes: list[Cause], findings: Sequence[Finding] = ()) -> str:
+def drop_action(n_rows: int, causes: list[Cause]) -> str:
     """The next action of a data-cluster verdict: a setting that cut the named rows as they were trained first (its
     one-line change, with the value that cuts no row, and why the rows hurt), then dropping the rows, or applying
     each cause's fix."""
     drop = f"drop these {n_rows} rows: culprits.jsonl (train.cleaned.jsonl is the dataset without them)"
-    named = {c.name.split(":")[0] for c in causes} | {c.fix for c in causes if c.fix}  # a group's check, a cluster's
-    settings = [f for f in findings if named & {f.check, f.fix} and f.values.get("setting_fix")]  # mechanism's fix
+    settings = [f"{c.setting_fix}: {c.setting_finding.rstrip('.')}" for c in causes if c.setting_fix]
     if settings:
-        lead = "; ".join(dict.fromkeys(f"{f.values['setting_fix']}: {f.title.rstrip('.')}" for f in settings))
-        return f"{lead}; or {drop}"
+        return f"{'; '.join(dict.fromkeys(settings))}; or {drop}"
     fixes = [c.fix for c in causes if c.fix]
     fix = f"; or fix them: {'; '.join(dict.fromkeys(fixes))}" if fixes else ""
     return f"{drop}{fix}"
