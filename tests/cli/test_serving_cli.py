@@ -59,6 +59,18 @@ def test_served_answers_that_fail_where_gradians_path_does_not_get_the_serving_v
     assert "raise max_new_tokens in generation_config.json" in report["verdict"]["next_action"]
     assert "| as served | 100.0% | 0.0% | -100.0%" in (folder / "out" / "report.md").read_text(encoding="utf-8")
     jsonschema.Draft202012Validator(report_schema()).validate(report)
+    # verify retrains nothing: removing training rows cannot move a drop the serving path causes
+    refused = gradian(["verify", "--report", folder / "out"])
+    assert_one_line_error(refused, "report.json: has the verdict `serving`: the drop happens in the serving path")
+    assert f"measure the served answers again: {report['verdict']['next_action'].rstrip('.')}." in refused.output
+    assert not (folder / "out" / "verify").exists() and not (folder / "out" / "verification.json").exists()
+    # attribute --verify answers with the report and says why verify did not run (the cached stages are reused)
+    again = gradian(attribute_args(workspace, folder / "out", eval_dataset=eval_dataset,
+                                   extra=("--verify", "--served-outputs", tuned, "--served-base-outputs", base,
+                                          "--served-model", export)))
+    assert again.exit_code == 0, again.output[-3000:]
+    assert "Verdict: serving" in again.output and "verify: not run" in again.output
+    assert not (folder / "out" / "verify").exists() and not (folder / "out" / "verification.json").exists()
 
 
 def test_served_answers_equal_to_gradians_own_leave_the_verdict_unchanged(world, workspace, gradian):  # noqa: F811

@@ -87,3 +87,20 @@ def test_attribute_settings_check_their_ranges_by_the_same_rule(options, message
     with pytest.raises(ValueError, match=message):
         AttributeSettings(**paths, **options)
     assert AttributeSettings(**paths, proj_dim=None, n_clusters=None).proj_dim is None
+
+
+def test_a_serving_verdict_is_refused_before_any_work_pointing_at_its_fix(cli_runner, tmp_path):
+    """The drop happens in the serving path: no retrain without training rows can move it, so verify plans none."""
+    from gradian.report.schema import SCHEMA_VERSION
+
+    fix = "raise max_new_tokens in generation_config.json above the longest answer (64 tokens)"
+    report = {"schema_version": SCHEMA_VERSION, "settings": {"dataset": str(tmp_path / "train.jsonl")},
+              "verdict": {"kind": "serving", "next_action": fix, "culprit_ids": [], "causes": []}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    result = cli_runner.invoke(cli, ["verify", "--report", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"Error: {tmp_path / 'report.json'}: has the verdict `serving`: the drop happens in the serving path, not in "
+        "training, so removing training rows cannot move it; apply the report's serving fix instead and measure the "
+        f"served answers again: {fix}.\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no lock, no retrain folder

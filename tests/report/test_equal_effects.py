@@ -21,7 +21,7 @@ from gradian.clusters.naming import name_clusters
 from gradian.clusters.summary import summarize_clusters
 from gradian.data.examples import read_dataset
 from gradian.report.schema import Attribution, Context, build_report
-from gradian.report.writers import write_report
+from gradian.report.writers import render_html, render_markdown, write_report
 from gradian.scores.combine import gradient_ranking
 from gradian.scores.scoring import NonFiniteEffects, check_finite, distinct
 from gradian.verdict import decide
@@ -76,8 +76,15 @@ def test_a_report_on_effects_that_do_not_tell_rows_apart(case, tmp_path):
     assert "effect_histogram" not in report["charts"]
     assert report["top_rows"] == []
     paths = write_report(tmp_path / "out", report, run.examples)
+    said = "the gradients do not tell the rows apart, so no row is named from them"
     assert "Every training row scored the same effect" in paths["report.md"].read_text(encoding="utf-8")
+    assert said in paths["report.md"].read_text(encoding="utf-8")
     assert 'id="effects-same"' in paths["report.html"].read_text(encoding="utf-8")
+    # ranked by --rank activation: the effects are that ranking's, and the sentence names it
+    ranked = {**report, "ranking": {"rank": "activation", "row_harm": "sum", "checks": {}}}
+    for text in (render_markdown(ranked), render_html(ranked)):
+        assert "the activation ranking does not tell the rows apart, so no row is named from it" in text
+        assert said not in text
     assert json.loads(paths["report.json"].read_text(encoding="utf-8"))["effects"]["distinct"] is False
 
 

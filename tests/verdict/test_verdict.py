@@ -335,6 +335,35 @@ def test_gradients_that_agree_and_that_disagree_with_the_audit_are_said_so():
         in disagree.summary
 
 
+@pytest.mark.parametrize("rank,agree,disagree", [
+    ("activation", "The activation ranking agrees: cluster", "The activation ranking and the audit disagree: the "
+                                                            "activation ranking points at cluster"),
+    ("combined", "The combined ranking (the gradients with the rows' relevance) agrees: cluster",
+     "The combined ranking (the gradients with the rows' relevance) and the audit disagree: the combined ranking "
+     "(the gradients with the rows' relevance) points at cluster"),
+])
+def test_the_agreement_with_the_audit_is_worded_by_the_method_that_ranked_the_rows(rank, agree, disagree):
+    """--rank activation or combined: the clusters hold that ranking's effects, so the summary says that ranking
+    agrees, not the gradients."""
+    effects = planted_effects()
+    clusters = summarize_clusters(IDS, LABELS, effects, {0: "invoice, currency, amount"}, [CUT], seed=0)
+    groups = groups_for([CUT], effects, {"cut_in_data": 0.7})
+    verdict = decide(SIGNIFICANT, [CUT], clusters, effects.mean(axis=0), IDS, symptoms=symptoms_of(STOPS_EARLY),
+                     groups=groups, rank=rank)
+    assert verdict.evidence["gradients"]["agreement"] == "agree"
+    assert agree in verdict.summary and "The gradients" not in verdict.summary
+    other = Finding("cut_in_data", "critical", "20 rows cut.", "complete them", example_ids=[IDS[i] for i in ELSEWHERE])
+    verdict = decide(SIGNIFICANT, [other], clusters, effects.mean(axis=0), IDS, symptoms=symptoms_of(STOPS_EARLY),
+                     groups=groups_for([other], effects, {"cut_in_data": 0.7}), rank=rank)
+    assert verdict.evidence["gradients"]["agreement"] == "disagree"
+    assert disagree in verdict.summary and "The gradients" not in verdict.summary
+    elsewhere = decide(SIGNIFICANT, [other], summarize_clusters(IDS, LABELS, planted_effects(seed=1), {}, [other],
+                                                                seed=0),
+                       planted_effects(seed=1).mean(axis=0), IDS, symptoms=symptoms_of({"wrapped": 20}),
+                       groups=groups_for([other], planted_effects(seed=1), {"cut_in_data": 0.7}), rank=rank)
+    assert "audit_elsewhere" in elsewhere.evidence and disagree.split(":")[0] in elsewhere.summary
+
+
 def test_a_gradient_cluster_verdict_names_a_defect_that_sits_elsewhere():
     other = Finding("cut_in_data", "critical", "20 rows cut.", "complete them",
                     example_ids=[IDS[i] for i in ELSEWHERE])

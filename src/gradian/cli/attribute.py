@@ -42,9 +42,15 @@ def attribute_command(as_json: bool, then_verify: bool, **options: typing.Any) -
     if then_verify:
         from gradian.cli.verify import print_summary
         from gradian.verify import VerifySettings, verify
+        from gradian.verify.run import serving_refusal
 
-        verification = verify(VerifySettings(report=settings.out, device=settings.device), say=say, bar=bar)
-        result.report["verification"] = verification
+        refusal = serving_refusal(result.report)  # the report is the answer: --verify is skipped, not an error
+        if refusal:
+            say(f"verify: not run: the report {refusal}")
+            then_verify = False
+        else:
+            verification = verify(VerifySettings(report=settings.out, device=settings.device), say=say, bar=bar)
+            result.report["verification"] = verification
     if as_json:
         click.echo(json.dumps(result.report, indent=2, default=str))
         return

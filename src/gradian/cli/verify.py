@@ -23,8 +23,8 @@ def verify_command(as_json: bool, **options: typing.Any) -> None:
     Removed rows keep their place in every batch at zero loss weight (the run's seed, order and step count), beside
     random removals of the same size; the retrain on the file without them is shown as what you will see. Writes
     DIR/verify/ (one folder per retrain, resumable), DIR/verification.json, .html and .md, and adds a verification
-    section to the report. Exit code 0 when verification.json is written, 2 on bad input or a run Gradian cannot
-    retrain faithfully.
+    section to the report. Exit code 0 when verification.json is written, 2 on bad input, a run Gradian cannot
+    retrain faithfully, or a `serving` verdict (no retrain can move a drop the serving path causes).
     """
     from gradian.verify import verify
 

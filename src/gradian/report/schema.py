@@ -36,8 +36,8 @@ SCHEMA_VERSION = "2.12"  # 2.0: per-row results moved to examples.jsonl; 2.1: sy
 # causes located_by symptom-harm; 2.9: run.preparation; regression.test, .interval (the CI is the deciding test
 # inverted) and .detectable_drop; effects.distinct; the substitution symptom; run.gradient_check; 2.10: ranking.activation and
 # ranking.agreement (--rank activation)
-# 2.11: served, verdict kind serving and causes of kind serving; 2.12: run.preparation.rows and code trainer+port (TRL's
-# own preparation code renders the rows)
+# 2.11: served, verdict kind serving and causes of kind serving; 2.12: causes' setting_fix and setting_finding,
+# run.preparation.rows and code trainer+port (TRL's own preparation code renders the rows)
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.

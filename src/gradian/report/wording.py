@@ -36,3 +36,22 @@ RANKED_BY = {
 def ranked_by(rank: str, activation: dict[str, Any] | None = None) -> str:
     """Which method ranked the rows, in words (report.json's `ranking.rank`, and its `activation.layer`)."""
     return RANKED_BY.get(rank, rank).format(layer=(activation or {}).get("layer", "?"))
+
+
+RANKERS = {  # what tells the rows' harm apart, by the --rank whose effects clusters and verdict read: (subject, verb end)
+    "gradient": ("the gradients", ""),
+    "combined": ("the combined ranking (the gradients with the rows' relevance)", "s"),
+    "activation": ("the activation ranking", "s"),
+}
+
+
+def ranker(rank: str | None) -> tuple[str, str]:
+    """(subject, verb ending) for the method that ranked the rows: "the gradients" agree, "the activation ranking"
+    agrees; no method recorded is the gradient's, an unknown one is named as given."""
+    return RANKERS.get(rank or "gradient", (f"the {rank} ranking", "s"))
+
+
+def not_told_apart(rank: str | None) -> str:
+    """Equal effects, worded by the method that made them (`--rank`)."""
+    who, s = ranker(rank)
+    return f"{who} do{'es' if s else ''} not tell the rows apart, so no row is named from {'it' if s else 'them'}"

@@ -23,7 +23,7 @@ from gradian.data.examples import Example
 from gradian.files import atomic_write
 from gradian.report import charts
 from gradian.report.rows import EXAMPLES_FILE, ExampleRows
-from gradian.report.wording import number, pct, ranked_by
+from gradian.report.wording import not_told_apart, number, pct, ranked_by
 from gradian.verdict.types import cause_by_row
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
@@ -137,7 +137,8 @@ def _environment(autoescape: bool) -> Environment:
     )
     environment.filters.update(pct=pct, signed=lambda v: pct(v, signed=True), number=number, md=markdown_cell,
                                level=lambda v: f"{100 * v:g}%", by_gap=flags_by_gap,
-                               quoted=quoted, md_code=markdown_code, ranked_by=ranked_by)
+                               quoted=quoted, md_code=markdown_code, ranked_by=ranked_by,
+                               not_told_apart=not_told_apart)
     return environment
 
 

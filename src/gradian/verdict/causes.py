@@ -56,7 +56,7 @@ def group_cause(group: FindingGroup, symptoms: Symptoms | None, findings: list[F
                                                                                group.lift)
     return Cause("rows", group.name, located_by, list(group.example_ids if rows is None else rows), symptom,
                  explains((symptom,) if symptom else taught(group), symptoms), group.size_share, *harm,
-                 fix_of(group.check, findings))
+                 fix_of(group.check, findings), *setting_of(group.check, findings))
 
 
 def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, symptoms: Symptoms | None,
@@ -66,7 +66,8 @@ def cluster_cause(cluster: ClusterSummary, rows: list[str], check: str | None, s
         in taught_by(check) else None
     return Cause("rows", f"cluster {cluster.id}", "gradients", rows, symptom,
                  explains((symptom,), symptoms) if symptom else None, cluster.size_share, cluster.harm_share,
-                 cluster.harm_share_ci, cluster.lift, fix_of(check, findings) if check else "")
+                 cluster.harm_share_ci, cluster.lift, *((fix_of(check, findings), *setting_of(check, findings))
+                                                        if check else ("", "", "")))
 
 
 def split_by_symptom(first: Cause, group: FindingGroup | None, groups: list[FindingGroup] | None,
@@ -135,9 +136,18 @@ def setup_beside(regression: dict[str, Any], findings: list[Finding], symptoms: 
         taught = taught_by(fault.check)
         share = explains(taught, symptoms)
         if stop_fault(fault, regression, n_rows) and share is not None and share >= MIN_CAUSE_EXPLAINS:
-            return [Cause("setup", fault.check, "symptom", [], shown_most(taught, symptoms), share, fix=fault.fix)]
+            setting, finding = setting_of(fault.check, findings)
+            return [Cause("setup", fault.check, "symptom", [], shown_most(taught, symptoms), share, fix=fault.fix,
+                          setting_fix=setting, setting_finding=finding)]
     return []
 
 
 def fix_of(check: str, findings: list[Finding]) -> str:
     return next((f.fix for f in by_severity(findings) if f.check == check and f.fix), "")
+
+
+def setting_of(check: str, findings: list[Finding]) -> tuple[str, str]:
+    """The setting's one-line change that the finding of `check` names (its `setting_fix`: the setting cut the rows
+    as they were trained) and that finding's title; empty strings when it names none."""
+    finding = next((f for f in by_severity(findings) if f.check == check and f.values.get("setting_fix")), None)
+    return ("", "") if finding is None else (str(finding.values["setting_fix"]), finding.title)

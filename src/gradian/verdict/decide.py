@@ -73,13 +73,15 @@ def decide(
     symptoms: Symptoms | None = None,
     groups: list[FindingGroup] | None = None,
     served: dict[str, Any] | None = None,
+    rank: str = "gradient",
 ) -> Verdict:
     """Apply the rules in order (see the module docstring) and return the first verdict that holds; `served` is
-    report.json's `served` block when the user gave the served answers (rule 0)."""
+    report.json's `served` block when the user gave the served answers (rule 0); `rank` the `--rank` method whose
+    effects the clusters and `effects_mean` hold (the summary says which method agrees with the audit)."""
     if rules.serving_only(regression, served):
         assert served is not None
         return _serving(regression, served)
-    verdict = _training(regression, findings, clusters, effects_mean, ids, symptoms, groups)
+    verdict = _training(regression, findings, clusters, effects_mean, ids, symptoms, groups, rank)
     if served is not None and rules.is_regression(served["regression"]) and verdict.kind != "no-regression":
         verdict.summary += wording.served_only(served)
         verdict.evidence["served_only_delta"] = served["served_only_delta"]
@@ -88,7 +90,7 @@ def decide(
 
 def _training(regression: dict[str, Any], findings: list[Finding], clusters: list[ClusterSummary] | None,
               effects_mean: np.ndarray | None, ids: list[str], symptoms: Symptoms | None,
-              groups: list[FindingGroup] | None) -> Verdict:
+              groups: list[FindingGroup] | None, rank: str) -> Verdict:
     """Rules 1 to 8: the verdict on the training path's regression."""
     if not rules.is_regression(regression):
         summary, action = wording.no_regression(regression)
@@ -104,7 +106,7 @@ def _training(regression: dict[str, Any], findings: list[Finding], clusters: lis
     if effects_mean is not None and not distinct(effects_mean):  # every row scored the same: noise names no row
         ranked, effects_mean = [], None
     top = ranked[0] if ranked and effects_mean is not None else None
-    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean)
+    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank)
     if verdict is None:
         return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
@@ -126,15 +128,16 @@ def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
                symptoms: Symptoms | None, groups: list[FindingGroup] | None,
-               effects_mean: np.ndarray | None) -> Verdict | None:
-    """Rules 4 and 5: the rows the audit and the gradients name, if any."""
+               effects_mean: np.ndarray | None, rank: str) -> Verdict | None:
+    """Rules 4 and 5: the rows the audit and the ranking's effects (`rank`) name, if any."""
     found = rules.symptom_group(symptoms, groups, len(ids))
     if found is not None and symptoms is not None:
-        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids)
+        return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
+                                rank)
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
             effects = np.asarray(effects_mean, dtype=np.float64)
-            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups)
+            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
     return None
 
 
@@ -159,8 +162,8 @@ def _named(regression: dict[str, Any], first: list[Cause], findings: list[Findin
 
 def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group: FindingGroup, located_by: str,
                      symptoms: Symptoms, top: ClusterSummary | None, groups: list[FindingGroup] | None,
-                     effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
-    """Rule 4's verdict, with every cause beside it (rule 8) and whether the gradients agree."""
+                     effects_mean: np.ndarray | None, ids: list[str], rank: str) -> Verdict:
+    """Rule 4's verdict, with every cause beside it (rule 8) and whether the ranking's clusters agree."""
     first = split_by_symptom(group_cause(group, symptoms, findings, located_by), group, groups, symptoms, findings)
     causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
@@ -172,17 +175,17 @@ def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group:
         "symptom": rules.symptom_numbers(symptoms), "culprit_rule": "finding", "located_by": located_by,
         "gradients": gradients.to_dict(), "n_culprits": len(culprits),
     }
-    summary = wording.finding_summary(regression, group, symptoms, located_by, gradients) \
+    summary = wording.finding_summary(regression, group, symptoms, located_by, gradients, rank) \
         + wording.split_sentence(first)
     beside = causes[len(first):]
     if beside:
         summary += " " + wording.causes_sentence(beside)
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, findings), evidence, culprits, causes)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
 
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,
                   effects_mean: np.ndarray, ids: list[str], symptoms: Symptoms | None,
-                  groups: list[FindingGroup] | None) -> Verdict:
+                  groups: list[FindingGroup] | None, rank: str) -> Verdict:
     """Rule 5's verdict: the cluster's flagged rows (its mechanism) or its outlying rows, and the causes beside."""
     found = rules.mechanism(cluster)
     evidence: dict[str, Any] = {
@@ -208,10 +211,10 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
     if elsewhere:
         evidence["audit_elsewhere"] = [{"group": g.name, "size": g.size, "failure_share": g.failure_share}
                                        for g in elsewhere]
-        summary += wording.audit_elsewhere(elsewhere)
+        summary += wording.audit_elsewhere(elsewhere, rank)
     if len(causes) > 1:
         summary += " " + wording.causes_sentence(causes[1:])
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, findings), evidence, culprits, causes)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes), evidence, culprits, causes)
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,

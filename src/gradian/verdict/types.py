@@ -18,7 +18,10 @@ class Cause:
     `explains` is the share of the failing answers whose symptom this cause teaches; `harm_share` (with its 95% CI
     over eval queries) and `lift` are the share of the gradients' harm its rows hold and that share over their size
     share (None when attribution did not run, or for a setup cause). `example_ids` are the rows it names that no
-    cause before it named, so every culprit belongs to exactly one cause.
+    cause before it named, so every culprit belongs to exactly one cause. `setting_fix` is the one-line change to the
+    run's setting that cut these rows as they were trained, with the value that cuts none (the audit finding's
+    `setting_fix`: "raise max_length to ≥ 158 (...)"), and `setting_finding` that finding's title, why the rows hurt;
+    both empty when no setting did.
     """
 
     kind: str
@@ -32,6 +35,8 @@ class Cause:
     harm_share_ci: tuple[float, float] | None = None
     lift: float | None = None
     fix: str = ""
+    setting_fix: str = ""
+    setting_finding: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in CAUSE_KINDS:

@@ -6,7 +6,6 @@ formatted by `gradian.report.wording` (`pct`, `number`) as the report formats th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gradian.audit.finding import Finding
@@ -14,7 +13,7 @@ from gradian.audit.registry import category_of
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
-from gradian.report.wording import number, pct
+from gradian.report.wording import number, pct, ranker
 from gradian.verdict.rules import Agreement
 from gradian.verdict.thresholds import MIN_AGREEMENT, SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause
@@ -128,14 +127,14 @@ def setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | Non
 
 
 def finding_summary(regression: dict[str, Any], group: FindingGroup, symptoms: Symptoms, located_by: str,
-                    gradients: Agreement) -> str:
-    """Rule 4: the finding's rows, found where the failures are or where the harm is."""
+                    gradients: Agreement, rank: str = "gradient") -> str:
+    """Rule 4: the finding's rows, found where the failures are or where the harm is; `rank` made the clusters."""
     text = (f"{measured(regression)} {symptom_sentence(symptoms)} {group.size} training rows "
             f"({pct(group.size_share)} of the data) have {group_phrase(group.name)}")
     nearest = f"{pct(group.failure_share or 0.0)} of their nearest training rows are these rows"
     if located_by == "failures":
         return (text + f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. "
-                f"The model learned its failure from them. " + gradient_sentence(gradients, group.harm_share))
+                f"The model learned its failure from them. " + agreement_sentence(gradients, group.harm_share, rank))
     low, high = group.harm_share_ci or (0.0, 0.0)
     return (text + f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (95% CI {pct(low)} to "
             f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows "
@@ -161,30 +160,34 @@ def _cluster_numbers(top: ClusterSummary) -> str:
     return f"\u201c{top.name}\u201d, which holds {pct(top.harm_share)} of the harm ({top.lift:.1f}x its size)"
 
 
-def gradient_sentence(gradients: Agreement, own_harm: float | None) -> str:
-    """How the gradients' top cluster stands to the named rows (`rules.Agreement`)."""
+def agreement_sentence(gradients: Agreement, own_harm: float | None, rank: str = "gradient") -> str:
+    """How the ranking's top cluster stands to the named rows (`rules.Agreement`), worded by the method that made
+    it (`rank`, `--rank`): its clusters are grouped on that ranking's effects."""
     top = gradients.top
     if top is None:
         return NOT_RUN
     numbers = _cluster_numbers(top)
+    who, s = ranker(rank)
+    lead = who[:1].upper() + who[1:]
     if gradients.agreement == "agree":
         if gradients.held >= MIN_AGREEMENT:
-            return f"The gradients agree: cluster {numbers}, holds {pct(gradients.held)} of these rows."
-        return (f"The gradients agree: cluster {numbers}, lies inside the named rows ({pct(gradients.inside)} of its "
-                "rows are named), so it points at part of the same cause.")
+            return f"{lead} agree{s}: cluster {numbers}, holds {pct(gradients.held)} of these rows."
+        return (f"{lead} agree{s}: cluster {numbers}, lies inside the named rows ({pct(gradients.inside)} "
+                "of its rows are named), so it points at part of the same cause.")
     own = f" These rows hold {pct(own_harm)} of it." if own_harm is not None else ""
     if gradients.agreement == "spread":
-        return f"The gradients alone name no cluster: the most harmful, {numbers}, is not concentrated.{own}"
-    return (f"The gradients and the audit disagree: the gradients point at cluster {numbers}, and it holds only "
+        return f"{lead} alone name{s} no cluster: the most harmful, {numbers}, is not concentrated.{own}"
+    return (f"{lead} and the audit disagree: {who} point{s} at cluster {numbers}, and it holds only "
             f"{pct(gradients.held)} of these rows.{own} Gradian names the rows whose defect matches the failing "
             "answers; check that cluster's rows too.")
 
 
-def audit_elsewhere(groups: list[FindingGroup]) -> str:
+def audit_elsewhere(groups: list[FindingGroup], rank: str = "gradient") -> str:
     named = "; ".join(f"{g.size} rows with {group_phrase(g.name)} ({pct(g.failure_share)} of the failing prompts' "
                       "nearest rows)" for g in groups)
-    return f" The gradients and the audit disagree: the audit flags other rows where the failures sit, {named}; " \
-           "check them too."
+    who = ranker(rank)[0]
+    return f" {who[:1].upper() + who[1:]} and the audit disagree: the audit flags other rows where the failures sit, " \
+           f"{named}; check them too."
 
 
 def causes_sentence(causes: list[Cause]) -> str:
@@ -222,16 +225,14 @@ def split_sentence(causes: list[Cause]) -> str:
     return f" These rows hold {len(parts)} causes: {said}."
 
 
-def drop_action(n_rows: int, causes: list[Cause], findings: Sequence[Finding] = ()) -> str:
+def drop_action(n_rows: int, causes: list[Cause]) -> str:
     """The next action of a data-cluster verdict: a setting that cut the named rows as they were trained first (its
     one-line change, with the value that cuts no row, and why the rows hurt), then dropping the rows, or applying
     each cause's fix."""
     drop = f"drop these {n_rows} rows: culprits.jsonl (train.cleaned.jsonl is the dataset without them)"
-    named = {c.name.split(":")[0] for c in causes} | {c.fix for c in causes if c.fix}  # a group's check, a cluster's
-    settings = [f for f in findings if named & {f.check, f.fix} and f.values.get("setting_fix")]  # mechanism's fix
+    settings = [f"{c.setting_fix}: {c.setting_finding.rstrip('.')}" for c in causes if c.setting_fix]
     if settings:
-        lead = "; ".join(dict.fromkeys(f"{f.values['setting_fix']}: {f.title.rstrip('.')}" for f in settings))
-        return f"{lead}; or {drop}"
+        return f"{'; '.join(dict.fromkeys(settings))}; or {drop}"
     fixes = [c.fix for c in causes if c.fix]
     fix = f"; or fix them: {'; '.join(dict.fromkeys(fixes))}" if fixes else ""
     return f"{drop}{fix}"

@@ -44,7 +44,11 @@ def verify(settings: VerifySettings, *, say: Say | None = None, bar: Bar | None 
     folder = Path(settings.report)
     if not (folder / "report.json").is_file():
         raise InputError("holds no report.json; run `gradian attribute --out` into it first.", folder)
-    used = _read_report(folder).get("settings") or {}
+    report = _read_report(folder)
+    refusal = serving_refusal(report)  # before the lock, the plan or any retrain
+    if refusal:
+        raise InputError(refusal, folder / "report.json")
+    used = report.get("settings") or {}
     refuse_overwrite(folder, WRITES, inputs(dataset=used.get("dataset"), base_model=used.get("base_model"),
                                             adapter=used.get("adapter"), run=used.get("run"), config=used.get("config"),
                                             eval_dataset=used.get("eval_dataset"), capability=used.get("capability")),
@@ -113,6 +117,18 @@ def read_report(folder: Path) -> dict[str, Any]:
         raise InputError(f"does not match the report schema ({problem}); it was edited or damaged: rerun `gradian "
                          "attribute` with the same --out to write it again, then verify.", folder / "report.json")
     return report
+
+
+def serving_refusal(report: dict[str, Any]) -> str | None:
+    """Why verify retrains nothing for a `serving` verdict (the drop happens after training, so no retrain without
+    rows can move it), with the report's serving fix; None for any other verdict."""
+    verdict = report.get("verdict")
+    if not isinstance(verdict, dict) or verdict.get("kind") != "serving":
+        return None
+    fix = verdict.get("next_action")
+    fix = f": {fix.strip().rstrip('.')}" if isinstance(fix, str) and fix.strip() else " (report.md's next action)"
+    return ("has the verdict `serving`: the drop happens in the serving path, not in training, so removing training "
+            f"rows cannot move it; apply the report's serving fix instead and measure the served answers again{fix}.")
 
 
 def _read_report(folder: Path) -> dict[str, Any]:
