@@ -131,3 +131,19 @@ def test_a_setup_fix_is_the_setting_the_finding_states(tiny_tokenizer):
     unknown_length = eos_after_cut_finding(["t1"], 10, 52, None).to_dict()  # only the cut tokens: no length to set
     fix, why = setup_fix(unknown_length, recipe, tiny_tokenizer)
     assert fix is None and "no automatic fix for the eos_after_cut finding" in why
+
+
+@pytest.mark.parametrize(("evidence", "recorded", "after"), [
+    ({"eos_after_cut": True}, False, True),  # the fine-tune's own evidence: EOS followed the cut
+    ({"eos_after_cut": False}, False, False),
+    (None, False, False),  # the settings said nothing and no evidence was weighed
+    (None, True, True),  # the config said so (add_eos_token): kept
+])
+def test_retrains_append_eos_after_the_cut_where_the_reports_evidence_says(evidence, recorded, after):
+    from gradian.verify.recipe import Recipe, with_report_evidence
+
+    recipe = Recipe(training={"max_length": 64}, lora={"r": 4}, seed=0, eos_after_truncation=recorded)
+    replayed, line = with_report_evidence(recipe, {"run": {"rendering_evidence": evidence}})
+    assert replayed.eos_after_truncation is after
+    assert (line is not None) == (after and not recorded)
+    assert recipe.eos_after_truncation is recorded  # the recipe read from the run is left as it was

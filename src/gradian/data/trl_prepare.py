@@ -102,20 +102,28 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     return out
 
 
-def _trl_row(example: Example, setup: TrainingSetup, tally: Preparation | None) -> dict[str, Any]:
-    """The columns TRL reads of one row: the file's own, where the row is of a shape TRL reads."""
+def trl_columns(example: Example, text_field: str = "text") -> tuple[dict[str, Any], bool]:
+    """The columns TRL reads of one row, as the dataset file holds them where the row is of a shape TRL reads, and
+    whether it was not (then the row is Gradian's reading of it: a guess at the run's formatting)."""
     raw = example.raw or example.fields
-    if any(key in raw for key in (*SHAPES, setup.dataset_text_field)):
-        row = {key: raw[key] for key in (*TRL_COLUMNS, setup.dataset_text_field) if key in raw}
+    if any(key in raw for key in (*SHAPES, text_field)):
+        row = {key: raw[key] for key in (*TRL_COLUMNS, text_field) if key in raw}
+        guessed = False
     else:
         row = dict(example.fields)
-        if "text" in row and setup.dataset_text_field != "text":
-            row[setup.dataset_text_field] = row.pop("text")
+        if "text" in row and text_field != "text":
+            row[text_field] = row.pop("text")
         row.update({key: raw[key] for key in ("tools", "chat_template_kwargs") if key in raw})
-        if tally is not None:
-            tally.guessed += 1
+        guessed = True
     if "reference" in row and "completion" not in row:
         row["completion"] = row.pop("reference")
+    return row, guessed
+
+
+def _trl_row(example: Example, setup: TrainingSetup, tally: Preparation | None) -> dict[str, Any]:
+    row, guessed = trl_columns(example, setup.dataset_text_field)
+    if tally is not None:
+        tally.guessed += guessed
     return row
 
 

@@ -12,7 +12,7 @@ raises `InputError` with one sentence.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,18 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     return Recipe(training={**training}, lora=lora, seed=seed, collator=_collator(config), framework=framework,
                   sources=sources, defaults=defaults, unmapped=_unmapped(config, framework),
                   eos_after_truncation=eos_after_cut)
+
+
+def with_report_evidence(recipe: Recipe, report: dict[str, Any]) -> tuple[Recipe, str | None]:
+    """The recipe with what the report's own evidence chose about the rows: where the run's fine-tune showed that
+    EOS followed the cut (`run.rendering_evidence.eos_after_cut`, `stages/evidence.py`), the retrains append EOS after
+    the cut as the run did, though no setting said so. Returns the recipe and a line saying so, or None."""
+    evidence = (report.get("run") or {}).get("rendering_evidence") or {}
+    if recipe.eos_after_truncation or not evidence.get("eos_after_cut"):
+        return recipe, None
+    return replace(recipe, eos_after_truncation=True), (
+        "recipe: the report's rendering evidence says EOS followed the cut (the fine-tune learned to stop where the "
+        "cut rows end), so the retrains append EOS after the cut as the run did")
 
 
 def _check_trainer(run: RunInfo) -> None:

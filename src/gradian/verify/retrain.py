@@ -33,6 +33,7 @@ from gradian.data.base_model import BaseModelRef
 from gradian.data.examples import Example
 from gradian.data.render import IGNORE, render_dataset
 from gradian.data.setup import TrainingSetup
+from gradian.data.trl_prepare import trl_columns
 from gradian.errors import InputError, reason
 from gradian.files import atomic_write
 from gradian.verify.collator import PadMaskingCollator
@@ -150,7 +151,8 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
         settings["max_steps"] = max_steps
     if device == "cpu":
         settings["fp16"] = False  # fp16 mixed precision needs a GPU; bf16 runs on CPU as the run recorded it
-    rows = [e.fields for e in job.rows]
+    text_field = str(settings.get("dataset_text_field") or "text")
+    rows = [trl_columns(e, text_field)[0] for e in job.rows]  # the file's own columns: roles, tools, as the run
     if recipe.eos_after_truncation:
         rows, settings = tokenized_as_run(job.rows, tokenizer, settings)
     try:

@@ -27,7 +27,7 @@ from gradian.space import allocated, require_space
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.pages import HTML, MARKDOWN, write_pages
 from gradian.verify.plan import plan
-from gradian.verify.recipe import read_recipe
+from gradian.verify.recipe import read_recipe, with_report_evidence
 from gradian.verify.retrain import retrain
 from gradian.verify.settings import VerifySettings
 from gradian.verify.verification import FILE, summarize, write_verification
@@ -64,12 +64,15 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     base = _base(used)
     run = read_run(used.get("run") or used.get("adapter"), used.get("config"))
     adapter = used.get("adapter") or (str(run.adapter_dir) if run.adapter_dir else None)
-    recipe = read_recipe(run, read_adapter_config(Path(adapter)) if adapter else None)
+    recipe, evidence = with_report_evidence(read_recipe(run, read_adapter_config(Path(adapter)) if adapter else None),
+                                            report)
     for name, value in recipe.defaults.items():
         say(f"recipe: the run does not record {name}; using the default, {value!r}")
     if recipe.unmapped:
         say(f"recipe: not applied (no TRL equivalent): {', '.join(recipe.unmapped)}")
-    if recipe.eos_after_truncation:
+    if evidence:
+        say(evidence)
+    elif recipe.eos_after_truncation:
         say("recipe: add_eos_token: the retrains tokenize the rows as the run did, EOS appended after the cut")
     device = str(pick_device_dtype(settings.device, None)[0])
     capability = get_capability(used.get("capability", "json_formatting"))
