@@ -6,7 +6,8 @@ support-ticket rows (`diagnose_speed.synthetic_rows`) and the same rows as two-t
 
 - string rows, `render_dataset` (Gradian's default: the batched fast path, checked against TRL's code on the
   first rows of each shape) against TRL's code on every row;
-- chat rows, `render_dataset` (Gradian's default: TRL's code on every row) against Gradian's port of it.
+- chat rows, `render_dataset` (Gradian's default: TRL's code on every row), again with its rows cache warm
+  (`data.rows_cache`, in a temporary GRADIAN_CACHE), against Gradian's port of it.
 
 Each pair is also compared row for row (input ids and labels).
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import time
 
 from benchmarks.speed.diagnose_speed import INTENTS, WORDS, synthetic_rows
@@ -52,16 +55,20 @@ def main(count: int) -> dict:
 
     tally = Preparation()
     by_trl, results["chat_default_s"] = _timed(lambda: render.render_dataset(chats, tokenizer, setup, tally))
+    _, results["chat_default_cached_s"] = _timed(lambda: render.render_dataset(chats, tokenizer, setup))
     ported, results["chat_port_s"] = _timed(lambda: [render._port(e, tokenizer, setup) for e in chats])
     results["chat_rows_equal"] = sum((r.input_ids, r.labels) == (ids, labels)
                                      for r, (ids, labels, _) in zip(by_trl, ported, strict=True))
     results["chat_trl_code_rows"] = tally.trainer_rows
     results["string_ratio_trl_code_vs_default"] = results["string_trl_code_s"] / results["string_default_s"]
     results["chat_ratio_default_vs_port"] = results["chat_default_s"] / results["chat_port_s"]
+    results["chat_ratio_cached_vs_port"] = results["chat_default_cached_s"] / results["chat_port_s"]
     return results
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
-    print(json.dumps(main(parser.parse_args().rows), indent=2))
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["GRADIAN_CACHE"] = cache
+        print(json.dumps(main(parser.parse_args().rows), indent=2))

@@ -109,3 +109,60 @@ def test_a_row_datasets_cannot_hold_is_ported(tiny_tokenizer, tmp_path):
     tally = Preparation()
     rendered = render_dataset(read_dataset(path), tiny_tokenizer, TrainingSetup(), tally)
     assert len(rendered) == 1 and tally.port_rows == 1 and "datasets cannot hold the row" in tally.why[0]
+
+
+def test_generation_prompt_keeps_the_files_roles(tiny_tokenizer, tmp_path):
+    """A ShareGPT row's prompt is rendered with the roles TRL trained (`human`, kept verbatim), not renamed."""
+    from gradian.data.render import render_prompt
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in SHAREGPT))
+    for example, row in zip(read_dataset(path), SHAREGPT, strict=True):
+        turns = [{"role": turn["from"], "content": turn["value"]} for turn in row["conversations"][:-1]]
+        trained = tiny_tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True)["input_ids"]
+        assert render_prompt(example, tiny_tokenizer, TrainingSetup()) == list(trained)
+
+
+def test_generation_prompt_with_tools_is_the_trained_rows_prefix(tiny_tokenizer, tiny_model, tmp_path):
+    """A row with a `tools` column: the prompt Gradian generates from holds the tools preamble, a prefix of TRL's
+    row, and the last answer rendered after it is the trained row's end."""
+    from gradian.data.render import render_prompt, render_with_answer
+
+    expected = _trl(WITH_TOOLS, tiny_tokenizer, tiny_model, tmp_path, STOCK, {})
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in WITH_TOOLS))
+    tokenizer = _with_template(tiny_tokenizer, STOCK)
+    for example, (ids, _) in zip(read_dataset(path), expected, strict=True):
+        prompt = render_prompt(example, tokenizer, TrainingSetup())
+        assert ids[: len(prompt)] == prompt
+        without_tools = tokenizer.apply_chat_template(example.prompt, add_generation_prompt=True, tokenize=True,
+                                                      return_dict=True)["input_ids"]
+        assert len(prompt) > len(without_tools)  # the preamble is there
+        _, answer_ids = render_with_answer(example, example.completion_text, tokenizer, TrainingSetup())
+        assert ids[-len(answer_ids):] == answer_ids
+
+
+def test_trls_rows_are_kept_by_content_and_read_back(tiny_tokenizer, tmp_path, monkeypatch):
+    """A second preparation of the same rows reads TRL's output back from the cache; other settings, a damaged file
+    or GRADIAN_ROWS_CACHE=0 prepare again."""
+    from gradian.data import rows_cache
+    from gradian.data.examples import Example
+
+    monkeypatch.setenv("GRADIAN_CACHE", str(tmp_path / "cache"))
+    examples = [Example(str(i), i + 1, CHAT[i % 2]) for i in range(rows_cache.MIN_ROWS)]
+    first, again, other = Preparation(), Preparation(), Preparation()
+    rows = render_dataset(examples, tiny_tokenizer, TrainingSetup(), first)
+    assert first.cached_rows == 0 and len(list((tmp_path / "cache" / "rows").iterdir())) == 1
+    assert render_dataset(examples, tiny_tokenizer, TrainingSetup(), again) == rows
+    assert again.cached_rows == again.trainer_rows == len(examples)
+    render_dataset(examples, tiny_tokenizer, TrainingSetup(assistant_only_loss=True), other)
+    assert other.cached_rows == 0  # another setting is another key
+    for path in (tmp_path / "cache" / "rows").iterdir():
+        path.write_bytes(b"damaged")
+    damaged = Preparation()
+    assert render_dataset(examples, tiny_tokenizer, TrainingSetup(), damaged) == rows and damaged.cached_rows == 0
+    monkeypatch.setenv("GRADIAN_ROWS_CACHE", "0")
+    off = Preparation()
+    render_dataset(examples, tiny_tokenizer, TrainingSetup(), off)
+    assert off.cached_rows == 0

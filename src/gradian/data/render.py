@@ -24,7 +24,14 @@ from typing import Any
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
-from gradian.data.trl_prepare import Preparation, TrlCannotPrepare, trl_rows, trl_version
+from gradian.data.trl_prepare import (
+    Preparation,
+    TrlCannotPrepare,
+    template_kwargs,
+    trl_chat,
+    trl_rows,
+    trl_version,
+)
 from gradian.errors import InputError, reason
 
 IGNORE = -100
@@ -307,10 +314,11 @@ def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> lis
     if setup.framework == "axolotl":
         return axolotl_prompt(example, tokenizer, axolotl_options(setup))
     prompt = example.prompt
-    if isinstance(prompt, list):
-        out = tokenizer.apply_chat_template(
-            prompt, add_generation_prompt=True, tokenize=True, return_dict=True, chat_template=setup.chat_template
-        )
+    if isinstance(prompt, list):  # the turns as TRL trained them: the file's roles, its tools
+        turns, _, extras = trl_chat(example, setup.dataset_text_field)
+        out = tokenizer.apply_chat_template(turns, **{**template_kwargs(extras), "add_generation_prompt": True,
+                                                      "tokenize": True, "return_dict": True,
+                                                      "chat_template": setup.chat_template})
         return list(out["input_ids"])
     return list(tokenizer(prompt or "")["input_ids"])
 
@@ -322,11 +330,14 @@ def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: Tra
         return axolotl_answer(example, answer, tokenizer, axolotl_options(setup))
     prompt = example.prompt
     fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
-    if isinstance(prompt, list):
-        fields["completion"] = [{"role": "assistant", "content": answer}]
+    raw = fields
+    if isinstance(prompt, list):  # the turns as TRL trained them: the file's roles, its tools
+        turns, role, extras = trl_chat(example, setup.dataset_text_field)
+        fields = {"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]}
+        raw = {"prompt": turns, "completion": [{"role": role, "content": answer}], **extras}
     untruncated = TrainingSetup(**{**setup.to_dict(), "max_length": None, "completion_only_loss": True,
                                    "collator_masks_pad": False})
-    rendered = render_example(Example(example.id, example.line, fields), tokenizer, untruncated)
+    rendered = render_example(Example(example.id, example.line, fields, raw=raw), tokenizer, untruncated)
     return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
 
 

@@ -110,6 +110,8 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
     if by_trl:
         installed = prepared.get("trl_version")
         notes.append(f"TRL {installed}'s own code" if installed else "TRL's own code")
+        if prepared.get("cached_rows"):
+            notes.append(f"{prepared['cached_rows']} rows read back from Gradian's cache of TRL's output")
         if prepared.get("checked_rows"):
             notes.append("string rows by Gradian's batched tokenization, checked equal to TRL's on their first rows")
         if ported == setup.framework and version and version != installed:
@@ -131,4 +133,5 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
         text += f"; the run trained with {trainer_name(setup.framework, version)} on rows its own script prepared"
     code = "gradian-port" if not by_trl else "trainer+port" if prepared.get("port_rows") else "trainer"
     return {"trainer": trainer, "version": version, "code": code, "text": text,
-            "rows": {key: prepared.get(key, 0) for key in ("trainer_rows", "checked_rows", "port_rows", "guessed")}}
+            "rows": {key: prepared.get(key, 0) for key in ("trainer_rows", "cached_rows", "checked_rows", "port_rows",
+                                                               "guessed")}}

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 from unittest import mock
 
+from gradian.data import rows_cache
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 
@@ -39,6 +41,7 @@ class Preparation:
 
     trainer_rows: int = 0  # rows TRL's own code prepared
     checked_rows: int = 0  # string rows tokenized by Gradian's batched fast path, checked equal to TRL's first
+    cached_rows: int = 0  # of trainer_rows, read back from an earlier run of TRL's code on them (`data.rows_cache`)
     port_rows: int = 0  # rows Gradian's port prepared because TRL's code refused them
     guessed: int = 0  # rows of a shape TRL does not read, given to it as Gradian reads them
     why: list[str] = field(default_factory=list)  # why TRL's code was not used, once per reason
@@ -68,6 +71,13 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     from trl.trainer import sft_trainer
 
     rows = [_trl_row(example, setup, tally) for example in examples]
+    name = rows_cache.key(rows, tokenizer, setup, trl_version()) if rows_cache.enabled(len(rows)) else None
+    kept = rows_cache.load(name, len(rows)) if name is not None else None
+    if kept is not None:
+        if tally is not None:
+            tally.trainer_rows += len(rows)
+            tally.cached_rows += len(rows)
+        return kept
     try:
         dataset = datasets.Dataset.from_list(rows)
     except Exception as error:  # columns whose types differ between rows: each row its own dataset, as in its file
@@ -80,16 +90,16 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     trainer = _trainer_state(tokenizer, setup, args, rows[0])
     progress = datasets.utils.logging.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # library code draws no bars; the CLI's come through its steps
-    trl_log = logging.getLogger("trl")
-    level, trl_log.level = trl_log.level, logging.ERROR  # TRL's advice to its own users, not Gradian's
+    quiet = logging.getLogger("gradian.trl_preparation")  # TRL's advice to its own users, not Gradian's; a plain
+    quiet.setLevel(logging.ERROR)  # logger: accelerate's asks for a process state Gradian never sets up
     try:  # one process's preparation: TRL's main-process-first barrier would wait for ranks that never come
-        with mock.patch.object(sft_trainer, "global_then_local_main_first", contextlib.nullcontext):
+        with mock.patch.object(sft_trainer, "global_then_local_main_first", contextlib.nullcontext), \
+                mock.patch.object(sft_trainer, "logger", quiet):
             prepared = SFTTrainer._prepare_dataset(trainer, dataset, trainer._tokenizer, args, False, None, "train")
     except Exception as error:  # anything TRL's code raises on these rows: the port renders them and says so
         raise TrlCannotPrepare(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__) \
             from None
     finally:
-        trl_log.level = level
         if progress:
             datasets.enable_progress_bars()
     if tally is not None:
@@ -99,6 +109,8 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     for index, (ids, labels) in enumerate(zip(prepared["input_ids"], prepared["labels"], strict=True)):
         out.append((list(ids), list(labels), _prompt_length(labels, masks[index] if masks else None,
                                                              "prompt" in rows[index])))
+    if name is not None:
+        rows_cache.save(name, out)
     return out
 
 
@@ -118,6 +130,30 @@ def trl_columns(example: Example, text_field: str = "text") -> tuple[dict[str, A
     if "reference" in row and "completion" not in row:
         row["completion"] = row.pop("reference")
     return row, guessed
+
+
+def trl_chat(example: Example, text_field: str = "text") -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """A chat row's prompt turns as TRL renders them (the file's own roles; ShareGPT's keys renamed by TRL's
+    `maybe_convert_to_chatml`), the role its answer turn carries there, and its `tools` / `chat_template_kwargs`
+    columns. Where the prompt ends is Gradian's reading of the row (`Example.prompt`)."""
+    from trl.data_utils import maybe_convert_to_chatml
+
+    row = maybe_convert_to_chatml(copy.deepcopy(trl_columns(example, text_field)[0]))
+    prompt = example.prompt if isinstance(example.prompt, list) else []
+    extras = {key: row[key] for key in ("tools", "chat_template_kwargs") if row.get(key) is not None}
+    turns = row.get("messages", row.get("prompt"))
+    if not isinstance(turns, list) or len(turns) < len(prompt):
+        return list(prompt), "assistant", extras
+    answer = turns[len(prompt)] if "messages" in row and len(turns) > len(prompt) else None
+    role = answer.get("role", "assistant") if isinstance(answer, dict) else "assistant"
+    return turns[: len(prompt)], role, extras
+
+
+def template_kwargs(extras: dict[str, Any]) -> dict[str, Any]:
+    """The chat template's keyword arguments from a row's `tools` and `chat_template_kwargs`, as TRL passes them."""
+    tools = extras.get("tools")
+    return {**({"tools": json.loads(tools) if isinstance(tools, str) else tools} if tools else {}),
+            **(extras.get("chat_template_kwargs") or {})}
 
 
 def _trl_row(example: Example, setup: TrainingSetup, tally: Preparation | None) -> dict[str, Any]:
