@@ -99,6 +99,28 @@ def test_fuzz_dataset_json_lines(rows, eval_set, blank, folder):
 
 
 @FUZZ
+@given(rows=st.lists(row_dicts() | st.fixed_dictionaries({"messages": st.just([{"role": "user", "content": "my order"}]),
+                                                           "tools": scalars | json_values(KEYS),
+                                                           "chat_template_kwargs": scalars | json_values(KEYS)}),
+                     min_size=1, max_size=6),
+       assistant_only=st.booleans())
+@bounded
+def test_fuzz_rows_through_trls_preparation(rows, assistant_only, folder, tiny_tokenizer):
+    """Rows the reader accepts, prepared by TRL's own code (or the port where TRL's code refuses them): rows or one
+    InputError, never another exception."""
+    from gradian.data.render import render_dataset
+    from gradian.data.setup import TrainingSetup
+
+    path = folder / "prepared.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    examples = _read(path)
+    if examples is not None:
+        setup = TrainingSetup(assistant_only_loss=assistant_only, max_length=16)
+        rendered = answer(lambda: render_dataset(examples, tiny_tokenizer, setup), path)
+        assert rendered is None or len(rendered) == len(examples)
+
+
+@FUZZ
 @given(rows=st.lists(row_dicts(), max_size=6) | json_values(KEYS))
 @bounded
 def test_fuzz_dataset_json_array(rows, folder):
