@@ -57,7 +57,7 @@ def test_every_built_in_check_is_registered():
     assert {"truncation", "cut_in_data", "missing_eos", "pad_eos_masking", "prompt_loss", "no_loss", "duplicate",
             "near_duplicate", "train_eval_overlap", "many_epochs", "eval_loss_rising", "loss_spike", "nan_in_logs",
             "chat_template_on_base", "double_bos", "untrained_added_tokens", "learning_rate", "lora_alpha_rank",
-            "adapter_base_mismatch"} <= names
+            "adapter_base_mismatch", "packing_split"} <= names
 
 
 def test_truncated_completion_names_rows_and_p99(tiny_tokenizer):
@@ -294,3 +294,18 @@ def test_keep_end_cut_rows_do_not_train_their_prompt(tiny_tokenizer):
     findings = run_checks(context(tiny_tokenizer, rows, setup))
     assert not [f for f in findings if f.check == "prompt_loss"], [f.title for f in findings]
     assert fired(findings, "truncated_completion").example_ids == ["1", "2", "3", "4", "5"]
+
+
+def test_wrapped_packing_names_the_rows_a_block_cuts(tiny_tokenizer):
+    """packing_strategy='wrapped': the rows laid end to end, cut every max_length tokens; exactly the rows a cut falls
+    inside are named (a naive reference over the rows' lengths), with bfd as the fix."""
+    setup = TrainingSetup(packing=True, packing_strategy="wrapped", max_length=50)
+    ctx = context(tiny_tokenizer, setup=setup)
+    lengths = [len(r.input_ids) for r in ctx.rendered]
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    expected = [r.example_id for r, a, n in zip(ctx.rendered, starts, lengths, strict=True) if a // 50 != (a + n - 1) // 50]
+    finding = fired(run_checks(ctx), "packing_split")
+    assert expected and finding.example_ids == expected
+    assert finding.values["fix_settings"] == {"packing_strategy": "bfd"} and "packing_strategy='bfd'" in finding.fix
+    bfd = run_checks(context(tiny_tokenizer, setup=TrainingSetup(packing=True, max_length=50)))
+    assert not [f for f in bfd if f.check == "packing_split"]

@@ -220,3 +220,17 @@ def test_axolotl_truncate_strategy_and_chat_datasets(tmp_path):
 def test_unknown_override_is_bad_input():
     with pytest.raises(InputError, match="unknown setting"):
         read_run(None, None, {"max_len": 3})
+
+
+@pytest.mark.parametrize(("given", "read"), [("wrapped", "wrapped"), ("bfd-requeue", "bfd_split"), ("bfd", "bfd")])
+def test_packing_strategy_is_read_from_the_config(given, read):
+    from gradian.data.config_fields import setup_fields
+
+    assert setup_fields({"packing": True, "packing_strategy": given}, "trl")["packing_strategy"] == read
+
+
+def test_an_unknown_packing_strategy_is_refused():
+    from gradian.data.config_fields import setup_fields
+
+    with pytest.raises(InputError, match="packing_strategy 'ffd-x' is not bfd, bfd_split or wrapped"):
+        setup_fields({"packing_strategy": "ffd-x"}, "trl")

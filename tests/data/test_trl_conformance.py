@@ -166,3 +166,20 @@ def test_trls_rows_are_kept_by_content_and_read_back(tiny_tokenizer, tmp_path, m
     off = Preparation()
     render_dataset(examples, tiny_tokenizer, TrainingSetup(), off)
     assert off.cached_rows == 0
+
+
+def test_bfd_packing_cuts_over_long_rows_as_trl_packs_them(tiny_tokenizer, tiny_model, tmp_path):
+    """packing=True, TRL's default bfd: a row past max_length is cut to its first max_length tokens. The lengths in
+    TRL's packed blocks (`seq_lengths`) are the lengths of Gradian's rows."""
+    rows = [{"prompt": "my order is late " * (1 + i % 4), "completion": " please help " * (1 + i % 3)}
+            for i in range(12)]
+    config = {"packing": True, "max_length": 24}
+    args = SFTConfig(output_dir=str(tmp_path / "trl"), report_to=[], use_cpu=True, dataset_num_proc=None, **config)
+    trainer = SFTTrainer(model=tiny_model, args=args, train_dataset=Dataset.from_list(rows),
+                         processing_class=tiny_tokenizer)
+    packed = sorted(n for block in trainer.train_dataset["seq_lengths"] for n in block)
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rendered = render_dataset(read_dataset(path), tiny_tokenizer, TrainingSetup(**config))
+    assert sorted(len(r.input_ids) for r in rendered) == packed
+    assert any(r.over_limit == "truncated" and r.tail_cut for r in rendered)

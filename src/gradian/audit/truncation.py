@@ -58,6 +58,30 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
 
 
+@check("packing_split")
+def split_by_packing(ctx: AuditContext) -> list[Finding]:
+    """Rows TRL's packing cuts across blocks (`packing_strategy` wrapped, or bfd_split's overflow): the part after the
+    cut trains without the row's start (its prompt) as context."""
+    if not ctx.setup.packing or ctx.setup.framework == "axolotl":
+        return []
+    split = [r for r in ctx.rendered if r.over_limit == "split"]
+    if not split:
+        return []
+    strategy = ctx.setup.packing_strategy
+    ids = [r.example_id for r in split]
+    how = ("packing_strategy='wrapped' cuts a block every max_length tokens across rows" if strategy == "wrapped" else
+           f"packing_strategy='{strategy}' trains what runs past max_length as a row of its own")
+    title = (f"{share(len(split), len(ctx.rendered))} are cut across packed blocks ({how}): the part after the cut "
+             f"trains without the row's start as context")
+    fix = ("set packing_strategy='bfd' (TRL's default: every row kept whole in one block) and max_length ≥ the "
+           f"longest row ({max(r.full_length for r in ctx.rendered)} tokens as trained), or turn packing off; "
+           f"rows {id_list(ids)}")
+    values = {"rows": len(split), "packing_strategy": strategy, "max_length": ctx.setup.max_length,
+              "fix_settings": {"packing_strategy": "bfd"}}
+    return [Finding("packing_split", _severity(len(split), len(ctx.rendered)), title, fix, ids, values,
+                    category="setup")]
+
+
 def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int | None) -> Finding:
     """Rows cut at `limit` tokens that still end in a supervised EOS (EOS appended after truncating: the model learns
     to stop mid-answer), out of `total`; `longest`, the longest row whole, when known. A setting, not rows: the audit

@@ -40,6 +40,9 @@ def setup_fields(config: dict[str, Any], framework: str, path: Path | None = Non
         out = _axolotl_fields(config) if framework == "axolotl" else _trl_fields(config, path)
     except (TypeError, ValueError, OverflowError) as error:
         raise InputError(f"holds a setting Gradian cannot use ({error}); fix it.", path or "training_args.bin") from None
+    if out.get("packing_strategy") not in (None, "bfd", "bfd_split", "wrapped"):
+        raise InputError(f"packing_strategy {out['packing_strategy']!r} is not bfd, bfd_split or wrapped.",
+                         path or "training_args.bin")
     if out.get("truncation_mode") not in (None, "keep_start", "keep_end"):
         raise InputError(f"truncation_mode {out['truncation_mode']!r} is not keep_start or keep_end.",
                          path or "training_args.bin")
@@ -57,6 +60,9 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
     for name in ("truncation_mode", "dataset_text_field"):
         if isinstance(config.get(name), str):
             out[name] = config[name]
+    strategy = config.get("packing_strategy")
+    if isinstance(strategy, str):  # TRL's old name for bfd_split
+        out["packing_strategy"] = "bfd_split" if strategy == "bfd-requeue" else strategy
     for name in ("eos_token", "pad_token"):  # None is a recorded choice: the tokenizer's token
         if name in config and (config[name] is None or isinstance(config[name], str)):
             out[name] = config[name]

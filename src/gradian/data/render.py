@@ -106,12 +106,16 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
     rows = iter(examples)  # read in order: columns build a batch of rows at once
     tally = tally if tally is not None else Preparation()
     trusted: dict[str, bool] = {}  # shape -> whether the fast path equals TRL's code on its first rows
+    position = 0  # wrapped packing: where the next row starts in the rows laid end to end
     options = axolotl_options(setup) if setup.framework == "axolotl" else {}
     entries: dict[str, dict[str, Any]] = {}  # axolotl: one datasets entry per source file
     while chunk := list(itertools.islice(rows, BATCH)):
         if setup.framework != "axolotl":
             prepared = _prepare_chunk(chunk, tokenizer, setup, trusted, tally)
-            yield [_limit(example, *row, tokenizer, setup) for example, row in zip(chunk, prepared, strict=True)]
+            rendered = [_limit(example, *row, tokenizer, setup) for example, row in zip(chunk, prepared, strict=True)]
+            if setup.packing and setup.packing_strategy == "wrapped" and setup.max_length:
+                position = _wrapped(rendered, setup.max_length, position)
+            yield rendered
             continue
         out = []
         for example in chunk:
@@ -273,10 +277,15 @@ def _limit(example: Example, ids: list[int], labels: list[int], prompt_len: int,
         labels = [IGNORE if token == pad_id else label for token, label in zip(ids, labels, strict=True)]
     full_length = len(ids)
     dropped = tail_cut = False
-    if setup.max_length is not None and not setup.packing and full_length > setup.max_length:
-        cut = slice(None, setup.max_length) if setup.truncation_mode == "keep_start" else slice(-setup.max_length, None)
+    over_long = setup.max_length is not None and full_length > setup.max_length
+    if over_long and setup.packing and setup.packing_strategy != "bfd":
+        over = "split"  # bfd_split trains the overflow as a row of its own; wrapped cuts blocks across rows
+    elif over_long:  # TRL's truncation, or bfd packing's: it keeps the first max_length tokens
+        assert setup.max_length is not None
+        keep_start = setup.packing or setup.truncation_mode == "keep_start"
+        cut = slice(None, setup.max_length) if keep_start else slice(-setup.max_length, None)
         ids, labels = ids[cut], labels[cut]
-        tail_cut = setup.truncation_mode == "keep_start"  # the completion's end, EOS included, is gone
+        tail_cut = keep_start  # the completion's end, EOS included, is gone
         if tail_cut and setup.eos_after_truncation:  # add_eos_token after the cut: the row ends mid-answer in EOS
             eos = tokenizer.convert_tokens_to_ids(eos_token_of(tokenizer, setup))
             ids, labels = ids[:-1] + [eos], labels[:-1] + [eos if labels[-1] != IGNORE else IGNORE]
@@ -286,6 +295,18 @@ def _limit(example: Example, ids: list[int], labels: list[int], prompt_len: int,
         over = ""
     dropped = dropped or labels.count(IGNORE) == len(labels)
     return Rendered(example.id, ids, labels, full_length, prompt_len, tail_cut, dropped, over)
+
+
+def _wrapped(rows: list[Rendered], block: int, position: int) -> int:
+    """TRL's wrapped packing lays the rows end to end (dataset order: SFTConfig does not shuffle by default; rows with
+    no trained token stay, TRL filters them only when not packing) and cuts every `block` tokens: a row a cut falls
+    inside is `split`. Returns where the next chunk's rows start."""
+    for row in rows:
+        end = position + len(row.input_ids)
+        if position // block != (end - 1) // block:
+            row.over_limit = "split"
+        position = end
+    return position
 
 
 def _finish_axolotl(example: Example, ids: list[int], labels: list[int], prompt_len: int, entry: dict[str, Any],

@@ -33,6 +33,10 @@ class TrainingSetup:
                           "a cut row still ends in a supervised EOS"},
     )
     packing: bool = False
+    packing_strategy: str = field(
+        default="bfd",
+        metadata={"help": "TRL packing: bfd (rows kept whole, over-long rows cut at max_length) | bfd_split (their "
+                          "overflow trained as rows of its own) | wrapped (blocks cut across rows)"})
     padding_free: bool = field(default=False, metadata={"help": "rows flattened into one sequence, no pad tokens"})
     dataset_text_field: str = "text"
     eos_token: str | None = field(default=None, metadata={"help": "None: the tokenizer's"})
