@@ -134,3 +134,41 @@ def test_bad_served_answers_name_the_file_and_line(tmp_path, content, says):
     with pytest.raises(InputError) as raised:
         read_served_outputs(path, ["e0", "e1"])
     assert says in str(raised.value) and str(path) in str(raised.value)
+
+
+def merged_export(tmp_path, tokenizer, *, seed, dtype):
+    """A served folder with merged weights: a tiny Llama drawn from `seed`, saved in `dtype`."""
+    import torch
+
+    from conftest import make_tiny_model
+
+    folder = tmp_path / f"merged-{seed}-{dtype}"
+    make_tiny_model(tokenizer, seed=seed).to(getattr(torch, dtype)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return read_export(folder)
+
+
+def test_merged_weights_that_answer_otherwise_and_fail_are_named_with_their_dtype(tmp_path, tokenizer):
+    """The export's weights answer the prompts Gradian's path answered; where those weights are another model (in
+    bf16 here) the fine-tune's right answers come out otherwise and fail; the export of the weights Gradian's path ran
+    (float32, the same answers) is no difference."""
+    from conftest import make_tiny_model
+    from gradian.regression.generation import generate
+
+    measured, served, examples, setup = world(tmp_path, tokenizer, rows=3)
+    capability = get_capability("json_formatting")
+    same = merged_export(tmp_path, tokenizer, seed=0, dtype="float32")
+    model = make_tiny_model(tokenizer, seed=0)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    own = generate(model, tokenizer, [row.prompt_ids for row in measured.rows], max_new_tokens=12)
+    for row, answer in zip(measured.rows, own, strict=True):
+        row.finetuned = answer  # the path's own answers, counted right: only a change of weights can break them
+    assert same.weights and same.dtype == "float32"
+    assert "merged_weights" not in rules(differences(measured, served, same, examples, tokenizer, setup, capability))
+    other = merged_export(tmp_path, tokenizer, seed=7, dtype="bfloat16")
+    found = rules(differences(measured, served, other, examples, tokenizer, setup, capability))["merged_weights"]
+    assert found["dtype"] == "bfloat16" and found["n_rows"] == found["n_changed"] == 3 and found["example_id"] == "e0"
+    without = export(tmp_path, tokenizer)  # no weights: nothing loaded
+    assert not without.weights
+    assert "merged_weights" not in rules(differences(measured, served, without, examples, tokenizer, setup,
+                                                     capability))

@@ -13,10 +13,13 @@ generation_config.json, tokenizer and chat template) and the answers it returned
   the rendered text is tokenized with special tokens);
 - `system_prompt`: a system prompt the training rendering holds is missing from the served one;
 - `max_new_tokens`: generation_config.json's `max_new_tokens` is shorter than the longest reference answer, so
-  served answers are cut.
+  served answers are cut;
+- `merged_weights`: the export holds merged weights (`*.safetensors`; pickled weights are never read): loaded in the
+  dtype its config.json names, they answer the eval prompts as training rendered them, with the trained stop token
+  and the fine-tune's answer lengths, so only the weights differ from Gradian's path; answers the fine-tune got
+  right that now fail (merge precision, a merge into a quantized or another base) are the evidence.
 
-Re-generating with the merged weights in the served dtype is not a rule: Gradian does not load the export's
-weights. The sentences (and each rule's one-line fix) are in `gradian.verdict.wording`.
+The sentences (and each rule's one-line fix) are in `gradian.verdict.wording`.
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradian.capabilities import passed
+from gradian.capabilities import Capability, passed
 from gradian.data.examples import Example
 from gradian.data.render import eos_token_of
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
 from gradian.files import read_json_object
+from gradian.regression.generation import generate
 from gradian.regression.measure import RegressionResult, RegressionRow
 from gradian.regression.served import ServedRegression
 
-RULES = ("stop_token", "chat_template", "double_bos", "system_prompt", "max_new_tokens")
+RULES = ("stop_token", "chat_template", "double_bos", "system_prompt", "max_new_tokens", "merged_weights")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 CONTEXT_TOKENS = 4  # tokens shown before the first differing one
 
@@ -61,11 +65,14 @@ class ServedExport:
     max_new_tokens: int | None = None
     tokenizer: Any = None
     chat_template: str | None = None
+    weights: bool = False  # the folder holds merged weights in safetensors
+    dtype: str | None = None  # config.json's dtype (torch_dtype): what a server loads the weights in
 
 
 def read_export(folder: str | Path) -> ServedExport:
     """The served folder's generation_config.json (else config.json) stop tokens and token limit, its tokenizer and
-    chat template (chat_template.jinja, else tokenizer_config.json's); weights are not read."""
+    chat template (chat_template.jinja, else tokenizer_config.json's), whether it holds safetensors weights and their
+    dtype; the weights themselves are read only by `merged_weights`."""
     path = Path(folder)
     if not path.is_dir():
         raise InputError("no such folder; pass the exported model folder as served (config.json, "
@@ -76,8 +83,10 @@ def read_export(folder: str | Path) -> ServedExport:
     eos_ids = None if eos is None else [eos] if isinstance(eos, int) else [int(i) for i in eos]
     limit = generation.get("max_new_tokens")
     tokenizer = _tokenizer(path) if any((path / name).is_file() for name in TOKENIZER_FILES) else None
+    dtype = config.get("dtype", config.get("torch_dtype"))
     return ServedExport(str(path), eos_ids, int(limit) if isinstance(limit, int) else None, tokenizer,
-                        _chat_template(path, tokenizer))
+                        _chat_template(path, tokenizer), any(path.glob("*.safetensors")),
+                        dtype if isinstance(dtype, str) else None)
 
 
 def _json_file(path: Path) -> dict[str, Any]:
@@ -106,13 +115,47 @@ def _chat_template(path: Path, tokenizer: Any) -> str | None:
 
 
 def differences(measured: RegressionResult, served: ServedRegression, export: ServedExport | None,
-                examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup) -> list[Difference]:
-    """Every rule that holds, in `RULES` order; the prompt rules and the token limit need the served folder."""
+                examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
+                capability: Capability | None = None, device: str = "cpu") -> list[Difference]:
+    """Every rule that holds, in `RULES` order; the prompt rules and the token limit need the served folder, the
+    merged weights its safetensors and the capability that scores their answers."""
     found = [stop_token(measured, served, export, trained_eos_id(tokenizer, setup))]
     if export is not None:
         found += prompt_differences(measured.rows, examples, tokenizer, export)
         found.append(token_limit(measured.rows, export, tokenizer))
+        if export.weights and capability is not None:
+            found.append(merged_weights(measured.rows, export, tokenizer, setup, capability, device))
     return [d for d in found if d is not None]
+
+
+def merged_weights(rows: Sequence[RegressionRow], export: ServedExport, tokenizer: Any, setup: TrainingSetup,
+                   capability: Capability, device: str = "cpu") -> Difference | None:
+    """The export's weights in their served dtype, answering the prompts Gradian's path answered (same prompt ids,
+    the trained stop token, room for the fine-tune's longest answer): the rows whose answer changed and now fails
+    where the fine-tune's passed."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, export.dtype, None) if export.dtype else None
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(export.folder, use_safetensors=True,
+                                                          dtype=dtype if isinstance(dtype, torch.dtype) else "auto")
+        model = model.to(device).eval()
+    except Exception as error:  # noqa: BLE001 - the user's folder: one sentence
+        raise InputError(f"cannot load the served model's weights ({reason(error)}); pass a folder whose "
+                         "safetensors load with transformers, or one without weights.", export.folder) from None
+    eos = trained_eos_id(tokenizer, setup)
+    model.generation_config.eos_token_id = eos  # the fine-tune's own stop: only the weights differ
+    longest = max(len(row.finetuned.ids) for row in rows)
+    answers = generate(model, tokenizer, [row.prompt_ids for row in rows], max_new_tokens=max(longest, 1))
+    changed = [(row, answer) for row, answer in zip(rows, answers, strict=True)  # as far as the fine-tune's went
+               if answer.ids[: len(row.finetuned.ids)] != row.finetuned.ids]
+    broken = [row.id for row, answer in changed
+              if passed(row.finetuned_score) and not passed(capability.score(answer.text, row.reference))]
+    if not broken:
+        return None
+    return Difference("merged_weights", {"n_rows": len(broken), "n_changed": len(changed), "example_id": broken[0],
+                                         "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")})
 
 
 def trained_eos_id(tokenizer: Any, setup: TrainingSetup) -> int | None:

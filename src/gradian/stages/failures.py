@@ -11,6 +11,7 @@ from gradian.audit import DiagnoseResult
 from gradian.capabilities import get_capability
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
+from gradian.regression.loading import pick_device_dtype
 from gradian.regression.measure import RegressionResult, measure_regression
 from gradian.regression.served import ServedAnswers, measure_served, read_served
 from gradian.regression.serving_diff import ServedExport, differences, read_export
@@ -80,7 +81,9 @@ def served(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
         assert measured is not None and given is not None
         found = measure_served(measured, get_capability(settings.capability), given.answers,
                                min_effect=settings.min_effect, seed=settings.seed)
-        diffs = differences(measured, found, given.export, audit.eval_examples or [], tokenizer, audit.setup)
+        device = str(pick_device_dtype((ranks or Ranks()).device(settings.device), None)[0])  # the export's weights
+        diffs = differences(measured, found, given.export, audit.eval_examples or [], tokenizer, audit.setup,
+                            get_capability(settings.capability), device)
         return {**found.to_dict(), "model": given.model,
                 "differences": [{"rule": d.rule, "evidence": d.evidence,
                                  "fix": difference_fix({"rule": d.rule, "evidence": d.evidence})} for d in diffs]}

@@ -294,9 +294,9 @@ def serving(regression: dict[str, Any], served: dict[str, Any]) -> tuple[str, st
 
 
 SERVING_UNFOUND = ("serve as trained and measure again: the chat template and tokenizer saved with the adapter, its "
-                   "EOS among the stop tokens, greedy decoding, max_new_tokens above the longest answer; Gradian "
-                   "does not re-generate with the merged weights in the served dtype, so compare that export with "
-                   "the adapter on the base yourself")
+                   "EOS among the stop tokens, greedy decoding, max_new_tokens above the longest answer; to have "
+                   "Gradian re-generate with the merged weights in the served dtype, give --served-model the "
+                   "export with its safetensors")
 
 
 def difference_sentence(difference: dict[str, Any]) -> str:
@@ -321,6 +321,10 @@ def difference_sentence(difference: dict[str, Any]) -> str:
     if rule == "system_prompt":
         return (f"The system prompt training rendered is missing from the served prompt on {e['n_rows']} eval rows "
                 f"(first: {e['example_id']}).")
+    if rule == "merged_weights":
+        return (f"The export's merged weights, loaded in {e['dtype']}, answer {e['n_changed']} eval prompts otherwise "
+                f"than the adapter on the base with the same prompts and stop token; {e['n_rows']} answers the "
+                f"fine-tune got right fail (first: eval row {e['example_id']}).")
     return (f"The served max_new_tokens is {e['max_new_tokens']}, shorter than the longest reference answer "
             f"({e['longest_reference']} tokens, eval row {e['example_id']}): {e['n_rows']} answers are cut.")
 
@@ -343,6 +347,9 @@ def difference_fix(difference: dict[str, Any]) -> str:
                 "(add_special_tokens=False), so the prompt starts with one BOS as in training")
     if rule == "system_prompt":
         return "send the system prompt the run trained with, or put it in the served chat template as its default"
+    if rule == "merged_weights":
+        return ("merge the adapter into the base in float32 and cast once after (never merge into a quantized or "
+                "bf16-rounded base), or serve the adapter unmerged on its base")
     return (f"raise max_new_tokens in generation_config.json (and the server's limit) from {e['max_new_tokens']} to at "
             f"least {e['longest_reference'] + 1}")
 
