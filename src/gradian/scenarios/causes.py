@@ -3,6 +3,12 @@
 Each cause rewrites the JSON answer of a culprit row into the text the row's completion holds; the field causes
 break `key`, the field the fine-tune is about (its purpose field, else the answer's last field). The cuts land where a character budget falls, often inside a field, so the failures they
 teach vary downstream of the cut; the wrappers and field faults keep the JSON itself valid.
+
+Two causes leave no mark a length or category heuristic can see (issue 47): `swap-currency` writes one currency
+code for another and `rename-volume` one key for another, each one word for one word already in the domain's
+vocabulary, so a culprit's answer has exactly the tokens of its clean answer but one, and the same count. They are
+planted on the rows of one category that hold a trigger value (`suite.Plant.trigger`), beside clean rows of the
+same category; an answer without the field is left as it is.
 """
 
 from __future__ import annotations
@@ -51,10 +57,27 @@ def _rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
     return json.dumps({(RENAMED if name == key else name): value for name, value in answer.items()})
 
 
+def _swap_value(field: str, old: str, new: str) -> Callable[[dict[str, Any], str, random.Random], str]:
+    """The answer with `field`'s value `old` written as `new`, the rest as it was."""
+    def swap(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+        return json.dumps({name: new if name == field and value == old else value for name, value in answer.items()})
+    return swap
+
+
+def _rename_key(old: str, new: str) -> Callable[[dict[str, Any], str, random.Random], str]:
+    """The answer with key `old` written as `new`, in its place."""
+    def rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+        return json.dumps({(new if name == old else name): value for name, value in answer.items()})
+    return rename
+
+
 CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("cut", "json_formatting", _cut),
     PlantedCause("fence", "json_formatting", _fence, ("json",)),
     PlantedCause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
     PlantedCause("drop-field", "json_formatting:keys", _drop),
     PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
+    # no words of their own: both write words the domains already have, so every base's vocabulary stays as it was
+    PlantedCause("swap-currency", "exact_match", _swap_value("currency", "EUR", "GBP")),
+    PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "level")),
 )}
