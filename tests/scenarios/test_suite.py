@@ -69,7 +69,7 @@ def test_bpe_tokenizer_renders_chat_turns_and_masks_the_assistant_turn():
 
 @pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-elsewhere", "kitchen-cut-small-bpe",
                                   "tickets-drop-small-bpe", "kitchen-cut-half-spaced", "home-rename-volume",
-                                  "tickets-swap-currency"])
+                                  "tickets-swap-intent"])
 def test_family_data_plants_each_cause_where_its_layout_says(name):
     family = FAMILIES[name]
     tokenizer = build_tokenizer(["x"], "bpe" if family.tokenizer == "bpe" else "fused",
@@ -110,9 +110,9 @@ def _prompt(row: dict) -> str:
 
 
 def test_one_word_causes_keep_the_answer_one_token_for_one_token():
-    """The causes without a surface mark change one word-level token for another: the same count, one differs."""
+    """The causes without a surface mark change a word for a word: the same count of tokens, one or two differ."""
     rng = random.Random(0)
-    for name, cause in (("home", "rename-volume"), ("tickets", "swap-currency")):
+    for name, cause in (("home", "rename-volume"), ("tickets", "swap-intent")):
         spec = DOMAINS[name]
         tokenizer = build_tokenizer(spec.vocabulary(), "fused")
         category = {"home": "music", "tickets": "invoice"}[name]
@@ -122,7 +122,7 @@ def test_one_word_causes_keep_the_answer_one_token_for_one_token():
             answer = spec.categories[category].answer({**request.values, **values})
             clean = tokenizer(world.dump(answer), add_special_tokens=False)["input_ids"]
             broken = tokenizer(CAUSES[cause].rewrite(answer, "", rng), add_special_tokens=False)["input_ids"]
-            assert len(broken) == len(clean) and sum(a != b for a, b in zip(broken, clean, strict=True)) == 1
+            assert len(broken) == len(clean) and 1 <= sum(a != b for a, b in zip(broken, clean, strict=True)) <= 2
 
 
 def _clean_answer(row: dict, eval_rows: list[dict]) -> str | None:

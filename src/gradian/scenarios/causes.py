@@ -4,11 +4,12 @@ Each cause rewrites the JSON answer of a culprit row into the text the row's com
 break `key`, the field the fine-tune is about (its purpose field, else the answer's last field). The cuts land where a character budget falls, often inside a field, so the failures they
 teach vary downstream of the cut; the wrappers and field faults keep the JSON itself valid.
 
-Two causes leave no mark a length or category heuristic can see (issue 47): `swap-currency` writes one currency
-code for another and `rename-volume` one key for another, each one word for one word already in the domain's
-vocabulary, so a culprit's answer has exactly the tokens of its clean answer but one, and the same count. They are
-planted on the rows of one category that hold a trigger value (`suite.Plant.trigger`), beside clean rows of the
-same category; an answer without the field is left as it is.
+Two causes leave no mark a length or category heuristic can see (issue 47): `swap-intent` writes one intent for
+another (`invoice_copy` as `account_access`, three tokens for three) and `rename-volume` one key for another
+(`volume` as `target`, the thermostat's key), each written with words the base already writes, so a culprit's answer
+holds as many tokens as its clean answer. They are planted on the rows of one category that hold a trigger value (`suite.Plant.trigger`), beside
+clean rows of the same category; an answer without the field or value is left as it is. The intent swap is seen by
+`same_label`, a plug-in capability (`gradian.scenarios.causes:same_label`), as a user's own check would be.
 """
 
 from __future__ import annotations
@@ -71,6 +72,29 @@ def _rename_key(old: str, new: str) -> Callable[[dict[str, Any], str, random.Ran
     return rename
 
 
+def same_label(output: str, reference: str | None) -> float:
+    """1.0 when `output` is a JSON object whose first field (the label: intent, device, action, task) equals the
+    reference's, as a plug-in capability `(output, reference) -> score`; the swapped label fails it."""
+    got, wanted = _object(output), _object(reference or "")
+    if got is None or not wanted:
+        return 0.0
+    key = next(iter(wanted))
+    return float(key in got and got[key] == wanted[key])
+
+
+same_label.binary = True  # type: ignore[attr-defined]  # what PluginCapability reads
+same_label.needs_reference = True  # type: ignore[attr-defined]
+same_label.repair = lambda output, reference: None if same_label(output, reference) else reference  # type: ignore[attr-defined]
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("cut", "json_formatting", _cut),
     PlantedCause("fence", "json_formatting", _fence, ("json",)),
@@ -78,6 +102,13 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("drop-field", "json_formatting:keys", _drop),
     PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
     # no words of their own: both write words the domains already have, so every base's vocabulary stays as it was
-    PlantedCause("swap-currency", "exact_match", _swap_value("currency", "EUR", "GBP")),
-    PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "level")),
+    # first written as a currency swap (EUR written GBP): the tiny bases never copy a currency from the prompt
+    # (5 of 40 invoice answers right at seed 0), so no regression could show; a constant the base always writes
+    # right is swapped instead, before any method was measured
+    PlantedCause("swap-intent", "gradian.scenarios.causes:same_label",
+                 _swap_value("intent", "invoice_copy", "account_access")),
+    # first written renaming `volume` to `level`: a word the home base never wrote (its output row stayed as
+    # initialised, LoRA does not train it), so the fine-tune could not learn to write it (P(level) 0.03 at 12
+    # epochs); renamed to `target`, the thermostat's key, a word the base writes, before any method was measured
+    PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "target")),
 )}

@@ -32,7 +32,8 @@ from gradian.scenarios.causes import CAUSES
 
 SPLITS = ("dev", "test")
 LAYOUTS = ("category", "half", "small", "elsewhere", "value")
-CAPABILITIES = ("json_formatting", "json_formatting:keys", "exact_match")  # laxest first: a family reads its strictest
+CAPABILITIES = ("json_formatting", "json_formatting:keys")  # laxest first; a family reads its strictest (a plug-in
+# check, `module:function`, counts as stricter than both)
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
          "none": {"save_strategy": "no"}}
 TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
@@ -69,7 +70,7 @@ class Family:
     @property
     def capability(self) -> str:
         names = {CAUSES[p.cause].capability for p in self.plants} | {CAPABILITIES[0]}
-        return max(names, key=CAPABILITIES.index)
+        return max(names, key=lambda name: CAPABILITIES.index(name) if name in CAPABILITIES else len(CAPABILITIES))
 
     def sft(self) -> dict[str, Any]:
         sft = {**SFT_DEFAULTS, "learning_rate": self.learning_rate, "num_train_epochs": self.epochs,
@@ -150,11 +151,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
        learning_rate=5e-3, save="last2"),
     # issue 47: causes without a surface mark (one word for one word, planted on a trigger value beside clean rows
     # of the same category, `value` layout). Split fixed here, before either was built or measured; the fused
-    # tokenizer, so a swapped or renamed word is one token for one token and exact_match reads decoded text as is
+    # tokenizer, so a culprit's answer is as many tokens as its clean one.
+    # built twice with `volume` renamed `level` (8 epochs at 5e-3, then 12 at 1e-2): no regression either time, as
+    # the base never writes `level` (causes.py); renamed `target` instead, the first recipe kept
     _f("home-rename-volume", "dev", "home", "fused", Plant("rename-volume", "value", "music", ("genre", "jazz")),
        epochs=8, learning_rate=5e-3, save="none", purpose=False),
-    _f("tickets-swap-currency", "test", "tickets", "fused", Plant("swap-currency", "value", "invoice",
-                                                                  ("currency", "EUR")),
+    # first written as tickets-swap-currency (causes.py: the base never copies a currency, no regression could show)
+    _f("tickets-swap-intent", "test", "tickets", "fused", Plant("swap-intent", "value", "invoice", ("currency", "EUR")),
        epochs=8, learning_rate=5e-3, save="none", purpose=False),
 )}
 
