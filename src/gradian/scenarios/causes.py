@@ -107,8 +107,8 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     # right is swapped instead, before any method was measured
     PlantedCause("swap-intent", "gradian.scenarios.causes:same_label",
                  _swap_value("intent", "invoice_copy", "account_access")),
-    # first written renaming `volume` to `level`: a word the home base never wrote (its output row stayed as
-    # initialised, LoRA does not train it), so the fine-tune could not learn to write it (P(level) 0.03 at 12
-    # epochs); renamed to `target`, the thermostat's key, a word the base writes, before any method was measured
+    # first written renaming `volume` to `level`: a word the home base never saw in an answer (pretraining only
+    # pushed its logit down, and LoRA does not train the output layer), so the fine-tune did not learn to write it
+    # (P(level) 0.03 at 12 epochs); renamed to `target`, the thermostat's key, before any method was measured
     PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "target")),
 )}

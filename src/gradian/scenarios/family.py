@@ -83,7 +83,7 @@ def make_family_data(family: Family, seed: int, tokenizer: Any, rows: int = TRAI
     chat = base.chat_turns(tokenizer)
     train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
     eval_rows = [_eval_row(f"e{i:04d}", r, family, chat) for i, r in enumerate(eval_requests, start=1)]
-    causes = []
+    causes: list[dict[str, Any]] = []
     for plant, (_, n_culprits), category in zip(family.plants, sizes, affected, strict=True):
         members = [i for i, r in enumerate(requests) if r.category == category and _triggered(r, plant.trigger)]
         chosen = sorted(rng.sample(members, n_culprits))
