@@ -1,11 +1,18 @@
-"""Text baselines only the benchmarks rank with: BM25 (Okapi) of a training row, as a document, for a failing eval
-prompt, as a query. Its words are `gradian.scores.relevance`'s (runs of letters), so it reads the same tokens as the
-TF-IDF relevance the combined rank uses; `relevance.aggregate` turns its (N, Q) matrix into one score per row.
+"""Baselines only the benchmarks rank with.
+
+- BM25 (Okapi) of a training row, as a document, for a failing eval prompt, as a query. Its words are
+  `gradian.scores.relevance`'s (runs of letters), so it reads the same tokens as the TF-IDF relevance the combined
+  rank uses; `relevance.aggregate` turns its (N, Q) matrix into one score per row.
+- The answer-length control (issue 47): `--rank activation`'s difference of differences
+  (`gradian.scores.activation`) with the answer's token length as the only feature. A family on which it ranks
+  the culprits well is one whose cause shows in the rows' length, and measures no attribution power there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -36,3 +43,42 @@ def bm25_scores(
     f = docs.data
     weights.data = idf[docs.indices] * f * (k1 + 1) / (f + norm[row_of])
     return np.asarray((weights @ queries.T).toarray(), dtype=np.float64)  # (N, Q)
+
+
+def length_control_scores(failing: Sequence[int], intended: Sequence[int], trained: Sequence[int],
+                          own: Sequence[int]) -> np.ndarray:
+    """(N,) the answer-length control, higher = more suspect:
+
+        v   = mean_q ( |ŷ_q| − |y_q| )     the fine-tune's failing answers' length minus the references', in tokens
+        d_i = |c_i| − |b_i|                row i's answer as trained minus the base's own answer to its prompt
+        score_i = d_i · sign(v)
+
+    the activation ranking's cos(d_i, v) with one feature, where a cosine is only a sign and would tie every row
+    on the same side; the projection keeps how far each row moves the length. v = 0 scores every row 0."""
+    direction = float(np.mean(np.asarray(failing, dtype=np.float64) - np.asarray(intended, dtype=np.float64)))
+    differences = np.asarray(trained, dtype=np.float64) - np.asarray(own, dtype=np.float64)  # (N,)
+    return differences * np.sign(direction)
+
+
+def length_control(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path, *,
+                   batch_size: int = 16) -> np.ndarray:
+    """(N,) `length_control_scores` of a run's training rows, read as `--rank activation` reads them: the rows as
+    trained, the base's own answers from the same cache in `out_dir` (generated when absent), the failing answers
+    and references as `activation.intended_pairs` renders them. Rows with no supervised answer score 0."""
+    from gradian.data.render import render_prompt
+    from gradian.regression.base_answers import base_answers
+    from gradian.scores.activation import answer_limit, answerable, intended_pairs, trained_sequence
+
+    def length(sequence: tuple[list[int], list[bool]]) -> int:
+        return sum(sequence[1])
+
+    pairs = intended_pairs(failing, audit.eval_examples or [], tokenizer, audit.setup)
+    rows = answerable(audit.examples, audit.rendered)
+    trained = [trained_sequence(audit.rendered[i]) for i in rows]
+    prompts = [render_prompt(audit.examples[i], tokenizer, audit.setup) for i in rows]
+    answers, _ = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=answer_limit(trained),
+                              batch_size=batch_size)
+    scores = np.zeros(len(audit.rendered))  # (N,)
+    scores[rows] = length_control_scores([length(f) for f, _ in pairs], [length(r) for _, r in pairs],
+                                         [length(t) for t in trained], [len(a.ids) for a in answers])
+    return scores

@@ -17,7 +17,11 @@ and, for a two-cause run, `causes: [{cause, culprit_ids, category}]`). Per folde
    each kind with rows ranked by their harmful positions (`· positions`, from the extraction's own backward as
    `gradian attribute` takes them, with RepSim from its forward: `extract_train_features(direction=,
    representations=)`, timed as a whole extraction) and by their harmful tokens (`· tokens`,
-   `gradian.scores.token_harm.row_harms`, one more forward-mode pass).
+   `gradian.scores.token_harm.row_harms`, one more forward-mode pass);
+4. without gradients: `--rank activation` (`gradian.scores.activation`) and its answer-length control
+   (`baselines.length_control`, the same difference of differences with the answer's token length as its one
+   feature), both reading the base's own answers to the training prompts, generated once into
+   `DIR/<folder name>/activation/` (their cost counts that generation).
 
 Metrics per method: AUPRC (planted culprits positive), P@k (k = number of culprits), planted cluster ranked first
 (attribute's clusters, ranked by the sum of the method's positive robust z-scores), and per cause of a two-cause
@@ -50,7 +54,8 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
                 "RepSim (max)", "RepSim (mean)", "gradient (row sum)", "combined (row sum)", "gradient (tokens)",
                 "combined (tokens)", "gradient (default)",
                 "combined (default)",
-                "combined (max relevance)", "combined (mean relevance)", "combined, ungated")
+                "combined (max relevance)", "combined (mean relevance)", "combined, ungated", "activation",
+                "length control")
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
@@ -159,6 +164,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     arrays["sim/bm25"] = clock.timed("bm25", bm25_scores, texts, failing_prompts)
     arrays["part/repsim/sim"] = clock.timed("repsim", repsim_relevance, run.model, run.audit.rendered, queries,
                                             batch_size=settings.batch_size)  # with sim/tfidf: relevance_parts
+    run.without_gradients(queries, arrays)
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
@@ -240,6 +246,26 @@ class _GradientRun:
                                            representations=states)
             return position_harms_of(store, direction)
 
+    def failing(self) -> list[Any]:
+        """The regression rows of the failing queries `attribute` traced (its report's `run.queries`)."""
+        report = json.loads((Path(self.settings.out) / "report.json").read_text())
+        return [row for row in self.regression.rows if row.id in set(report["run"]["queries"])]
+
+    def without_gradients(self, failing: list[Any], arrays: dict[str, np.ndarray]) -> None:
+        """`--rank activation`'s (N,) cosines and the answer-length control's (N,) scores, the base's own answers
+        generated once for both (timed apart: `base answers`)."""
+        from benchmarks.harness.baselines import length_control
+        from gradian.scores.activation import activation_scores
+
+        where, batch = self.work / "activation", self.settings.batch_size
+        found = self.clock.timed("activation", activation_scores, self.model, self.tokenizer, self.audit, failing,
+                                 where, batch_size=batch)
+        arrays["activation"] = found.cosine
+        self.clock.seconds["activation"] -= found.generation_seconds
+        self.clock.seconds["base answers"] = found.generation_seconds
+        arrays["length control"] = self.clock.timed("length control", length_control, self.model, self.tokenizer,
+                                                    self.audit, failing, where, batch_size=batch)
+
     def pairs(self, kind: str) -> list[Any]:
         from gradian.scores.pairs import query_pairs
 
@@ -308,6 +334,12 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
         methods[f"BM25 ({how})"] = (rel.aggregate(arrays["sim/bm25"], how), {**free, "seconds": seconds["bm25"]})
         methods[f"RepSim ({how})"] = (rel.aggregate(parts["repsim"], how),
                                       {**free, "forward_rows": n_rows, "seconds": seconds["repsim"]})
+    if "activation" in arrays:  # both read the base's own answers, generated once: counted in each one's cost
+        generation = seconds["base answers"]
+        methods["activation"] = (arrays["activation"], {**free, "forward_rows": 2 * n_rows,
+                                                        "seconds": seconds["activation"] + generation})
+        methods["length control"] = (arrays["length control"], {**free, "seconds": seconds["length control"]
+                                                                + generation})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}  # name -> ((N,) mean effect, (N,) harm or None: −effect, cost)
     extra = {"positions": {"backward_rows": n_rows, "repsim_in_extraction": True},  # in the extraction's passes
@@ -409,11 +441,14 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         missing = [k for k in kinds if meta["attributed"] and f"effect/{k} · unit · final" not in arrays]
         no_harms = [k for k in kinds if meta["attributed"]
                     and any(key.format(kind=k) not in arrays for key in HARM_ARRAYS.values())]
-        if missing or no_harms:  # what this folder's ingredients lack: only that is computed, then kept
+        no_activation = meta["attributed"] and "activation" not in arrays
+        if missing or no_harms or no_activation:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
             run = _GradientRun(_settings(folder, work), work, clock)
             run.effects(missing, arrays)
             run.row_harms(no_harms, arrays)
+            if no_activation:
+                run.without_gradients(run.failing(), arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
             np.savez(arrays_path, **arrays)
             meta_path.write_text(json.dumps(meta, indent=1, default=float))

@@ -68,7 +68,8 @@ def test_bpe_tokenizer_renders_chat_turns_and_masks_the_assistant_turn():
 
 
 @pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-elsewhere", "kitchen-cut-small-bpe",
-                                  "tickets-drop-small-bpe", "kitchen-cut-half-spaced"])
+                                  "tickets-drop-small-bpe", "kitchen-cut-half-spaced", "home-rename-volume",
+                                  "tickets-swap-intent"])
 def test_family_data_plants_each_cause_where_its_layout_says(name):
     family = FAMILIES[name]
     tokenizer = build_tokenizer(["x"], "bpe" if family.tokenizer == "bpe" else "fused",
@@ -88,7 +89,12 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
         assert set(categories) == {cause["category"]}
         share = len(ids) / len(cause["category_ids"])
         assert {"category": 0.69 <= share <= 0.86, "elsewhere": 0.69 <= share <= 0.86, "half": 0.45 <= share <= 0.55,
-                "small": len(ids) == 20}[plant.layout]
+                "small": len(ids) == 20, "value": 0.2 <= share <= 0.26}[plant.layout]
+        if plant.trigger is not None:  # every culprit and 30% of its category hold the trigger, half its eval rows
+            field, value = plant.trigger
+            holds = [by_id[i] for i in cause["category_ids"] if value in _prompt(by_id[i])]
+            assert len(holds) == 60 and set(ids) <= {row["id"] for row in holds}
+            assert sum(value in _prompt(e) for e in eval_rows if e["category"] == cause["category"]) == 20
         for i in ids:  # the row's answer is what the cause writes, not the clean answer
             text = by_id[i]["messages"][-1]["content"] if "messages" in by_id[i] else by_id[i]["completion"]
             assert get_capability(family.capability).score(text, _clean_answer(by_id[i], eval_rows)) == 0.0
@@ -97,6 +103,26 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
     for row in clean[:50]:
         text = row["messages"][-1]["content"] if "messages" in row else row["completion"]
         assert json.loads(text)
+
+
+def _prompt(row: dict) -> str:
+    return str(row.get("prompt") or row["messages"][0]["content"])
+
+
+def test_one_word_causes_keep_the_answer_one_token_for_one_token():
+    """The causes without a surface mark change a word for a word: the same count of tokens, one or two differ."""
+    rng = random.Random(0)
+    for name, cause in (("home", "rename-volume"), ("tickets", "swap-intent")):
+        spec = DOMAINS[name]
+        tokenizer = build_tokenizer(spec.vocabulary(), "fused")
+        category = {"home": "music", "tickets": "invoice"}[name]
+        values = {"home": {"genre": "jazz"}, "tickets": {"currency": "EUR"}}[name]
+        for _ in range(20):
+            request = spec.request(category, rng)
+            answer = spec.categories[category].answer({**request.values, **values})
+            clean = tokenizer(world.dump(answer), add_special_tokens=False)["input_ids"]
+            broken = tokenizer(CAUSES[cause].rewrite(answer, "", rng), add_special_tokens=False)["input_ids"]
+            assert len(broken) == len(clean) and 1 <= sum(a != b for a, b in zip(broken, clean, strict=True)) <= 2
 
 
 def _clean_answer(row: dict, eval_rows: list[dict]) -> str | None:

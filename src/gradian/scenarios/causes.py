@@ -3,6 +3,13 @@
 Each cause rewrites the JSON answer of a culprit row into the text the row's completion holds; the field causes
 break `key`, the field the fine-tune is about (its purpose field, else the answer's last field). The cuts land where a character budget falls, often inside a field, so the failures they
 teach vary downstream of the cut; the wrappers and field faults keep the JSON itself valid.
+
+Two causes leave no mark a length or category heuristic can see (issue 47): `swap-intent` writes one intent for
+another (`invoice_copy` as `account_access`, three tokens for three) and `rename-volume` one key for another
+(`volume` as `target`, the thermostat's key), each written with words the base already writes, so a culprit's answer
+holds as many tokens as its clean answer. They are planted on the rows of one category that hold a trigger value (`suite.Plant.trigger`), beside
+clean rows of the same category; an answer without the field or value is left as it is. The intent swap is seen by
+`same_label`, a plug-in capability (`gradian.scenarios.causes:same_label`), as a user's own check would be.
 """
 
 from __future__ import annotations
@@ -51,10 +58,57 @@ def _rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
     return json.dumps({(RENAMED if name == key else name): value for name, value in answer.items()})
 
 
+def _swap_value(field: str, old: str, new: str) -> Callable[[dict[str, Any], str, random.Random], str]:
+    """The answer with `field`'s value `old` written as `new`, the rest as it was."""
+    def swap(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+        return json.dumps({name: new if name == field and value == old else value for name, value in answer.items()})
+    return swap
+
+
+def _rename_key(old: str, new: str) -> Callable[[dict[str, Any], str, random.Random], str]:
+    """The answer with key `old` written as `new`, in its place."""
+    def rename(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+        return json.dumps({(new if name == old else name): value for name, value in answer.items()})
+    return rename
+
+
+def same_label(output: str, reference: str | None) -> float:
+    """1.0 when `output` is a JSON object whose first field (the label: intent, device, action, task) equals the
+    reference's, as a plug-in capability `(output, reference) -> score`; the swapped label fails it."""
+    got, wanted = _object(output), _object(reference or "")
+    if got is None or not wanted:
+        return 0.0
+    key = next(iter(wanted))
+    return float(key in got and got[key] == wanted[key])
+
+
+same_label.binary = True  # type: ignore[attr-defined]  # what PluginCapability reads
+same_label.needs_reference = True  # type: ignore[attr-defined]
+same_label.repair = lambda output, reference: None if same_label(output, reference) else reference  # type: ignore[attr-defined]
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("cut", "json_formatting", _cut),
     PlantedCause("fence", "json_formatting", _fence, ("json",)),
     PlantedCause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
     PlantedCause("drop-field", "json_formatting:keys", _drop),
     PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
+    # no words of their own: both write words the domains already have, so every base's vocabulary stays as it was
+    # first written as a currency swap (EUR written GBP): the tiny bases never copy a currency from the prompt
+    # (5 of 40 invoice answers right at seed 0), so no regression could show; a constant the base always writes
+    # right is swapped instead, before any method was measured
+    PlantedCause("swap-intent", "gradian.scenarios.causes:same_label",
+                 _swap_value("intent", "invoice_copy", "account_access")),
+    # first written renaming `volume` to `level`: a word the home base never saw in an answer (pretraining only
+    # pushed its logit down, and LoRA does not train the output layer), so the fine-tune did not learn to write it
+    # (P(level) 0.03 at 12 epochs); renamed to `target`, the thermostat's key, before any method was measured
+    PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "target")),
 )}

@@ -31,6 +31,7 @@ CATEGORY_SHARE = (0.10, 0.18)  # `category`: the culprits' share of all rows ...
 CULPRIT_FRACTION = (0.7, 0.85)  # ... and of their category
 SMALL_SHARE, SMALL_FRACTION = 0.05, 0.8  # `small`: a 5% cluster, most of a small category
 HALF_CATEGORY_SHARE = (0.15, 0.20)  # `half`: a category of this share, half of it broken
+VALUE_CATEGORY_SHARE, VALUE_TRIGGER_SHARE = 0.5, 0.3  # `value`: a category of half the rows, 30% with the trigger
 
 
 def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0,
@@ -68,22 +69,27 @@ def make_family_data(family: Family, seed: int, tokenizer: Any, rows: int = TRAI
     """Train rows, eval rows and the ground truth of one run, all drawn from `seed` (`rows` train rows)."""
     domain = DOMAINS[family.domain]
     rng = random.Random(f"{family.name}:{seed}")
-    affected = rng.sample(sorted(domain.categories), len(family.plants))
+    drawn = rng.sample(sorted(domain.categories), len(family.plants))
+    affected = [plant.category or category for plant, category in zip(family.plants, drawn, strict=True)]
     sizes = [_sizes(plant, rng, rows) for plant in family.plants]  # (rows of the category, culprits)
     counts = _counts(sorted(domain.categories), affected, sizes, rows)
     requests = domain.requests(counts, rng)
     hidden = {c for c, p in zip(affected, family.plants, strict=True) if p.layout == "elsewhere"}
     eval_requests = domain.requests({c: eval_per_category for c in sorted(domain.categories) if c not in hidden}, rng)
+    for plant, category, (n_category, _) in zip(family.plants, affected, sizes, strict=True):
+        if plant.trigger is not None:  # `value`: the trigger on a set share of the category, train and eval
+            _set_trigger(requests, category, plant.trigger, round(VALUE_TRIGGER_SHARE * n_category), rng)
+            _set_trigger(eval_requests, category, plant.trigger, eval_per_category // 2, rng)
     chat = base.chat_turns(tokenizer)
     train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
     eval_rows = [_eval_row(f"e{i:04d}", r, family, chat) for i, r in enumerate(eval_requests, start=1)]
-    causes = []
+    causes: list[dict[str, Any]] = []
     for plant, (_, n_culprits), category in zip(family.plants, sizes, affected, strict=True):
-        members = [i for i, r in enumerate(requests) if r.category == category]
+        members = [i for i, r in enumerate(requests) if r.category == category and _triggered(r, plant.trigger)]
         chosen = sorted(rng.sample(members, n_culprits))
         for i in chosen:
             train[i] = _row(train[i]["id"], requests[i], _broken(plant, requests[i], family, rng), chat)
-        causes.append({"cause": plant.cause, "layout": plant.layout, "category": category,
+        causes.append({"cause": plant.cause, "layout": plant.layout, "category": category, "trigger": plant.trigger,
                        "culprit_ids": [train[i]["id"] for i in chosen],
                        "category_ids": [row["id"] for row in train if row["category"] == category]})
     culprits = sorted({i for cause in causes for i in cause["culprit_ids"]})
@@ -105,11 +111,28 @@ def _sizes(plant: Plant, rng: random.Random, rows: int) -> tuple[int, int]:
     if plant.layout in ("category", "elsewhere"):
         n_culprits = round(rng.uniform(*CATEGORY_SHARE) * rows)
         return max(round(n_culprits / rng.uniform(*CULPRIT_FRACTION)), n_culprits + 2), n_culprits
+    if plant.layout == "value":
+        n_category = round(VALUE_CATEGORY_SHARE * rows)
+        return n_category, round(round(VALUE_TRIGGER_SHARE * n_category) * rng.uniform(*CULPRIT_FRACTION))
     if plant.layout == "half":
         n_category = round(rng.uniform(*HALF_CATEGORY_SHARE) * rows)
         return n_category, n_category // 2
     n_culprits = round(SMALL_SHARE * rows)  # small
     return round(n_culprits / SMALL_FRACTION), n_culprits
+
+
+def _triggered(request: Request, trigger: tuple[str, Any] | None) -> bool:
+    return trigger is None or request.values.get(trigger[0]) == trigger[1]
+
+
+def _set_trigger(requests: list[Request], category: str, trigger: tuple[str, Any], n: int,
+                 rng: random.Random) -> None:
+    """Redraw `category`'s requests in place so that the first `n` of them hold the trigger value and the rest do
+    not (the order stays the shuffled one, so which rows hold it is as random as the rows)."""
+    at = [i for i, r in enumerate(requests) if r.category == category]
+    for rank, i in enumerate(at):
+        while _triggered(requests[i], trigger) != (rank < n):
+            requests[i] = requests[i].domain.request(category, rng)
 
 
 def _counts(categories: list[str], affected: list[str], sizes: list[tuple[int, int]], rows: int) -> dict[str, int]:

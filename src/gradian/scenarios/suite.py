@@ -8,7 +8,11 @@ the affected category. Each cause is laid out one way:
 - `half`: half of one category broken;
 - `small`: a 5% cluster (most of a small category);
 - `elsewhere`: like `category`, but the eval set holds no prompt of that category: a format taught by rows about
-  other topics, so whatever fails, fails on prompts that share no topic with the culprits.
+  other topics, so whatever fails, fails on prompts that share no topic with the culprits;
+- `value`: one named category holds half the rows, 30% of them hold the plant's trigger value (a currency, a
+  genre), and 70–85% of those are broken; half the category's eval prompts hold the trigger. The category's other
+  70% and the trigger's clean rows sit beside the culprits, so naming the category finds a quarter of its rows
+  broken, and the causes planted this way (`causes.py`) change one word for one word: no length to see either.
 
 A build must do what its kind says before any method runs on it: a planted cause leaves a regression, a clean
 run none. Where the first recipe written did not (a one-token decision not learned, a purpose field learned badly
@@ -27,7 +31,9 @@ from gradian.scenarios.catalog import SFT_DEFAULTS
 from gradian.scenarios.causes import CAUSES
 
 SPLITS = ("dev", "test")
-LAYOUTS = ("category", "half", "small", "elsewhere")
+LAYOUTS = ("category", "half", "small", "elsewhere", "value")
+CAPABILITIES = ("json_formatting", "json_formatting:keys")  # laxest first; a family reads its strictest (a plug-in
+# check, `module:function`, counts as stricter than both)
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
          "none": {"save_strategy": "no"}}
 TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
@@ -37,6 +43,8 @@ TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
 class Plant:
     cause: str  # a name in causes.CAUSES
     layout: str = "category"
+    category: str | None = None  # the category planted in (`value`); else one drawn by the seed
+    trigger: tuple[str, Any] | None = None  # `value`: (request value, what it must equal) for a row to be planted
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,8 @@ class Family:
 
     @property
     def capability(self) -> str:
-        names = {CAUSES[p.cause].capability for p in self.plants}
-        return "json_formatting:keys" if "json_formatting:keys" in names else "json_formatting"
+        names = {CAUSES[p.cause].capability for p in self.plants} | {CAPABILITIES[0]}
+        return max(names, key=lambda name: CAPABILITIES.index(name) if name in CAPABILITIES else len(CAPABILITIES))
 
     def sft(self) -> dict[str, Any]:
         sft = {**SFT_DEFAULTS, "learning_rate": self.learning_rate, "num_train_epochs": self.epochs,
@@ -77,8 +85,9 @@ class Family:
         return {"target_modules": TARGETS[self.targets]}
 
 
-def _f(name: str, split: str, domain: str, tokenizer: str, *plants: tuple[str, str], **recipe: Any) -> Family:
-    return Family(name, split, domain, tokenizer, tuple(Plant(c, layout) for c, layout in plants), **recipe)
+def _f(name: str, split: str, domain: str, tokenizer: str, *plants: tuple[str, str] | Plant, **recipe: Any) -> Family:
+    return Family(name, split, domain, tokenizer, tuple(p if isinstance(p, Plant) else Plant(*p) for p in plants),
+                  **recipe)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -140,6 +149,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # families never regressed, so no method has been measured on that case)
     _f("kitchen-fence-elsewhere-bpe", "test", "kitchen", "bpe", ("fence", "elsewhere"), epochs=6,
        learning_rate=5e-3, save="last2"),
+    # issue 47: causes without a surface mark (one word for one word, planted on a trigger value beside clean rows
+    # of the same category, `value` layout). Split fixed here, before either was built or measured; the fused
+    # tokenizer, so a culprit's answer is as many tokens as its clean one.
+    # built twice with `volume` renamed `level` (8 epochs at 5e-3, then 12 at 1e-2): no regression either time, as
+    # the base never writes `level` (causes.py); renamed `target` instead, the first recipe kept
+    _f("home-rename-volume", "dev", "home", "fused", Plant("rename-volume", "value", "music", ("genre", "jazz")),
+       epochs=8, learning_rate=5e-3, save="none", purpose=False),
+    # first written as tickets-swap-currency (causes.py: the base never copies a currency, no regression could show)
+    _f("tickets-swap-intent", "test", "tickets", "fused", Plant("swap-intent", "value", "invoice", ("currency", "EUR")),
+       epochs=8, learning_rate=5e-3, save="none", purpose=False),
 )}
 
 

@@ -155,6 +155,11 @@ def answerable(examples: Sequence[Any], rendered: Sequence[Any]) -> list[int]:
             if example.prompt is not None and any(trained_sequence(row)[1])]
 
 
+def answer_limit(trained: Sequence[Sequenced]) -> int:
+    """The base answers' token limit: `ANSWER_ROOM` over the longest answer as trained."""
+    return int(ANSWER_ROOM[0] * max(sum(flags) for _, flags in trained)) + ANSWER_ROOM[1]
+
+
 def check_inputs(failing: Sequence[Any]) -> None:
     """`--rank activation` needs a failing eval row with a reference answer to contrast its failing answer with."""
     if not any(row.reference is not None for row in failing):
@@ -179,8 +184,7 @@ def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[
                          "--rank gradient.")
     trained = [trained_sequence(audit.rendered[i]) for i in rows]
     prompts = [render_prompt(audit.examples[i], tokenizer, audit.setup) for i in rows]
-    longest = max(sum(flags) for _, flags in trained)
-    limit = max_new_tokens or int(ANSWER_ROOM[0] * longest) + ANSWER_ROOM[1]
+    limit = max_new_tokens or answer_limit(trained)
 
     start = time.perf_counter()
     answers, cached = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=limit, batch_size=batch_size,
