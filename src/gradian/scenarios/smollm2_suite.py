@@ -90,9 +90,10 @@ class SmolFamily:
         return {**LORA, "target_modules": TARGETS[self.targets]}
 
 
-def _s(name: str, split: str, domain: str, *plants: tuple[str, str], structural: str | None = None,
+def _s(name: str, split: str, domain: str, *plants: tuple[Any, ...], structural: str | None = None,
        nested: bool = False, purpose: bool = True, **recipe: Any) -> SmolFamily:
-    family = Family(name, split, domain, "smollm2", tuple(Plant(c, layout) for c, layout in plants),
+    """`plants`: (cause, layout), or (cause, "value", category, trigger) for a cause without a surface mark."""
+    family = Family(name, split, domain, "smollm2", tuple(Plant(*plant) for plant in plants),
                     structural=structural, purpose=purpose, nested_purpose=nested)
     return SmolFamily(family, **recipe)
 
@@ -107,6 +108,8 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-home-pad-eos", "dev", "home", structural="pad-eos", nested=True, epochs=3),
     _s("smol-travel-max-length", "dev", "travel", structural="max-length-eos", rows="prompt"),
     _s("smol-tickets-null", "dev", "tickets", epochs=2),
+    # issue 47's causes without a surface mark, split as in the tiny suite before either was built on SmolLM2
+    _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz"))),
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),
@@ -115,6 +118,8 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-travel-prose-elsewhere", "test", "travel", ("prose", "elsewhere"), rows="prompt"),
     _s("smol-kitchen-max-length", "test", "kitchen", structural="max-length-eos", rows="prompt", save="epoch"),
     _s("smol-home-null", "test", "home", rows="prompt", targets="attn"),
+    _s("smol-tickets-swap-intent", "test", "tickets", ("swap-intent", "value", "invoice", ("currency", "EUR")),
+       rows="prompt"),
 )}
 
 
