@@ -14,6 +14,12 @@ from typing import Any
 from gradian.errors import InputError
 
 
+def cache_dir(kind: str) -> Path:
+    """Gradian's own cache of `kind` (scenarios, rows): `$GRADIAN_CACHE/<kind>`, else `~/.cache/gradian/<kind>`."""
+    root = Path(os.environ["GRADIAN_CACHE"]) if os.environ.get("GRADIAN_CACHE") else Path.home() / ".cache" / "gradian"
+    return root / kind
+
+
 def atomic_write(path: Path, data: str | bytes) -> Path:
     """Write `data` (text is UTF-8) to `path` through a temporary file beside it; returns `path`."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -25,6 +25,7 @@ from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, rend
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.data.trl_prepare import (
+    IGNORE,
     Preparation,
     TrlCannotPrepare,
     template_kwargs,
@@ -34,7 +35,6 @@ from gradian.data.trl_prepare import (
 )
 from gradian.errors import InputError, reason
 
-IGNORE = -100
 BATCH = 4096
 VERIFY_ROWS = 512  # rows on which the fast path is checked against TRL's way before it is trusted
 

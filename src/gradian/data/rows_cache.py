@@ -19,22 +19,17 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gradian.data.setup import TrainingSetup
+from gradian.files import atomic_write, cache_dir
 
 MIN_ROWS = 256  # smaller calls (one eval answer at a time) cost less than a file each
 FORMAT = "trl-rows-1"
 SETTINGS = ("assistant_only_loss", "completion_only_loss", "dataset_text_field", "eos_token", "chat_template")
 Prepared = tuple[list[int], list[int], int]
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ["GRADIAN_CACHE"]) if os.environ.get("GRADIAN_CACHE") else Path.home() / ".cache" / "gradian"
-    return root / "rows"
 
 
 def enabled(rows: int) -> bool:
@@ -59,7 +54,7 @@ def load(name: str, count: int) -> list[Prepared] | None:
     """The `count` rows kept under `name`, or None when there are none (or the file does not fit)."""
     from safetensors.numpy import load_file
 
-    path = cache_dir() / f"{name}.safetensors"
+    path = cache_dir("rows") / f"{name}.safetensors"
     try:
         tensors = load_file(str(path))
         ids, labels, offsets, prompts = (tensors[k] for k in ("input_ids", "labels", "offsets", "prompt_length"))
@@ -76,8 +71,6 @@ def save(name: str, prepared: Sequence[Prepared]) -> None:
     """Keep `prepared` under `name`; nothing when the cache folder cannot be written."""
     from safetensors.numpy import save
 
-    from gradian.files import atomic_write
-
     lengths = [len(ids) for ids, _, _ in prepared]
     tensors = {
         "input_ids": np.fromiter((t for ids, _, _ in prepared for t in ids), dtype=np.int64, count=sum(lengths)),
@@ -86,7 +79,7 @@ def save(name: str, prepared: Sequence[Prepared]) -> None:
         "prompt_length": np.asarray([n for _, _, n in prepared], dtype=np.int64),
     }
     try:
-        folder = cache_dir()
+        folder = cache_dir("rows")
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / f"{name}.safetensors", save(tensors))
     except OSError:

@@ -26,7 +26,7 @@ from gradian.data import rows_cache
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 
-IGNORE = -100
+IGNORE = -100  # a label that carries no loss (transformers' and TRL's); `data.render` exports it
 TRL_COLUMNS = ("prompt", "completion", "messages", "conversations", "tools", "chat_template_kwargs")
 SHAPES = ("prompt", "messages", "conversations")  # a raw row with one of these (or the text field) is TRL's shape
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from gradian.files import cache_dir
 from gradian.scenarios import measure, world
 from gradian.scenarios.causes import CAUSES
 from gradian.scenarios.domains import DOMAINS, Domain, Request
@@ -41,9 +41,7 @@ MODEL = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_att
 
 def cache_root() -> Path:
     """`$GRADIAN_CACHE/scenarios`, else `~/.cache/gradian/scenarios`."""
-    if os.environ.get("GRADIAN_CACHE"):
-        return Path(os.environ["GRADIAN_CACHE"]) / "scenarios"
-    return Path.home() / ".cache" / "gradian" / "scenarios"
+    return cache_dir("scenarios")
 
 
 @contextmanager
