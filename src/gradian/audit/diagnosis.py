@@ -19,6 +19,7 @@ from gradian.audit.finding import Finding
 from gradian.audit.registry import run_checks
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.columns import ExampleColumns
+from gradian.data.openai_format import carries_weights, openai_setup
 from gradian.data.examples import Example, collect_dataset, read_dataset
 from gradian.data.prepared import RowsSource, training_rows
 from gradian.data.rendered_columns import RenderedColumns
@@ -112,6 +113,8 @@ def diagnose(
     say("loading the tokenizer")
     tokenizer, source = training_tokenizer(info, ref)
     base_config = load_config(ref)
+    if info.setup.source is None and info.record is None and carries_weights(examples):
+        info.setup = openai_setup(info.setup)  # no run settings, and the file is OpenAI's format: its rule
     setup = info.setup
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)

@@ -8,8 +8,10 @@ from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 from gradian.audit.wording import id_list, share
+from gradian.data import openai_format
 from gradian.data.examples import Example
 from gradian.data.render import IGNORE, Rendered
+from gradian.data.setup import trainer_name
 
 
 def _prompt_trained(example: Example, row: Rendered) -> bool:
@@ -64,10 +66,31 @@ def no_loss(ctx: AuditContext) -> list[Finding]:
         need = max(r.prompt_length for r in by_truncation) + 1
         fixes.append(f"the prompt alone fills max_length={ctx.setup.max_length}: raise it to ≥ {need} "
                      f"or shorten those prompts")
-    if len(by_truncation) < len(dead):
+    if len(by_truncation) < len(dead) and ctx.setup.framework == openai_format.FRAMEWORK:
+        fixes.append("every assistant turn carries weight 0: set weight 1 on the turns to train, or drop the rows")
+    elif len(by_truncation) < len(dead):
         fixes.append("no token is marked as answer: with assistant_only_loss=True the chat template needs "
                      "{% generation %} around assistant turns; empty completions must be filled or dropped")
     title = f"{share(len(dead), len(ctx.examples))} carry no loss at all and train nothing"
     fix = "; ".join(fixes) + f" (rows {id_list(ids)})"
     values = {"by_truncation": len(by_truncation), "no_answer_tokens": len(dead) - len(by_truncation)}
     return [Finding("no_loss", severity, title, fix, ids, values)]
+
+
+@check("weight_ignored")
+def weight_ignored(ctx: AuditContext) -> list[Finding]:
+    """Rows whose assistant turns carry OpenAI's `weight: 0`, trained by a trainer that ignores the key."""
+    if ctx.setup.framework == openai_format.FRAMEWORK:
+        return []
+    hits = [(e, openai_format.untrained_turns(e)) for e in ctx.examples]
+    hits = [(e, turns) for e, turns in hits if turns]
+    if not hits:
+        return []
+    ids = [e.id for e, _ in hits]
+    turns = sum(n for _, n in hits)
+    trainer = trainer_name(ctx.setup.framework, ctx.setup.framework_version)
+    title = (f"{share(len(ids), len(ctx.examples))} mark {turns} assistant turns `weight: 0` (OpenAI's format), "
+             f"which {trainer} ignores: those turns were trained")
+    fix = (f"remove the weight-0 turns from rows {id_list(ids)} (or end each conversation before them) if they should "
+           "not be trained: only OpenAI's service reads the key")
+    return [Finding("weight_ignored", "warning", title, fix, ids, {"rows": len(ids), "turns": turns})]

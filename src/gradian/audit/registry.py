@@ -44,7 +44,7 @@ BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule",
             "capability", "fields")
 BUILT_IN_CATEGORIES = {
     "truncation": "per-row", "dropped_overlong": "per-row", "cut_in_data": "per-row", "missing_eos": "stop",
-    "prompt_loss": "per-row", "no_loss": "per-row", "duplicate": "per-row", "near_duplicate": "per-row",
+    "prompt_loss": "per-row", "no_loss": "per-row", "weight_ignored": "per-row", "duplicate": "per-row", "near_duplicate": "per-row",
     "train_eval_overlap": "per-row", "double_bos": "per-row", "fails_capability": "per-row", "missing_fields": "per-row",
     "pad_eos_masking": "stop", "eos_after_cut": "setup", "packing_split": "setup", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
     "learning_rate": "hyperparameter", "lora_alpha_rank": "hyperparameter", "adapter_base_mismatch": "setup",

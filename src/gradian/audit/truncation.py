@@ -16,8 +16,10 @@ from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 from gradian.audit.wording import id_list, p99, share
 from gradian.capabilities.json_text import json_depth
+from gradian.data import openai_format
 from gradian.data.examples import Example
 from gradian.data.render import eos_token_of
+from gradian.data.setup import TrainingSetup
 
 CRITICAL_SHARE = 0.05  # a cut affecting ≥ 5% of rows is a run-wide problem
 SHORT_RATIO = 0.5  # "much shorter than its cluster": ≤ half the median of rows sharing its key prompt word
@@ -108,7 +110,7 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
     reasons: dict[str, str] = {}
     for example in ctx.examples:
-        answers = [text.strip().removesuffix(eos) for text in trained_answers(example)]
+        answers = [text.strip().removesuffix(eos) for text in trained_answers(example, ctx.setup)]
         for turn, text in enumerate(answers, start=1):
             reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
             if reason:
@@ -125,12 +127,14 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     return [Finding("cut_in_data", _severity(len(ids), len(ctx.examples)), title, fix, ids, {"reasons": reasons})]
 
 
-def trained_answers(example: Example) -> list[str]:
-    """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last), a
-    completion, or a text row's structured tail (from its first `{`, `[` or code fence: the prompt before it is
-    plain words)."""
+def trained_answers(example: Example, setup: TrainingSetup | None = None) -> list[str]:
+    """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last;
+    under OpenAI's fine-tuning not those of `weight: 0`), a completion, or a text row's structured tail (from its
+    first `{`, `[` or code fence: the prompt before it is plain words)."""
     if example.shape == "messages":
-        return [str(m.get("content") or "") for m in example.fields["messages"] if m.get("role") == "assistant"]
+        skip = setup is not None and setup.framework == openai_format.FRAMEWORK
+        return [str(m.get("content") or "") for m in example.fields["messages"]
+                if m.get("role") == "assistant" and not (skip and m.get(openai_format.WEIGHT) == 0)]
     completion = example.completion
     if isinstance(completion, list):
         return [str(m.get("content") or "") for m in completion if m.get("role") == "assistant"]

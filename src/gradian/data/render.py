@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradian.data import openai_format
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
@@ -138,7 +139,10 @@ def _prepare_chunk(examples: list[Example], tokenizer: Any, setup: TrainingSetup
     for shape in dict.fromkeys(example.shape for example in examples):
         group = [i for i, example in enumerate(examples) if example.shape == shape]
         part = [examples[i] for i in group]
-        prepared = None if examples[group[0]].is_conversational else _fast(part, tokenizer, setup, trusted, tally)
+        if setup.framework == openai_format.FRAMEWORK and shape == "messages":
+            prepared = _by_openai(part, tokenizer, setup, tally)
+        else:
+            prepared = None if examples[group[0]].is_conversational else _fast(part, tokenizer, setup, trusted, tally)
         if prepared is None:
             prepared = _by_trl(part, tokenizer, setup, tally)
         for i, row in zip(group, prepared, strict=True):
@@ -155,6 +159,21 @@ def _by_trl(examples: list[Example], tokenizer: Any, setup: TrainingSetup, tally
         tally.note(f"TRL {trl_version()}'s preparation refused them: {error}")
         tally.port_rows += len(examples)
         return [_port(example, tokenizer, setup) for example in examples]
+
+
+def _by_openai(examples: list[Example], tokenizer: Any, setup: TrainingSetup, tally: Preparation) -> list[Prepared]:
+    """Messages rows as OpenAI's fine-tuning trains them (`data.openai_format`): Gradian's reading, stated."""
+    try:
+        prepared, unstable = openai_format.openai_rows(examples, tokenizer, setup)
+    except Exception as error:  # jinja errors, no template at all, a template that rejects a role
+        raise InputError(f"the chat template cannot render these rows ({reason(error)}); give the tokenizer a chat "
+                         "template.", examples[0].source or None, examples[0].line) from None
+    tally.port_rows += len(examples)
+    tally.note(openai_format.WHY)
+    if unstable:
+        tally.note(f"{unstable} rows render differently once later turns follow: their turns are bounded where the "
+                   "renderings agree")
+    return prepared
 
 
 def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted: dict[str, bool],

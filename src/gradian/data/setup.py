@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass
 class TrainingSetup:
-    framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers"})
+    framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers | openai"})
     framework_version: str | None = field(
         default=None, metadata={"help": "the framework's version: exact (0.19.1) or a range (>=0.17,<0.20); None unknown"}
     )
@@ -81,7 +81,11 @@ class TrainingSetup:
 
 
 # The trainer that prepares each framework's rows, as a report names it: (package, class) around the version.
-TRAINERS = {"trl": ("TRL", "SFTTrainer"), "axolotl": ("axolotl", ""), "transformers": ("transformers", "Trainer")}
+TRAINERS = {"trl": ("TRL", "SFTTrainer"), "axolotl": ("axolotl", ""), "transformers": ("transformers", "Trainer"),
+            "openai": ("OpenAI fine-tuning", "")}
+
+
+ROW_COUNTS = ("trainer_rows", "cached_rows", "checked_rows", "port_rows", "guessed")  # `Preparation`'s counts
 
 
 def trainer_name(framework: str, version: str | None = None) -> str:
@@ -108,6 +112,12 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
                 "tokens and collator labels")
         return {"trainer": trainer, "version": version, "code": "trainer", "text": text}
     prepared = setup.prepared_by or {}
+    if setup.framework == "openai":  # no trainer code to run: the service's is not public
+        text = ("rows as OpenAI fine-tuning trains them, by Gradian's reading (the data file carries OpenAI's "
+                "`weight` key and no run folder or config came with it): loss on every assistant turn whose weight "
+                "is not 0, tokens by the chat template Gradian has, as OpenAI's tokenizer is not public")
+        return {"trainer": trainer, "version": None, "code": "gradian-port", "text": text,
+                "rows": {key: prepared.get(key, 0) for key in ROW_COUNTS}}
     by_trl = prepared.get("trainer_rows", 0) + prepared.get("checked_rows", 0)
     ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
     notes = []
@@ -137,5 +147,4 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
         text += f"; the run trained with {trainer_name(setup.framework, version)} on rows its own script prepared"
     code = "gradian-port" if not by_trl else "trainer+port" if prepared.get("port_rows") else "trainer"
     return {"trainer": trainer, "version": version, "code": code, "text": text,
-            "rows": {key: prepared.get(key, 0) for key in ("trainer_rows", "cached_rows", "checked_rows", "port_rows",
-                                                               "guessed")}}
+            "rows": {key: prepared.get(key, 0) for key in ROW_COUNTS}}
