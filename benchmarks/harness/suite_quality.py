@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import jobs
+from benchmarks.harness import bergson_baseline, jobs
 from gradian.scenarios.evaluate import auprc  # the one AUPRC, the library's
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
@@ -55,7 +55,7 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
                 "combined (tokens)", "gradient (default)",
                 "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated", "activation",
-                "length control")
+                "length control", "bergson")
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
@@ -165,6 +165,7 @@ def ingredients(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) ->
     arrays["part/repsim/sim"] = clock.timed("repsim", repsim_relevance, run.model, run.audit.rendered, queries,
                                             batch_size=settings.batch_size)  # with sim/tfidf: relevance_parts
     run.without_gradients(queries, arrays)
+    run.bergson(arrays)
     meta["categories"] = [e.raw.get("category") if isinstance(e.raw, dict) else None for e in run.audit.examples]
     return {**meta, "seconds": clock.seconds, "fresh": fresh}, arrays
 
@@ -266,6 +267,20 @@ class _GradientRun:
         arrays["length control"] = self.clock.timed("length control", length_control, self.model, self.tokenizer,
                                                     self.audit, failing, where, batch_size=batch)
 
+    def bergson(self, arrays: dict[str, np.ndarray]) -> None:
+        """bergson's own scores (`baselines` row `bergson`, `bergson_baseline`): the rows as trained against the mean
+        gradient of the failing answers the fine-tune gave; nothing where bergson's venv is absent."""
+        from benchmarks.harness.bergson_baseline import bergson_scores
+        from gradian.data.render import IGNORE
+
+        failing = [(p.prompt_ids + p.negative_ids, [IGNORE] * len(p.prompt_ids) + p.negative_ids)
+                   for p in self.pairs("naive") if p.negative_ids]  # loss on the answer the fine-tune gave
+        found = bergson_scores(Path(self.settings.adapter), Path(self.audit.base_ref.path),
+                               int(self.model.config.max_position_embeddings),
+                               [(r.input_ids, r.labels) for r in self.audit.rendered], failing, self.work / "bergson")
+        if found is not None:
+            arrays["bergson"], self.clock.seconds["bergson"] = found
+
     def pairs(self, kind: str) -> list[Any]:
         from gradian.scores.pairs import query_pairs
 
@@ -340,6 +355,8 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                                         "seconds": seconds["activation"] + generation})
         methods["length control"] = (arrays["length control"], {**free, "seconds": seconds["length control"]
                                                                 + generation})
+    if "bergson" in arrays:  # its own backward over every row and the failing answers, in its own venv
+        methods["bergson"] = (arrays["bergson"], {**free, "backward_rows": n_rows, "seconds": seconds["bergson"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
     gradients = {}  # name -> ((N,) mean effect, (N,) harm or None: −effect, cost)
     extra = {"positions": {"backward_rows": n_rows, "repsim_in_extraction": True},  # in the extraction's passes
@@ -442,13 +459,16 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         no_harms = [k for k in kinds if meta["attributed"]
                     and any(key.format(kind=k) not in arrays for key in HARM_ARRAYS.values())]
         no_activation = meta["attributed"] and "activation" not in arrays
-        if missing or no_harms or no_activation:  # what this folder's ingredients lack: only that is computed, then kept
+        no_bergson = meta["attributed"] and "bergson" not in arrays and bergson_baseline.interpreter() is not None
+        if missing or no_harms or no_activation or no_bergson:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
             run = _GradientRun(_settings(folder, work), work, clock)
             run.effects(missing, arrays)
             run.row_harms(no_harms, arrays)
             if no_activation:
                 run.without_gradients(run.failing(), arrays)
+            if no_bergson:
+                run.bergson(arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
             np.savez(arrays_path, **arrays)
             meta_path.write_text(json.dumps(meta, indent=1, default=float))

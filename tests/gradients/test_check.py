@@ -16,9 +16,9 @@ from gradian.gradients.batches import row_batches
 from gradian.gradients.check import (
     MAX_NORM_ERROR,
     MIN_COSINE,
-    agreement,
     check_gradients,
     check_rows,
+    cosine_and_error,
     disagreement,
     float32_reference,
 )
@@ -168,12 +168,12 @@ def test_no_gradient_check_skips_it(tiny_tokenizer):
 
 def test_agreement_of_vectors():
     a = torch.tensor([3.0, 4.0], dtype=torch.float64)
-    assert agreement(a, a) == (1.0, 0.0)
-    assert agreement(-a, a) == (-1.0, 0.0)
-    cosine, error = agreement(2 * a, a)
+    assert cosine_and_error(a, a) == (1.0, 0.0)
+    assert cosine_and_error(-a, a) == (-1.0, 0.0)
+    cosine, error = cosine_and_error(2 * a, a)
     assert cosine == pytest.approx(1.0) and error == pytest.approx(1.0)
-    assert agreement(torch.zeros(2), torch.zeros(2)) == (1.0, 0.0)
-    assert agreement(a, torch.zeros(2, dtype=torch.float64)) == (0.0, float("inf"))
+    assert cosine_and_error(torch.zeros(2), torch.zeros(2)) == (1.0, 0.0)
+    assert cosine_and_error(a, torch.zeros(2, dtype=torch.float64)) == (0.0, float("inf"))
 
 
 def test_the_report_fields_name_what_was_compared(tiny_tokenizer):

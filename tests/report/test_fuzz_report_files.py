@@ -1,6 +1,6 @@
 """Fuzzing the report files `verify` reads: report.json, examples.jsonl and generations.jsonl, each damaged at
 random (a field replaced or removed, the file cut or bytes changed). `verify`'s readers answer with the report's
-contents or one `InputError` naming the file, and what they accept the plan can use (`verify.plan.candidate_groups`).
+contents or one `InputError` naming the file, and what they accept the plan can use (`verify.plan.harm_groups`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gradian.regression.measure import GENERATIONS, SETTINGS
 from gradian.report.rows import EXAMPLES_FILE, read_examples
 from gradian.report.writers import write_report
 from gradian.verify.measure import read_original
-from gradian.verify.plan import candidate_groups
+from gradian.verify.plan import harm_groups
 from gradian.verify.run import INPUTS, read_report
 from gradian.verify.sets import ranking_of
 
@@ -67,7 +67,7 @@ def test_a_valid_report_folder_reads(written):
     assert read_report(out) == report
     rows = read_examples(out)
     assert len(rows) == report["n_examples"]
-    candidate_groups({**report, "examples": rows})
+    harm_groups({**report, "examples": rows})
 
 
 @pytest.mark.parametrize("verdict", ["data-cluster", 5, None, ["data-cluster"]])
@@ -98,7 +98,7 @@ def test_fuzz_report_json(written, data, new, delete):
     (out / "report.json").write_text(json.dumps(damaged), encoding="utf-8")
     read = answer(lambda: read_report(out), out, names="report.json")
     if read is not None:
-        candidate_groups({**read, "examples": []})
+        harm_groups({**read, "examples": []})
         assert isinstance(read["verdict"], dict) and isinstance(read["regression"], dict)
         assert all(isinstance(value, (str, type(None))) for name, value in read["settings"].items()
                    if name in INPUTS) and isinstance(read["settings"].get("seed", 0), int)
@@ -137,7 +137,7 @@ def test_fuzz_examples_jsonl(written, data, new, cut, flips):
     (out / EXAMPLES_FILE).write_bytes(bytes(damaged))
     read = answer(lambda: read_examples(out), out, names=EXAMPLES_FILE)
     if read is not None:
-        candidate_groups({**report, "examples": read})
+        harm_groups({**report, "examples": read})
         answer(lambda: ranking_of(read, out / EXAMPLES_FILE), out, names=EXAMPLES_FILE)
 
 

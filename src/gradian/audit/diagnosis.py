@@ -19,8 +19,8 @@ from gradian.audit.finding import Finding
 from gradian.audit.registry import run_checks
 from gradian.data.base_model import BaseModelRef, load_config, load_saved_tokenizer, load_tokenizer, resolve_base_model
 from gradian.data.columns import ExampleColumns
-from gradian.data.openai_format import carries_weights, openai_setup
 from gradian.data.examples import Example, collect_dataset, read_dataset
+from gradian.data.openai_format import carries_weights, openai_setup
 from gradian.data.prepared import RowsSource, training_rows
 from gradian.data.rendered_columns import RenderedColumns
 from gradian.data.run_folder import RunInfo, read_run

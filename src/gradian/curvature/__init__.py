@@ -15,7 +15,7 @@ A new preconditioner is one file with a class that has `name`, `fit` and `apply`
 
 from __future__ import annotations
 
-from gradian.curvature.adam import adam, parameter_scale
+from gradian.curvature.adam import adam, scale_for
 from gradian.curvature.preconditioner import Identity, Preconditioner, fit_preconditioner, make_preconditioner
 
-__all__ = ["Identity", "Preconditioner", "adam", "fit_preconditioner", "make_preconditioner", "parameter_scale"]
+__all__ = ["Identity", "Preconditioner", "adam", "fit_preconditioner", "make_preconditioner", "scale_for"]

@@ -62,7 +62,7 @@ def adam_inverse_sqrt(exp_avg_sq: torch.Tensor, step: float, beta2: float, eps: 
     return 1.0 / (v_hat.sqrt() + eps)
 
 
-def parameter_scale(preconditioner: str, optimizer_path: Path | None, model: nn.Module,
+def scale_for(preconditioner: str, optimizer_path: Path | None, model: nn.Module,
                     where: str | None) -> ParameterScale | None:
     """The scale extraction applies for `preconditioner` (Adam's, else none); `where` names the run for the error
     when the adam preconditioner has no optimizer.pt to read."""

@@ -62,28 +62,34 @@ def openai_rows(examples: Sequence[Example], tokenizer: Any,
     token included."""
     out, unstable = [], 0
     for example in examples:
-        messages = example.fields["messages"]
-        raw = example.raw or example.fields
-        kwargs = {**template_kwargs({key: raw[key] for key in ("tools", "chat_template_kwargs") if raw.get(key)}),
-                  "chat_template": setup.chat_template, "tokenize": True, "return_dict": True}
-
-        def ids_of(turns: list[dict[str, Any]], generation: bool = False) -> list[int]:
-            return list(tokenizer.apply_chat_template(turns, add_generation_prompt=generation, **kwargs)["input_ids"])
-
-        ids = ids_of(messages)
-        labels = [IGNORE] * len(ids)
-        stable = True
-        for k, message in enumerate(messages):
-            if message.get("role") != "assistant" or message.get(WEIGHT) == 0:
-                continue
-            before = ids_of(messages[:k], generation=True) if k else []
-            upto = ids_of(messages[: k + 1])
-            start, end = _agreed(before, ids), _agreed(upto, ids)
-            stable &= start == len(before) and end == len(upto)
-            labels[start:end] = ids[start:end]
+        ids, labels, stable = _openai_row(example, tokenizer, setup)
         unstable += not stable
         out.append((ids, labels, 0))
     return out, unstable
+
+
+def _openai_row(example: Example, tokenizer: Any, setup: TrainingSetup) -> tuple[list[int], list[int], bool]:
+    """(input_ids, labels, whether every turn's rendering is a prefix of the whole row's)."""
+    messages = example.fields["messages"]
+    raw = example.raw or example.fields
+    kwargs = {**template_kwargs({key: raw[key] for key in ("tools", "chat_template_kwargs") if raw.get(key)}),
+              "chat_template": setup.chat_template, "tokenize": True, "return_dict": True}
+
+    def ids_of(turns: list[dict[str, Any]], generation: bool = False) -> list[int]:
+        return list(tokenizer.apply_chat_template(turns, add_generation_prompt=generation, **kwargs)["input_ids"])
+
+    ids = ids_of(messages)
+    labels = [IGNORE] * len(ids)
+    stable = True
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant" or message.get(WEIGHT) == 0:
+            continue
+        before = ids_of(messages[:k], generation=True) if k else []
+        upto = ids_of(messages[: k + 1])
+        start, end = _agreed(before, ids), _agreed(upto, ids)
+        stable &= start == len(before) and end == len(upto)
+        labels[start:end] = ids[start:end]
+    return ids, labels, stable
 
 
 def _agreed(prefix: Sequence[int], ids: Sequence[int]) -> int:

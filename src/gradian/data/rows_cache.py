@@ -50,7 +50,7 @@ def key(rows: Sequence[dict[str, Any]], tokenizer: Any, setup: TrainingSetup, tr
     return digest.hexdigest()
 
 
-def load(name: str, count: int) -> list[Prepared] | None:
+def read(name: str, count: int) -> list[Prepared] | None:
     """The `count` rows kept under `name`, or None when there are none (or the file does not fit)."""
     from safetensors.numpy import load_file
 

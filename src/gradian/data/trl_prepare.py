@@ -72,7 +72,7 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
 
     rows = [_trl_row(example, setup, tally) for example in examples]
     name = rows_cache.key(rows, tokenizer, setup, trl_version()) if rows_cache.enabled(len(rows)) else None
-    kept = rows_cache.load(name, len(rows)) if name is not None else None
+    kept = rows_cache.read(name, len(rows)) if name is not None else None
     if kept is not None:
         if tally is not None:
             tally.trainer_rows += len(rows)

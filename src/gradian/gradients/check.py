@@ -118,7 +118,7 @@ def check_gradients(
         pad_id = pad_id_of(model)
         alone = {i: compute(collate([(rendered[i].input_ids, rendered[i].labels)], pad_id))[0].double().cpu()
                  for i in rows}  # one row: no padding, an all-ones mask
-    cosines, errors = zip(*(agreement(run[i], alone[i]) for i in rows), strict=True)
+    cosines, errors = zip(*(cosine_and_error(run[i], alone[i]) for i in rows), strict=True)
     return GradientCheck(list(rows), list(cosines), list(errors), dtype, attention, settings.padding_side,
                          settings.batch_size)
 
@@ -139,7 +139,7 @@ def disagreement(check: GradientCheck) -> str:
             f"{' or '.join(fixes) or 'the model in float32'}, or pass --no-gradient-check to rank by them anyway.")
 
 
-def agreement(run: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+def cosine_and_error(run: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
     """(cosine, relative norm error) of `run` against `reference`, float64; two zero vectors agree (1, 0)."""
     norm_run, norm_ref = float(run.norm()), float(reference.norm())
     if norm_ref == 0.0:

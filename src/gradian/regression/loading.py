@@ -82,7 +82,7 @@ def load_models(
     except Exception as error:
         raise InputError(f"could not load the base model ({reason(error)}).", base.spec) from None
     check_adapter_shapes(model, adapter_dir, base)
-    notes = [note] if (note := adapter_base_mismatch(config, base)) else []
+    notes = [note] if (note := named_base_differs(config, base)) else []
     for note in notes:
         warnings.warn(note, AdapterBaseWarning, stacklevel=2)
     try:
@@ -204,7 +204,7 @@ def check_attributable(adapter_dir: str | Path) -> None:
                          "`gradian diagnose` to audit the rows.", where)
 
 
-def adapter_base_mismatch(config: dict[str, Any], base: BaseModelRef) -> str | None:
+def named_base_differs(config: dict[str, Any], base: BaseModelRef) -> str | None:
     """A sentence when the adapter's `base_model_name_or_path` names another model than `base`, else None
     (the rule is `data.adapter_base.names_same_model`)."""
     named = config.get("base_model_name_or_path")

@@ -106,7 +106,7 @@ def top_overlap(score: np.ndarray, other: np.ndarray, k: int) -> float:
     return len(top & set(np.argsort(-np.asarray(other), kind="stable")[:k].tolist())) / k
 
 
-def agreement(score: np.ndarray, gradient_score: np.ndarray, gradient_effect: np.ndarray) -> dict[str, float]:
+def ranking_agreement(score: np.ndarray, gradient_score: np.ndarray, gradient_effect: np.ndarray) -> dict[str, float]:
     """How far this ranking's top agrees with the gradient's: k, the overlap of the two top k, and its chance level."""
     k = agreement_size(gradient_effect)
     n_rows = max(len(score), 1)

@@ -57,7 +57,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from gradian.scores.activation import ActivationScores, agreement
+from gradian.scores.activation import ActivationScores, ranking_agreement
 from gradian.scores.scoring import distinct, total_effect
 
 MAD_TO_SIGMA = 1.4826
@@ -201,7 +201,7 @@ def activation_ranking(effects: np.ndarray, scores: ActivationScores, *, harm: n
     leveled, target = _level(effects, effect, robust_z(scores.cosine)[0])
     return Ranking(rank="activation", effects=leveled, gradient_effect=effect, score=np.asarray(scores.cosine),
                    harm=gradient.harm, row_harm=gradient.row_harm, row_effect=target, note=gradient.note,
-                   activation=scores.to_dict(), agreement=agreement(scores.cosine, gradient.score, effect))
+                   activation=scores.to_dict(), agreement=ranking_agreement(scores.cosine, gradient.score, effect))
 
 
 def _informative(harm: np.ndarray | None, row_harm: str) -> tuple[np.ndarray | None, str | None]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.audit import DiagnoseResult, diagnose
-from gradian.curvature import parameter_scale as scale_of
+from gradian.curvature import scale_for
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.extract import ParameterScale
@@ -108,7 +108,7 @@ def prepare(settings: ExtractSettings, audit: DiagnoseResult, model: Any) -> Pre
 def parameter_scale(settings: ExtractSettings, audit: DiagnoseResult,
                     model: Any) -> ParameterScale | None:
     """Adam's scale from the run's optimizer.pt for `--preconditioner adam` (`curvature.adam`), else None."""
-    return scale_of(settings.preconditioner, audit.run.optimizer_path if audit.run is not None else None, model,
+    return scale_for(settings.preconditioner, audit.run.optimizer_path if audit.run is not None else None, model,
                     settings.run or settings.adapter)
 
 

@@ -125,7 +125,7 @@ def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleane
     remove = Removals(examples, recipe.seed, scheme_note is None, order)
     jobs: list[tuple[str, Retrain]] = []
     primary, removed, fix, note, named = None, 0, None, None, set()
-    candidates = candidate_groups(report)
+    candidates = harm_groups(report)
     if culprits:
         primary, named = "without-culprits", culprits
         jobs.append(("removal", remove.without(primary, culprits)))
@@ -196,7 +196,7 @@ def _curve(report: dict[str, Any], examples: list[Example], remove: Removals, jo
     return points, field_name
 
 
-def candidate_groups(report: dict[str, Any]) -> list[Group]:
+def harm_groups(report: dict[str, Any]) -> list[Group]:
     """Clusters and per-row findings with their share of the harm, most harmful first (same rows counted once).
 
     `report["examples"]` are the rows of examples.jsonl (each row's effect and cluster)."""
