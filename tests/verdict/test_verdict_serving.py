@@ -76,3 +76,20 @@ def test_serving_with_nothing_found_says_what_to_compare():
     assert verdict.kind == "serving" and verdict.causes == []
     assert "pass --served-model to diff the export" in verdict.summary
     assert "served dtype" in verdict.next_action
+
+
+GUESSED_BOS = {"rule": "double_bos", "evidence": {"n_rows": 12, "example_id": "e0", "where": "tokenizer",
+                                                  "bos_token": "<s>", "bos_token_id": 1}}
+
+
+def test_a_bos_doubled_only_by_a_guess_about_the_server_is_named_only_when_nothing_shown_explains_the_drop():
+    """A template that writes BOS doubles it only on a server that tokenizes the rendered text with special tokens:
+    the export cannot show which, so a stop token the export does show is the cause named alone."""
+    verdict = decide_served(NOISE, served_block(SIGNIFICANT, NOISE, [STOP, GUESSED_BOS]))
+    assert [c.name for c in verdict.causes] == ["stop_token"]
+    assert "BOS" not in verdict.summary and "add_special_tokens" not in verdict.next_action
+    alone = decide_served(NOISE, served_block(SIGNIFICANT, NOISE, [GUESSED_BOS]))
+    assert [c.name for c in alone.causes] == ["double_bos"] and "add_special_tokens=False" in alone.next_action
+    template = dict(GUESSED_BOS, evidence={**GUESSED_BOS["evidence"], "where": "template"})
+    both = decide_served(NOISE, served_block(SIGNIFICANT, NOISE, [STOP, template]))
+    assert [c.name for c in both.causes] == ["stop_token", "double_bos"]  # written twice by the template: shown

@@ -117,7 +117,7 @@ def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
     """Rule 0's verdict: each way the served path differs from training's is a `serving` cause with its fix."""
     summary, action = wording.serving(regression, served)
     numbers = ("delta", "ci_low", "ci_high", "p_value", "n", "significant")
-    differences = served.get("differences") or []
+    differences = wording.named_differences(served)
     evidence = {"served": {k: served["regression"].get(k) for k in numbers},
                 "training": {k: regression.get(k) for k in numbers},
                 "served_only_delta": served.get("served_only_delta"), "serving_only_share": SERVING_ONLY_SHARE,
