@@ -109,7 +109,8 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-travel-max-length", "dev", "travel", structural="max-length-eos", rows="prompt"),
     _s("smol-tickets-null", "dev", "tickets", epochs=2),
     # issue 47's causes without a surface mark, split as in the tiny suite before either was built on SmolLM2
-    _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz"))),
+    _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz")),
+       purpose=False),
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),
@@ -119,7 +120,7 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-kitchen-max-length", "test", "kitchen", structural="max-length-eos", rows="prompt", save="epoch"),
     _s("smol-home-null", "test", "home", rows="prompt", targets="attn"),
     _s("smol-tickets-swap-intent", "test", "tickets", ("swap-intent", "value", "invoice", ("currency", "EUR")),
-       rows="prompt"),
+       rows="prompt", purpose=False),
 )}
 
 
