@@ -84,11 +84,11 @@ def serve(model: Any, folder: Path, examples: list[Any], budget: int) -> list[st
 def run_world(world: Path, split: str, role: str, work: Path) -> list[dict[str, Any]]:
     """Every cause of `role` (the serving causes on a clean world, the control on a data world) on one world."""
     from gradian import attribute
+    from gradian.data.base_model import resolve_base_model
     from gradian.data.examples import read_dataset
     from gradian.regression.loading import load_models
     from gradian.regression.measure import default_max_new_tokens
     from gradian.scenarios import attribute_settings
-    from gradian.data.base_model import resolve_base_model
 
     truth = json.loads((world / "truth.json").read_text())
     examples = read_dataset(world / "eval.jsonl", eval_set=True)

@@ -9,7 +9,9 @@ In order, each step resumable in SUITE (a rerun recomputes only what is missing)
    of the capability lost), into `SUITE/quality/`; `ranking_rule.py`: the combined rank's constants on them;
 3. the verdict of `gradian attribute` (its defaults) on every run: the data-cause runs' from step 2's reports, the
    others' (`suite_verdicts.py`) into `SUITE/verdicts/`;
-4. `suite_verify.py`: `gradian verify --groups 3` and the planted-rows truth check on every run of step 2.
+4. `suite_verify.py`: `gradian verify --groups 3` and the planted-rows truth check on every run of step 2;
+5. `serving_suite.py`: the serving families (a stop token, a chat template and a token limit that only the served
+   path has, on the clean worlds; a data world served right as the control), into `SUITE/serving/`.
 
 The tables replace what stands between `<!-- suite.py: begin -->` and `<!-- suite.py: end -->` in the page (the
 prose around them is written by hand from the numbers); the per-run tables with every variant, and their JSON, go
@@ -26,7 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import jobs, page, ranking_rule, suite_build, suite_quality, suite_verdicts, suite_verify
+from benchmarks.harness import (
+    jobs,
+    page,
+    ranking_rule,
+    serving_suite,
+    suite_build,
+    suite_quality,
+    suite_verdicts,
+    suite_verify,
+)
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 RESULTS = BENCHMARKS / "results"  # the per-run tables with every variant, and their JSON
@@ -121,6 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         verified = json.loads((RESULTS / "suite_verify.json").read_text())
         tables += ["### verify on the data-cause runs", "", (RESULTS / "suite_verify.md").read_text(),
                    "### Culprit recovery where the planted rows are the cause", "", *truth_table(verified, records)]
+    clock.timed("serving", serving_suite.main, ["--suite", str(args.out), "--work", str(args.out / "serving"),
+                                                "--seeds", *map(str, args.seeds)])
+    serving = json.loads((args.out / "serving" / "serving.json").read_text())
+    tables += ["### Serving families: a drop only the served path makes, and a data cause served right", "",
+               *serving_suite.table(serving), ""]
     tables += ["### This regeneration's wall time", "", steps_line(clock.seconds, args.jobs, len(builds))]
     page.replace_region(args.page, "suite.py", "\n".join(tables))
     print(f"wrote the suite's tables into {args.page}")
