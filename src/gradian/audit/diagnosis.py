@@ -113,8 +113,8 @@ def diagnose(
     say("loading the tokenizer")
     tokenizer, source = training_tokenizer(info, ref)
     base_config = load_config(ref)
-    if info.setup.source is None and info.record is None and carries_weights(examples):
-        info.setup = openai_setup(info.setup)  # no run settings, and the file is OpenAI's format: its rule
+    if info.path is None and info.setup.source is None and carries_weights(examples):
+        info.setup = openai_setup(info.setup)  # no run folder, no settings: the file is OpenAI's format, its rule
     setup = info.setup
     _adopt_saved_tokens(setup, tokenizer, source)
     apply_training_tokens(tokenizer, setup, setup.source or ref.spec)
