@@ -110,7 +110,7 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-tickets-null", "dev", "tickets", epochs=2),
     # issue 47's causes without a surface mark, split as in the tiny suite before either was built on SmolLM2
     _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz")),
-       purpose=False),
+       purpose=False, epochs=5, learning_rate=2e-3),  # at 3 epochs of 1e-3 it lost 2.5 points at both seeds
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),
