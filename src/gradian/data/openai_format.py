@@ -15,6 +15,7 @@ from typing import Any
 
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
+from gradian.data.tokens import common_prefix
 from gradian.data.trl_prepare import IGNORE, template_kwargs
 
 WEIGHT = "weight"
@@ -86,17 +87,7 @@ def _openai_row(example: Example, tokenizer: Any, setup: TrainingSetup) -> tuple
             continue
         before = ids_of(messages[:k], generation=True) if k else []
         upto = ids_of(messages[: k + 1])
-        start, end = _agreed(before, ids), _agreed(upto, ids)
+        start, end = common_prefix(before, ids), common_prefix(upto, ids)
         stable &= start == len(before) and end == len(upto)
         labels[start:end] = ids[start:end]
     return ids, labels, stable
-
-
-def _agreed(prefix: Sequence[int], ids: Sequence[int]) -> int:
-    """Tokens `prefix` shares with the start of `ids`."""
-    length = 0
-    for a, b in zip(prefix, ids, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length

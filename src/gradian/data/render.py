@@ -25,6 +25,7 @@ from gradian.data import openai_format
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
+from gradian.data.tokens import common_prefix
 from gradian.data.trl_prepare import (
     IGNORE,
     Preparation,
@@ -232,7 +233,7 @@ def _port(example: Example, tokenizer: Any, setup: TrainingSetup) -> Prepared:
     else:
         prompt, full = _plain_texts(example, eos_token_of(tokenizer, setup))
         ids, mask = list(tokenizer(full)["input_ids"]), None
-        prompt_len = _common_prefix(tokenizer(prompt)["input_ids"], ids) if prompt is not None else 0
+        prompt_len = common_prefix(tokenizer(prompt)["input_ids"], ids) if prompt is not None else 0
     return ids, _labels(example, ids, prompt_len, mask, setup), prompt_len
 
 
@@ -262,20 +263,11 @@ def _conversational(example: Example, tokenizer: Any, setup: TrainingSetup) -> t
         **kwargs,
     )
     ids = list(out["input_ids"])
-    return ids, _common_prefix(prompt_ids["input_ids"], ids), _assistant_mask(out, setup)
+    return ids, common_prefix(prompt_ids["input_ids"], ids), _assistant_mask(out, setup)
 
 
 def _assistant_mask(out: Any, setup: TrainingSetup) -> list[int] | None:
     return list(out["assistant_masks"]) if setup.assistant_only_loss and "assistant_masks" in out else None
-
-
-def _common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
-    length = 0
-    for a, b in zip(ids, other, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length
 
 
 def _labels(example: Example, ids: list[int], prompt_len: int, assistant_mask: list[int] | None,

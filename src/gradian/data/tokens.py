@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tokenizers import AddedToken
@@ -48,3 +49,13 @@ def _axolotl_tokens(tokenizer: Any, setup: TrainingSetup) -> None:
         tokenizer.add_special_tokens({"additional_special_tokens": additional})
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+
+
+def common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
+    """How many tokens `ids` shares with the start of `other`."""
+    length = 0
+    for a, b in zip(ids, other, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
