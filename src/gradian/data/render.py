@@ -140,6 +140,7 @@ def _prepare_chunk(examples: list[Example], tokenizer: Any, setup: TrainingSetup
     for shape in dict.fromkeys(example.shape for example in examples):
         group = [i for i, example in enumerate(examples) if example.shape == shape]
         part = [examples[i] for i in group]
+        prepared: list[Prepared] | None
         if setup.framework == openai_format.FRAMEWORK and shape == "messages":
             prepared = _by_openai(part, tokenizer, setup, tally)
         else:
