@@ -57,7 +57,7 @@ def test_every_built_in_check_is_registered():
     assert {"truncation", "cut_in_data", "missing_eos", "pad_eos_masking", "prompt_loss", "no_loss", "duplicate",
             "near_duplicate", "train_eval_overlap", "many_epochs", "eval_loss_rising", "loss_spike", "nan_in_logs",
             "chat_template_on_base", "double_bos", "untrained_added_tokens", "learning_rate", "lora_alpha_rank",
-            "adapter_base_mismatch", "packing_split"} <= names
+            "adapter_base_mismatch", "packing_split", "weight_ignored"} <= names
 
 
 def test_truncated_completion_names_rows_and_p99(tiny_tokenizer):
