@@ -34,7 +34,7 @@ def test_the_split_is_fixed_and_each_half_spans_causes_and_recipes():
     assert {p.layout for f in everything for p in f.family.plants} == set(LAYOUTS)
     assert {p.cause for f in everything for p in f.family.plants} >= {"cut", "fence", "prose", "drop-field"}
     assert {f.family.structural for f in everything} >= {"pad-eos", "max-length-eos"}
-    assert min(f.epochs for f in everything) == 2 and max(f.epochs for f in everything) == 4
+    assert min(f.epochs for f in everything) == 2 and max(f.epochs for f in everything) >= 4  # rename-volume: 5
 
 
 @pytest.fixture(scope="module")
