@@ -82,8 +82,8 @@ def weight_ignored(ctx: AuditContext) -> list[Finding]:
     """Rows whose assistant turns carry OpenAI's `weight: 0`, trained by a trainer that ignores the key."""
     if ctx.setup.framework == openai_format.FRAMEWORK:
         return []
-    hits = [(e, openai_format.untrained_turns(e)) for e in ctx.examples]
-    hits = [(e, turns) for e, turns in hits if turns]
+    hits = [(e, turns) for e in openai_format.weighted_rows(ctx.examples)
+            if (turns := openai_format.untrained_turns(e))]
     if not hits:
         return []
     ids = [e.id for e, _ in hits]

@@ -10,9 +10,10 @@ rows whose weight-0 turns were trained.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from gradian.data.columns import ExampleColumns
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import common_prefix
@@ -38,8 +39,14 @@ def untrained_turns(example: Example) -> int:
     return sum(w == 0 for w in turn_weights(example) or [])
 
 
+def weighted_rows(examples: Iterable[Example]) -> Iterator[Example]:
+    """The rows that carry `weight` on an assistant turn; columns are searched for the key before any row is read."""
+    candidates = examples.holding(f'"{WEIGHT}"') if isinstance(examples, ExampleColumns) else examples
+    return (example for example in candidates if turn_weights(example) is not None)
+
+
 def carries_weights(examples: Iterable[Example]) -> bool:
-    return any(turn_weights(example) is not None for example in examples)
+    return next(weighted_rows(examples), None) is not None
 
 
 def openai_setup(setup: TrainingSetup) -> TrainingSetup:
