@@ -59,26 +59,16 @@ def export(world: Path, cause: str, folder: Path, eos_id: int, pad_id: int, refe
 
 
 def serve(model: Any, folder: Path, examples: list[Any], budget: int) -> list[str]:
-    """The answers the served folder's stack gives: its template, its stop tokens, its token limit (else `budget`)."""
-    import torch
-    from transformers import GenerationConfig
-
-    from gradian.regression.serving_diff import _served_prompt, messages_of, read_export
+    """The answers the served folder's stack gives: its template, its stop tokens, its token limit (else `budget`),
+    one prompt at a time (a server's batch pads nothing a greedy answer sees)."""
+    from gradian.regression.generation import generate
+    from gradian.regression.serving_diff import messages_of, read_export, served_prompt
 
     served = read_export(folder)
-    tokenizer = served.tokenizer
-    limit = served.max_new_tokens or budget
-    config = GenerationConfig(do_sample=False, max_new_tokens=limit, eos_token_id=served.eos_token_ids,
-                              pad_token_id=tokenizer.pad_token_id, num_beams=1, temperature=None, top_p=None,
-                              top_k=None)
-    answers = []
-    with torch.no_grad():
-        for example in examples:  # one at a time: a server's batch pads nothing a greedy answer sees
-            ids, _ = _served_prompt(tokenizer, messages_of(example), served)
-            output = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    generation_config=config)
-            answers.append(tokenizer.decode(output[0, len(ids):].tolist(), skip_special_tokens=True))
-    return answers
+    prompts = [served_prompt(served.tokenizer, messages_of(example), served)[0] for example in examples]
+    answers = generate(model, served.tokenizer, prompts, max_new_tokens=served.max_new_tokens or budget,
+                       batch_size=1, stops=served.eos_token_ids)
+    return [answer.text for answer in answers]
 
 
 def run_world(world: Path, split: str, role: str, work: Path) -> list[dict[str, Any]]:
@@ -139,7 +129,7 @@ def table(records: list[dict[str, Any]]) -> list[str]:
     lines = ["| split | world | served as | points lost: training path (significant) | as served (significant) | "
              "verdict (the right answer) | causes named | differences in report.json | named rows: precision / "
              "recall |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in map(judged, records):
+    for r in records:
         rows = f"{r['precision']:.2f} / {r['recall']:.2f}" if r["precision"] is not None else "–"
         note = "" if r["held"] is not False else "; the fault did not lower the served answers"
         lines.append(f"| {r['split']} | {r['world']} | {r['cause']} | {-100 * r['training_delta'] + 0.0:+.1f} "

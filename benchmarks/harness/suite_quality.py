@@ -271,10 +271,10 @@ class _GradientRun:
         """bergson's own scores (`baselines` row `bergson`, `bergson_baseline`): the rows as trained against the mean
         gradient of the failing answers the fine-tune gave; nothing where bergson's venv is absent."""
         from benchmarks.harness.bergson_baseline import bergson_scores
-        from gradian.data.render import IGNORE
+        from gradian.scores.queries import answer_row
 
-        failing = [(p.prompt_ids + p.negative_ids, [IGNORE] * len(p.prompt_ids) + p.negative_ids)
-                   for p in self.pairs("naive") if p.negative_ids]  # loss on the answer the fine-tune gave
+        failing = [answer_row(p.prompt_ids, p.negative_ids, None)  # loss on the answer the fine-tune gave
+                   for p in self.pairs("naive") if p.negative_ids]
         found = bergson_scores(Path(self.settings.adapter), Path(self.audit.base_ref.path),
                                int(self.model.config.max_position_embeddings),
                                [(r.input_ids, r.labels) for r in self.audit.rendered], failing, self.work / "bergson")

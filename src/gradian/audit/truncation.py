@@ -127,12 +127,12 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     return [Finding("cut_in_data", _severity(len(ids), len(ctx.examples)), title, fix, ids, {"reasons": reasons})]
 
 
-def trained_answers(example: Example, setup: TrainingSetup | None = None) -> list[str]:
+def trained_answers(example: Example, setup: TrainingSetup) -> list[str]:
     """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last;
     under OpenAI's fine-tuning not those of `weight: 0`), a completion, or a text row's structured tail (from its
     first `{`, `[` or code fence: the prompt before it is plain words)."""
     if example.shape == "messages":
-        skip = setup is not None and setup.framework == openai_format.FRAMEWORK
+        skip = setup.framework == openai_format.FRAMEWORK
         return [str(m.get("content") or "") for m in example.fields["messages"]
                 if m.get("role") == "assistant" and not (skip and m.get(openai_format.WEIGHT) == 0)]
     completion = example.completion

@@ -48,13 +48,15 @@ def generate(
     max_new_tokens: int,
     batch_size: int = 16,
     progress: Callable[[int], Any] | None = None,
+    stops: list[int] | None = None,
 ) -> list[GeneratedAnswer]:
-    """Greedy answers to `prompts`, in their order. `progress(n)` gets the count finished by each batch."""
+    """Greedy answers to `prompts`, in their order, ended by `stops` (None: the model's own, `stop_token_ids`).
+    `progress(n)` gets the count finished by each batch."""
     from transformers import GenerationConfig
 
     if any(len(prompt) == 0 for prompt in prompts):
         raise ValueError("every prompt needs at least one token")
-    stops = stop_token_ids(model, tokenizer)
+    stops = stop_token_ids(model, tokenizer) if stops is None else stops
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
     config = GenerationConfig(
         do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops or None, pad_token_id=pad_id,

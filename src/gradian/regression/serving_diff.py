@@ -201,7 +201,7 @@ def prompt_differences(rows: Sequence[RegressionRow], examples: Sequence[Example
     mismatched, doubled, missing = [], [], []
     for row, example in zip(rows, examples, strict=True):
         messages = messages_of(example)
-        ids, text = _served_prompt(served_tokenizer, messages, export)
+        ids, text = served_prompt(served_tokenizer, messages, export)
         bos = served_tokenizer.bos_token_id
         where = _doubled_bos(served_tokenizer, ids, text, bos, row.prompt_ids)
         if where is not None:
@@ -221,7 +221,7 @@ def prompt_differences(rows: Sequence[RegressionRow], examples: Sequence[Example
     ]
 
 
-def _served_prompt(tokenizer: Any, messages: list[dict[str, Any]], export: ServedExport) -> tuple[list[int], str]:
+def served_prompt(tokenizer: Any, messages: list[dict[str, Any]], export: ServedExport) -> tuple[list[int], str]:
     """The served template's tokens (no special tokens added) and its text."""
     try:
         out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,

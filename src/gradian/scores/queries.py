@@ -44,7 +44,7 @@ def first_divergence(positive: list[int], negative: list[int]) -> int | None:
     return None
 
 
-def _answer_row(prompt: list[int], answer: list[int], only: int | None) -> tuple[list[int], list[int]]:
+def answer_row(prompt: list[int], answer: list[int], only: int | None) -> tuple[list[int], list[int]]:
     """(input_ids, labels) with loss on the answer, or on answer token `only` when given."""
     labels = [IGNORE] * len(prompt) + [
         token if only is None or j == only else IGNORE for j, token in enumerate(answer)
@@ -57,7 +57,7 @@ def query_rows(pair: QueryPair, kind: str) -> list[tuple[list[int], list[int], f
     if kind not in KINDS:
         raise ValueError(f"unknown query kind {kind!r}; expected one of {KINDS}")
     if kind == "naive" or pair.negative_ids is None:
-        return [(*_answer_row(pair.prompt_ids, pair.positive_ids, None), 1.0)]
+        return [(*answer_row(pair.prompt_ids, pair.positive_ids, None), 1.0)]
     only = None
     if kind == "contrastive-first":
         only = first_divergence(pair.positive_ids, pair.negative_ids)
@@ -66,7 +66,7 @@ def query_rows(pair: QueryPair, kind: str) -> list[tuple[list[int], list[int], f
     rows = []
     for answer, sign in ((pair.positive_ids, 1.0), (pair.negative_ids, -1.0)):
         if only is None or only < len(answer):
-            rows.append((*_answer_row(pair.prompt_ids, answer, only), sign))
+            rows.append((*answer_row(pair.prompt_ids, answer, only), sign))
     return rows
 
 

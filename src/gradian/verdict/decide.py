@@ -115,9 +115,9 @@ def _training(regression: dict[str, Any], findings: list[Finding], clusters: lis
 
 def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
     """Rule 0's verdict: each way the served path differs from training's is a `serving` cause with its fix."""
-    summary, action = wording.serving(regression, served)
+    differences = rules.named_differences(served)
+    summary, action = wording.serving(regression, served, differences)
     numbers = ("delta", "ci_low", "ci_high", "p_value", "n", "significant")
-    differences = wording.named_differences(served)
     evidence = {"served": {k: served["regression"].get(k) for k in numbers},
                 "training": {k: regression.get(k) for k in numbers},
                 "served_only_delta": served.get("served_only_delta"), "serving_only_share": SERVING_ONLY_SHARE,

@@ -44,6 +44,15 @@ def is_regression(regression: dict[str, Any]) -> bool:
     return bool(regression.get("significant")) and float(regression.get("delta", 0.0)) < 0
 
 
+def named_differences(served: dict[str, Any]) -> list[dict[str, Any]]:
+    """The differences a `serving` verdict names as causes. A BOS doubled only if the server tokenizes the rendered
+    prompt with special tokens (`double_bos` where `tokenizer`) is a guess about the server, not something the
+    export shows: it is named only when nothing the export does show explains the drop."""
+    found = served.get("differences") or []
+    shown = [d for d in found if not (d["rule"] == "double_bos" and d["evidence"].get("where") == "tokenizer")]
+    return shown or found
+
+
 def serving_only(regression: dict[str, Any], served: dict[str, Any] | None) -> bool:
     """The served drop is significant and the training path's is not, or is at most `SERVING_ONLY_SHARE` of it."""
     if served is None or not is_regression(served.get("regression") or {}):

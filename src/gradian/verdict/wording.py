@@ -274,12 +274,12 @@ def served_measured(served: dict[str, Any]) -> str:
             f"p = {number(regression.get('p_value'))}, n = {regression.get('n', '?')}).")
 
 
-def serving(regression: dict[str, Any], served: dict[str, Any]) -> tuple[str, str]:
-    """The `serving` verdict: the served drop, the training path's beside it, and what differs between the paths."""
+def serving(regression: dict[str, Any], served: dict[str, Any], found: list[dict[str, Any]]) -> tuple[str, str]:
+    """The `serving` verdict: the served drop, the training path's beside it, and `found`, the differences between
+    the paths it names (`rules.named_differences`)."""
     own = ("a drop inside the noise band" if not regression.get("significant") else
            f"a drop of {pct(-float(regression.get('delta', 0.0)))}, at most {SERVING_ONLY_SHARE:.0%} of the "
            "served one")
-    found = named_differences(served)
     text = (f"{served_measured(served)} On Gradian's own path (the adapter on the base, prompts rendered as trained, "
             f"greedy decoding to the trained EOS) the fine-tune scores {pct(regression.get('finetuned_rate'))} vs "
             f"{pct(regression.get('base_rate'))} for the base (difference {pct(regression.get('delta'), signed=True)}, "
@@ -297,15 +297,6 @@ SERVING_UNFOUND = ("serve as trained and measure again: the chat template and to
                    "EOS among the stop tokens, greedy decoding, max_new_tokens above the longest answer; to have "
                    "Gradian re-generate with the merged weights in the served dtype, give --served-model the "
                    "export with its safetensors")
-
-
-def named_differences(served: dict[str, Any]) -> list[dict[str, Any]]:
-    """The differences a `serving` verdict names as causes. A BOS doubled only if the server tokenizes the rendered
-    prompt with special tokens (`double_bos` where `tokenizer`) is a guess about the server, not something the
-    export shows: it is named only when nothing the export does show explains the drop."""
-    found = served.get("differences") or []
-    shown = [d for d in found if not (d["rule"] == "double_bos" and d["evidence"].get("where") == "tokenizer")]
-    return shown or found
 
 
 def difference_sentence(difference: dict[str, Any]) -> str:
