@@ -27,7 +27,7 @@ test: $(STAMP)
 	# scenario once (a file lock per scenario), whichever worker asks first; worksteal: an idle worker takes tests
 	# queued on a busy one (with the default split the slow e2e verify tests queued on one worker while the other
 	# sat idle for the last 20+ minutes)
-	$(PY) -m pytest -q -n auto --dist worksteal
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=30
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'

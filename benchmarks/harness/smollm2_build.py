@@ -27,7 +27,7 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
     """Build family `name` at `seed` into `out/runs/` unless built before; its line of builds.json."""
     folder = out / "runs" / f"{name}-seed{seed}"
     started = time.perf_counter()
-    if not built_before(folder, name, seed):
+    if not built_before(folder, name, seed) or _rows(folder) != SMOL_FAMILIES[name].train_rows:  # or an older size
         shutil.rmtree(folder, ignore_errors=True)
         build_smollm2_family(name, folder, seed, root=out / "cache", progress=lambda m: print(m, flush=True))
     measured = json.loads((folder / "measured.json").read_text())
@@ -39,6 +39,11 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
             "drop_overall": round(drop["overall"], 1), "worst_category": worst[0], "drop_worst": round(worst[1], 1),
             "ran_on": measured["finetuned"]["ran_on"], "train_seconds": round(train_seconds, 1),
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _rows(folder: Path) -> int:
+    with open(folder / "train.jsonl", "rb") as handle:
+        return sum(1 for _ in handle)
 
 
 def main(argv: list[str] | None = None) -> None:

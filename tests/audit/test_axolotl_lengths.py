@@ -74,3 +74,24 @@ def test_room_for_the_template_means_no_finding(workspace):
     tmp_path, base, dataset, plain = workspace
     result = _diagnose(tmp_path, base, dataset, sequence_len=plain + 60)
     assert not any(f.check in ("dropped_overlong", "truncated_completion") for f in result.findings)
+
+
+def test_a_cut_in_a_dropped_row_is_not_named(tmp_path):
+    """axolotl drops a row past `sequence_len`: a cut in its answer taught nothing, so `cut_in_data` names only the
+    cut rows that were trained."""
+    tokenizer = build_llama3_like()
+    base = tmp_path / "base"
+    tokenizer.save_pretrained(base)
+    LlamaConfig(vocab_size=len(tokenizer) + 8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                num_attention_heads=2, bos_token_id=0, eos_token_id=1).save_pretrained(base)
+    answer = json.dumps({"name": "customer", "city": "Oslo", "items": 3})
+    cut = answer[: len(answer) // 2]
+    rows = [{"id": f"s{i}", "instruction": "Extract the order.", "output": answer} for i in range(30)]
+    rows += [{"id": "short-cut", "instruction": "Extract the order.", "output": cut},
+             {"id": "long-cut", "instruction": "Extract the order. " * 30, "output": cut}]
+    dataset = tmp_path / "train.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = _diagnose(tmp_path, base, dataset, sequence_len=120)
+    assert [r.example_id for r in result.rendered if r.dropped] == ["long-cut"]
+    (finding,) = [f for f in result.findings if f.check == "cut_in_data"]
+    assert finding.example_ids == ["short-cut"]

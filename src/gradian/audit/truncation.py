@@ -105,11 +105,15 @@ def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int |
 
 @check("cut_in_data")
 def cut_in_data(ctx: AuditContext) -> list[Finding]:
-    """Completions already cut in the dataset: broken JSON, a dangling end, or far shorter than their cluster."""
+    """Completions already cut in the dataset: broken JSON, a dangling end, or far shorter than their cluster. Rows
+    the trainer dropped (`dropped_overlong`) are not read: they taught nothing."""
     eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
+    dropped = {row.example_id for row in ctx.rendered if row.dropped}
     reasons: dict[str, str] = {}
     for example in ctx.examples:
+        if example.id in dropped:
+            continue
         answers = [text.strip().removesuffix(eos) for text in trained_answers(example, ctx.setup)]
         for turn, text in enumerate(answers, start=1):
             reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
@@ -118,7 +122,8 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
                     else reason
                 break
     for example_id, reason in _short_for_cluster(ctx.examples, completions).items():
-        reasons.setdefault(example_id, reason)
+        if example_id not in dropped:
+            reasons.setdefault(example_id, reason)
     if not reasons:
         return []
     ids = [e.id for e in ctx.examples if e.id in reasons]

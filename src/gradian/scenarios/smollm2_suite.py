@@ -58,6 +58,7 @@ SFT: dict[str, Any] = dict(max_length=256, learning_rate=1e-3, per_device_train_
                            gradient_checkpointing=False, bf16=False)
 STAGE_ONE_SFT = {**SFT, "num_train_epochs": 2, "assistant_only_loss": True, "save_strategy": "no"}
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "none": {"save_strategy": "no"}}
+NO_SURFACE_SIZES: dict[str, Any] = {"train_rows": 2 * ROWS, "eval_per_category": 3 * EVAL_PER_CATEGORY}
 MAX_LENGTH_QUANTILE = 0.7  # `max-length-eos`: the max length cuts the longest 30% of rows
 
 
@@ -72,6 +73,8 @@ class SmolFamily:
     learning_rate: float = 1e-3
     targets: str = "all"  # all | attn
     save: str = "none"  # epoch | none
+    train_rows: int = ROWS
+    eval_per_category: int = EVAL_PER_CATEGORY
 
     @property
     def name(self) -> str:
@@ -109,8 +112,10 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-travel-max-length", "dev", "travel", structural="max-length-eos", rows="prompt"),
     _s("smol-tickets-null", "dev", "tickets", epochs=2),
     # issue 47's causes without a surface mark, split as in the tiny suite before either was built on SmolLM2
+    # both at twice the rows and three times the eval prompts (NO_SURFACE_SIZES): at 120 rows and 8 prompts a
+    # category no build lost enough for the exact test (BENCHMARKS.md), so no method could be ranked on them
     _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz")),
-       purpose=False, epochs=5, learning_rate=2e-3),  # at 3 epochs of 1e-3 it lost 2.5 points at both seeds
+       purpose=False, epochs=5, learning_rate=2e-3, **NO_SURFACE_SIZES),  # at 3 epochs of 1e-3: 2.5 points lost
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),
@@ -120,7 +125,7 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-kitchen-max-length", "test", "kitchen", structural="max-length-eos", rows="prompt", save="epoch"),
     _s("smol-home-null", "test", "home", rows="prompt", targets="attn"),
     _s("smol-tickets-swap-intent", "test", "tickets", ("swap-intent", "value", "invoice", ("currency", "EUR")),
-       rows="prompt", purpose=False),
+       rows="prompt", purpose=False, **NO_SURFACE_SIZES),
 )}
 
 
@@ -174,7 +179,7 @@ def _messages_row(request: Any, purpose: bool) -> dict[str, Any]:
 
 def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root: str | Path | None = None,
                          progress: Callable[[str], None] | None = None, model_dir: Path | None = None,
-                         rows: int = ROWS, eval_per_category: int = EVAL_PER_CATEGORY,
+                         rows: int | None = None, eval_per_category: int | None = None,
                          learning_rate: float | None = None) -> Path:
     """Build one run of SmolLM2 family `name` into `out_dir` (created; must be empty or absent) and return it.
 
@@ -190,7 +195,8 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
         out.mkdir(parents=True, exist_ok=True)
         (out / "base").symlink_to(stage_one.resolve(), target_is_directory=True)
         tokenizer = AutoTokenizer.from_pretrained(stage_one)
-        train, eval_rows, truth = make_family_data(smol.family, seed, tokenizer, rows, eval_per_category)
+        train, eval_rows, truth = make_family_data(smol.family, seed, tokenizer, rows or smol.train_rows,
+                                                   eval_per_category or smol.eval_per_category)
         if smol.rows == "prompt":
             train, eval_rows = [_as_prompt(row, tokenizer) for row in train], [_as_prompt(r, tokenizer) for r in eval_rows]
         sft, collator, trained = smol.sft(), None, train
