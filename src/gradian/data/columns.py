@@ -243,7 +243,6 @@ class ExampleColumns(Rows[Example]):
         found = pc.match_substring(self._rows.column("fields"), text)
         return self.take(np.flatnonzero(found.to_numpy(zero_copy_only=False)))
 
-
     @property
     def lines(self) -> np.ndarray:
         return self._rows.column("line").to_numpy()
