@@ -20,6 +20,11 @@ reads the same config and data file. A row matches when a row of axolotl's has t
 positions (rows are compared as multisets: axolotl drops over-long rows and keeps no row ids). The planted faults
 (answers cut mid-object in the data, in any trained turn; exact duplicates) must be named by the findings.
 Writes `WORK/results.json` and prints the table for BENCHMARKS.md.
+
+Run by Gradian's venv, it checks Gradian's port (`data.axolotl`: axolotl is not importable there). Run by the
+axolotl venv with Gradian installed in it as well (`.venv-axolotl/bin/pip install --no-deps -e .` and Gradian's
+other dependencies), it checks what an axolotl user gets: Gradian calling axolotl's own config loader and prompt
+strategies (`data.axolotl_code`). The table's second column says which ran.
 """
 
 from __future__ import annotations
@@ -143,43 +148,51 @@ def _prepare(config: Path) -> None:
 Rows = list[tuple[tuple[int, ...], tuple[int, ...]]]  # (input_ids, trained positions) per kept row
 
 
-def gradian_rows(config: Path, tokenizer: Path) -> tuple[Rows, set[str], dict[str, list[str]]]:
-    """Gradian's kept rows (as `axolotl_rows`), the ids of the rows it kept, and its findings: {check: [row ids]}."""
+def gradian_rows(config: Path, tokenizer: Path) -> tuple[Rows, list[str], set[str], dict[str, list[str]], str]:
+    """Gradian's kept rows (as `axolotl_rows`), the id Gradian gave each file row, the ids of the rows it kept, its
+    findings ({check: [row ids]}) and whose code prepared its rows (the report's `preparation.text`)."""
     from gradian.audit.diagnosis import diagnose
+    from gradian.data.setup import preparation
 
     result = diagnose(config.parent / "train.jsonl", base_model=str(tokenizer), config=config)
     kept = [r for r in result.rendered if not r.dropped]
     rows = [(tuple(r.input_ids), tuple(i for i, label in enumerate(r.labels) if label != -100)) for r in kept]
-    return rows, {r.example_id for r in kept}, {f.check: list(f.example_ids) for f in result.findings}
+    ids = [e.id for e in result.examples]
+    return (rows, ids, {r.example_id for r in kept}, {f.check: list(f.example_ids) for f in result.findings},
+            preparation(result.setup)["text"])
 
 
-def compare(shape: str, ours: Rows, theirs: Rows, kept: set[str], findings: dict[str, list[str]]) -> dict[str, Any]:
+def compare(shape: str, theirs: Rows, ours: Rows, ids: list[str], kept: set[str],
+            findings: dict[str, list[str]], prepared_by: str) -> dict[str, Any]:
     """One table row: rows matched (ids and loss positions), and whether the planted faults among the rows
     trained are named (a cut in a dropped row taught nothing)."""
     matched = sum((Counter(ours) & Counter(theirs)).values())
     same_ids = sum((Counter(ids for ids, _ in ours) & Counter(ids for ids, _ in theirs)).values())
     cut_named = set(findings.get("cut_in_data", []))
-    want_cut = {_row_id(i) for i in CUT} & kept
+    want_cut = {ids[i] for i in CUT} & kept
     duplicates = {e for check in ("duplicate", "near_duplicate") for e in findings.get(check, [])}
-    pairs = [{_row_id(i) for i in pair} & kept for pair in DUPLICATES]
+    pairs = [{ids[i] for i in pair} & kept for pair in DUPLICATES]
     pairs = [pair for pair in pairs if len(pair) == 2]
     return {"shape": shape, "axolotl_rows": len(theirs), "gradian_rows": len(ours), "ids_matched": same_ids,
             "matched": matched, "cuts_found": len(cut_named & want_cut), "cuts": len(want_cut),
             "cut_false": len(cut_named - want_cut), "duplicates_found": sum(bool(p & duplicates) for p in pairs),
-            "duplicates": len(pairs), "findings": sorted(findings)}
-
-
-def _row_id(i: int) -> str:
-    return str(i + 1)  # Gradian's id of a row without one: its line number
+            "duplicates": len(pairs), "untrained_named": sorted(duplicates - kept), "findings": sorted(findings),
+            "prepared_by": prepared_by}
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    lines = [f"| shape (axolotl {VERSION}) | rows axolotl kept | Gradian's rows matched (ids and loss positions) | "
-             "cuts named | duplicate pairs named |", "|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['axolotl_rows']} | {r['matched']} / {r['axolotl_rows']} | "
+    lines = [f"| shape (axolotl {VERSION}) | Gradian's rows by | rows axolotl kept | Gradian's rows matched (ids and "
+             "loss positions) | cuts named | duplicate pairs named |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {_by(r['prepared_by'])} | {r['axolotl_rows']} | {r['matched']} / {r['axolotl_rows']} | "
               f"{r['cuts_found']} / {r['cuts']}" + (f" (+{r['cut_false']} false)" if r["cut_false"] else "")
-              + f" | {r['duplicates_found']} / {r['duplicates']} |" for r in records]
+              + f" | {r['duplicates_found']} / {r['duplicates']}"
+              + (f" (+{len(r['untrained_named'])} dropped row named)" if r["untrained_named"] else "") + " |"
+              for r in records]
     return "\n".join(lines)
+
+
+def _by(prepared_by: str) -> str:
+    return "axolotl's own code" if "own config loader" in prepared_by else "Gradian's port"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, shape in enumerate(args.shapes):
         config = write_shape(args.work / f"shape{i}", shape, args.tokenizer.resolve())
         theirs = axolotl_rows(python, config)
-        ours, kept, findings = gradian_rows(config, args.tokenizer.resolve())
-        records.append(compare(shape, ours, theirs, kept, findings))
+        records.append(compare(shape, theirs, *gradian_rows(config, args.tokenizer.resolve())))
         print(json.dumps(records[-1]), flush=True)
     (args.work / "results.json").write_text(json.dumps(records, indent=1))
     print(table(records))

@@ -27,7 +27,8 @@ def row(name: str, i: int, category: str, drop: str | None = None) -> Example:
 
 def context(examples, eval_examples, capability="json_formatting:keys"):
     return SimpleNamespace(examples=examples, eval_examples=eval_examples, capability=get_capability(capability),
-                           tokenizer=SimpleNamespace(eos_token="</s>"), setup=SimpleNamespace(eos_token=None))
+                           tokenizer=SimpleNamespace(eos_token="</s>"), setup=SimpleNamespace(eos_token=None),
+                           trained=lambda: iter(examples))
 
 
 def world(dropped: set[int], n: int = 60):

@@ -95,3 +95,38 @@ def test_a_cut_in_a_dropped_row_is_not_named(tmp_path):
     assert [r.example_id for r in result.rendered if r.dropped] == ["long-cut"]
     (finding,) = [f for f in result.findings if f.check == "cut_in_data"]
     assert finding.example_ids == ["short-cut"]
+
+
+def test_a_copy_of_a_dropped_row_is_not_named_a_duplicate(tmp_path):
+    """Two copies of a row past `sequence_len`: axolotl drops both, so neither trained twice as often; the rows the
+    run trained are checked for copies, the dropped ones are not."""
+    tokenizer = build_llama3_like()
+    base = tmp_path / "base"
+    tokenizer.save_pretrained(base)
+    LlamaConfig(vocab_size=len(tokenizer) + 8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                num_attention_heads=2, bos_token_id=0, eos_token_id=1).save_pretrained(base)
+    rows = [{"id": f"s{i}", "instruction": f"Extract order {i}.", "output": json.dumps({"n": i})} for i in range(30)]
+    long = {"instruction": "Extract the order. " * 30, "output": json.dumps({"n": 0})}
+    rows += [{"id": "long-a", **long}, {"id": "long-b", **long}, {**rows[3], "id": "short-copy"}]
+    dataset = tmp_path / "train.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = _diagnose(tmp_path, base, dataset, sequence_len=120)
+    assert [r.example_id for r in result.rendered if r.dropped] == ["long-a", "long-b"]
+    (finding,) = [f for f in result.findings if f.check == "duplicate"]
+    assert finding.example_ids == ["short-copy"]
+
+
+def test_where_axolotl_is_not_installed_the_port_renders_and_says_why(workspace):
+    """axolotl's own prompt strategies render its rows where it is importable (`data.axolotl_code`); here it is not,
+    so Gradian's port does, and the report's preparation says so."""
+    from gradian.data.axolotl_code import installed_version
+    from gradian.data.setup import preparation
+
+    if installed_version() is not None:
+        pytest.skip("axolotl is installed here: its own code renders the rows")
+    tmp_path, base, dataset, plain = workspace
+    result = _diagnose(tmp_path, base, dataset, sequence_len=plain + 60)
+    assert result.setup.prepared_by["port_rows"] == len(result.rendered) == 31
+    assert result.setup.prepared_by["trainer_rows"] == 0
+    text = "rows as axolotl prepares them (Gradian's port (axolotl is not installed), axolotl version unknown)"
+    assert preparation(result.setup)["text"] == text

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from filelock import FileLock
 
 from gradian.cli.main import cli, register_commands
 from gradian.scenarios.base import one_thread
@@ -41,9 +42,28 @@ def truncated_report(attributed_copy, tmp_path_factory):
     return attributed_copy("truncated-cluster", tmp_path_factory.mktemp("truncated") / "report")
 
 
+@pytest.fixture(scope="session")
+def verified(attributed, tmp_path_factory, worker_id):
+    """The truncated-cluster report after `verify --controls 2`, made once per test run and shared by its workers
+    (a lock, as `attributed`): each worker that runs this module would otherwise retrain the same six runs."""
+    base = tmp_path_factory.getbasetemp()
+    out = (base.parent if worker_id != "master" else base) / "verified" / "truncated-cluster"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{out}.lock"):
+        if not (out / "verified.done").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(attributed("truncated-cluster"), out, ignore=shutil.ignore_patterns("attributed.done"))
+            run_verify(out, controls=2)
+            (out / "verified.done").touch()
+    return out
+
+
 @pytest.fixture(scope="module")
-def truncated(truncated_report):
-    return truncated_report, run_verify(truncated_report, controls=2)
+def truncated(verified, tmp_path_factory):
+    """A private copy of `verified` (retrains included): the tests below verify again into it."""
+    report = tmp_path_factory.mktemp("verified") / "report"
+    shutil.copytree(verified, report, ignore=shutil.ignore_patterns("verified.done"))
+    return report, json.loads((report / "verification.json").read_text())
 
 
 def test_removing_the_culprits_recovers_and_random_removal_does_not(truncated):

@@ -38,8 +38,15 @@ from gradian.data.setup import TrainingSetup, preparation
                                 "trl_version": "1.16.0"}), False,
      "rows as TRL SFTTrainer prepares them (TRL 1.16.0's own code, 2 rows by Gradian's port (TRL refused them), "
      "the run's TRL version unknown)"),
+    (TrainingSetup(framework="axolotl", framework_version="0.18.0",
+                   prepared_by={"port_rows": 40, "why": ["axolotl is not installed"]}), False,
+     "rows as axolotl 0.18.0 prepares them (Gradian's port (axolotl is not installed))"),
+    (TrainingSetup(framework="axolotl", framework_version="0.18.0",
+                   prepared_by={"trainer_rows": 40, "axolotl_version": "0.19.0"}), False,
+     "rows as axolotl 0.18.0 prepares them (axolotl 0.19.0's own config loader and prompt strategies, the run used "
+     "axolotl 0.18.0)"),
 ], ids=["trl", "trl-range", "trl-unknown", "axolotl", "trl-recorded", "plain-trainer-recorded", "callback",
-        "trl-code", "trl-code-checked", "trl-code-and-port"])
+        "trl-code", "trl-code-checked", "trl-code-and-port", "axolotl-port", "axolotl-code"])
 def test_preparation_names_trainer_version_and_whose_code_ran(setup, trainer_code, text):
     prepared = preparation(setup, trainer_code=trainer_code)
     assert prepared["text"] == text

@@ -141,17 +141,20 @@ def test_unknown_kind_is_rejected():
         Verdict(kind="maybe", summary="", next_action="")
 
 
-def test_flagged_learning_rate_outranks_a_cluster_with_no_data_defect():
-    verdict = verdict_for(SIGNIFICANT, [LEARNING_RATE], planted_effects(seed=1))
+def test_a_step_size_whose_log_shows_damage_outranks_a_cluster_with_no_data_defect():
+    damaged = dataclasses.replace(LEARNING_RATE, values={"log_shows": "loss spikes at steps 40, 41"})
+    verdict = verdict_for(SIGNIFICANT, [damaged], planted_effects(seed=1))
     assert verdict.kind == "diffuse"
     assert verdict.culprit_ids == []
     assert verdict.evidence["outranked_by_step_size"] is True
     assert verdict.evidence["top_cluster"]["lift"] >= MIN_LIFT
     assert "The harm shows most in \u201cinvoice, currency, amount\u201d" in verdict.summary
     assert verdict.next_action == f"look at hyperparameters: {LEARNING_RATE.fix} (evidence: learning_rate)"
-    info = dataclasses.replace(LEARNING_RATE, severity="info")  # a note, not a flag
+    info = dataclasses.replace(damaged, severity="info")  # a note, not a flag
     assert verdict_for(SIGNIFICANT, [info], planted_effects(seed=1)).kind == "data-cluster"
-    flagged = verdict_for(SIGNIFICANT, [TRUNCATED, LEARNING_RATE], planted_effects())  # a mechanism: the rows
+    critical = dataclasses.replace(LEARNING_RATE, severity="critical")  # far above the range: no log needed
+    assert verdict_for(SIGNIFICANT, [critical], planted_effects(seed=1)).kind == "diffuse"
+    flagged = verdict_for(SIGNIFICANT, [TRUNCATED, damaged], planted_effects())  # a mechanism: the rows
     assert flagged.kind == "data-cluster" and flagged.evidence["mechanism"]["check"] == "truncated_completion"
 
 
@@ -427,3 +430,13 @@ def test_a_setting_that_cut_the_named_rows_leads_the_next_action_with_the_value_
     assert verdict.next_action.index(setting) < verdict.next_action.index("or drop these")
     # without a setting behind the rows, dropping them leads, as before
     assert verdict_for(SIGNIFICANT, [TRUNCATED], planted_effects()).next_action.startswith("drop these")
+
+
+def test_a_step_size_over_the_range_with_a_smooth_log_does_not_outrank_a_harmful_cluster():
+    """A rate above the range whose log shows smooth training is a risk, not evidence: the cluster that holds the
+    harm is named (smol-home-rename-volume: removing its rows recovered the drop), the rate is not a cause."""
+    smooth = dataclasses.replace(LEARNING_RATE, values={"learning_rate": 2e-3, "high": 1.78e-3, "log_shows": ""})
+    for finding in (LEARNING_RATE, smooth):
+        verdict = verdict_for(SIGNIFICANT, [finding], planted_effects(seed=1))
+        assert verdict.kind == "data-cluster" and "outranked_by_step_size" not in verdict.evidence
+        assert len(set(verdict.culprit_ids) & {IDS[i] for i in CULPRITS}) >= 0.8 * len(CULPRITS)

@@ -256,9 +256,10 @@ def test_a_plugin_check_counts_by_its_category_like_a_built_in(plugin_check):
     assert verdict.causes[0].kind == "setup" and verdict.causes[0].explains == pytest.approx(0.9)
     unknown = Finding("collator_notes", "warning", "a note on the collator", "read it")  # no category: not `stop`
     assert verdict_for([unknown], effects({}), never, {}).kind == "diffuse"
-    # a flagged step size (category `hyperparameter`) outranks a cluster whose rows carry no defect
+    # a step size (category `hyperparameter`) whose log shows damage outranks a cluster whose rows carry no defect
     cluster_harm = effects(dict.fromkeys(range(160, 200), 5.0))
-    warmup = Finding("warmup_too_short", "warning", "warmup of 0 steps at lr 5e-3", "warm up over 50 steps")
+    warmup = Finding("warmup_too_short", "warning", "warmup of 0 steps at lr 5e-3", "warm up over 50 steps",
+                     values={"log_shows": "a loss spike at step 3"})
     verdict = verdict_for([warmup], cluster_harm, symptoms_of({"other": 20}), {})
     assert verdict.kind == "diffuse" and verdict.evidence["outranked_by_step_size"] is True
     assert verdict.evidence["run_wide_causes"] == ["warmup_too_short"] and warmup.fix in verdict.next_action

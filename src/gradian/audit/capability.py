@@ -40,7 +40,7 @@ def fails_capability(ctx: AuditContext) -> list[Finding]:
     if capability is None or capability.needs_reference:
         return []
     eos = eos_token_of(ctx.tokenizer, ctx.setup)
-    targets = [(e.id, text) for e in ctx.examples if (text := target_text(e, eos)) is not None]
+    targets = [(e.id, text) for e in ctx.trained() if (text := target_text(e, eos)) is not None]
     failing = [(row_id, text) for row_id, text in targets if not capability.passes(text, None)]
     if not failing:
         return []

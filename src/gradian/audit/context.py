@@ -59,6 +59,16 @@ class AuditContext:
             ids.add(self.eos_id)
         return ids
 
+    @cached_property
+    def untrained_ids(self) -> frozenset[str]:
+        """Rows the trainer dropped (over the length limit, or no token with loss): they taught nothing, so a check
+        of what rows teach skips them."""
+        return frozenset(r.example_id for r in self.rendered if r.dropped)
+
+    def trained(self) -> Iterator[Example]:
+        """The examples the run trained on, in dataset order."""
+        return (e for e in self.examples if e.id not in self.untrained_ids)
+
     @property
     def rows(self) -> Iterator[tuple[Example, Rendered]]:
         """(example, rendered) pairs one at a time."""

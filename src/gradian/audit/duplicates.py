@@ -43,6 +43,8 @@ def exact_duplicates(ctx: AuditContext) -> list[Finding]:
     first: dict[str, str] = {}
     copies: dict[str, str] = {}
     for example, key in zip(ctx.examples, _train_keys(ctx), strict=True):
+        if example.id in ctx.untrained_ids:  # never trained: not trained twice
+            continue
         if key in first:
             copies[example.id] = first[key]
         else:
@@ -65,11 +67,13 @@ def near_duplicates(ctx: AuditContext) -> list[Finding]:
     exact_seen: set[str] = set()
     signatures = minhash_signatures(grams)
     candidates = lsh_candidates(signatures)
+    untrained = {i for i, r in enumerate(ctx.rendered) if r.dropped}  # never trained: no twin of any row
     for index, example in enumerate(ctx.examples):
-        if keys[index] in exact_seen:
+        if index in untrained or keys[index] in exact_seen:
             continue  # an exact copy: reported by `duplicate`
         exact_seen.add(keys[index])
-        best = _best_match(_likely(candidates.get(index), signatures, index), grams, index, keys)
+        likely = [i for i in _likely(candidates.get(index), signatures, index) if i not in untrained]
+        best = _best_match(likely, grams, index, keys)
         if best is not None:
             near[example.id] = (ctx.examples[best[0]].id, round(best[1], 3))
     if not near:
@@ -118,7 +122,7 @@ def train_eval_overlap(ctx: AuditContext) -> list[Finding]:
     for example in ctx.eval_examples:
         eval_by_prompt[normalised(example.prompt_text or example.text)].append(example.id)
         eval_keys.add(_key(example))
-    pairs = {e.id: eval_by_prompt[p] for e in ctx.examples
+    pairs = {e.id: eval_by_prompt[p] for e in ctx.trained()
              if (p := normalised(e.prompt_text or e.text)) in eval_by_prompt}
     if not pairs:
         return []

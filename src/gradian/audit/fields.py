@@ -55,7 +55,7 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
         return []
     references = [(e.prompt_text, keys) for e in ctx.eval_examples if (keys := object_keys(e.completion_text))]
     eos = eos_token_of(ctx.tokenizer, ctx.setup)
-    targets = [(e.id, e.prompt_text, keys) for e in ctx.examples if (keys := object_keys(target_text(e, eos)))]
+    targets = [(e.id, e.prompt_text, keys) for e in ctx.trained() if (keys := object_keys(target_text(e, eos)))]
     if not references or not targets:
         return []
     vectorizer = TfidfVectorizer().fit([p for p, _ in references] + [p for _, p, _ in targets])

@@ -109,11 +109,8 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     the trainer dropped (`dropped_overlong`) are not read: they taught nothing."""
     eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
-    dropped = {row.example_id for row in ctx.rendered if row.dropped}
     reasons: dict[str, str] = {}
-    for example in ctx.examples:
-        if example.id in dropped:
-            continue
+    for example in ctx.trained():
         answers = [text.strip().removesuffix(eos) for text in trained_answers(example, ctx.setup)]
         for turn, text in enumerate(answers, start=1):
             reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
@@ -122,7 +119,7 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
                     else reason
                 break
     for example_id, reason in _short_for_cluster(ctx.examples, completions).items():
-        if example_id not in dropped:
+        if example_id not in ctx.untrained_ids:
             reasons.setdefault(example_id, reason)
     if not reasons:
         return []

@@ -10,7 +10,8 @@ Mirrors TRL `SFTTrainer._prepare_dataset` (the reference the tests compare again
    are dropped, as TRL drops them; axolotl's `drop` strategy drops every over-long row;
 5. a collator that masks pad ids (transformers' LM collator) hides every label equal to pad.
 
-Under an axolotl config each row is rendered by its `datasets:` entry's type instead (`data/axolotl.py`), and
+Under an axolotl config each row is tokenized by its `datasets:` entry's type instead: by axolotl's own prompt
+strategies where axolotl is installed (`data/axolotl_code.py`), else by Gradian's port (`data/axolotl.py`); and
 over-long rows follow `excess_length_strategy`. `Rendered.over_limit` says what became of a row past the limit.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from gradian.data import openai_format
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
+from gradian.data.axolotl_code import AxolotlCode
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import common_prefix
@@ -111,6 +113,7 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
     position = 0  # wrapped packing: where the next row starts in the rows laid end to end
     options = axolotl_options(setup) if setup.framework == "axolotl" else {}
     entries: dict[str, dict[str, Any]] = {}  # axolotl: one datasets entry per source file
+    own: AxolotlCode | None = None  # axolotl's own code, where it is installed
     while chunk := list(itertools.islice(rows, BATCH)):
         if setup.framework != "axolotl":
             prepared = _prepare_chunk(chunk, tokenizer, setup, trusted, tally)
@@ -119,16 +122,40 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
                 position = _wrapped(rendered, setup.max_length, position)
             yield rendered
             continue
-        out = []
-        for example in chunk:
-            if example.source not in entries:
-                entries[example.source] = entry_for(example, options)
-            entry = entries[example.source]
-            out.append(_finish_axolotl(example, *render_axolotl(example, tokenizer, options, entry), entry, setup))
-        yield out
+        if own is None:
+            own = AxolotlCode(setup, tokenizer)
+        yield _axolotl_chunk(chunk, tokenizer, setup, options, entries, own, tally)
 
 
 Prepared = tuple[list[int], list[int], int]  # input_ids, labels, prompt length: a row before truncation
+
+
+def _axolotl_chunk(chunk: list[Example], tokenizer: Any, setup: TrainingSetup, options: dict[str, Any],
+                   entries: dict[str, dict[str, Any]], own: AxolotlCode, tally: Preparation) -> list[Rendered]:
+    """The rows of an axolotl run by its own prompt strategies where axolotl runs here, else by Gradian's port;
+    then axolotl's length strategy."""
+    listed = options.get("datasets") or []
+    prepared: dict[int, Prepared | None] = {}
+    for source in dict.fromkeys(e.source for e in chunk):
+        if source not in entries:
+            entries[source] = entry_for(next(e for e in chunk if e.source == source), options)
+        group = [i for i, e in enumerate(chunk) if e.source == source]
+        index = next((k for k, e in enumerate(listed) if e is entries[source]), None)
+        rows = own.rows([chunk[i] for i in group], index) if index is not None else None
+        prepared.update(zip(group, rows or [None] * len(group), strict=True))
+    out = []
+    for i, example in enumerate(chunk):
+        entry, row = entries[example.source], prepared[i]
+        if row is None:
+            row = render_axolotl(example, tokenizer, options, entry)
+            tally.port_rows += 1
+            tally.note(own.refused or ("the config lists no dataset entry" if not listed else
+                                       "axolotl's strategy filtered the row out or split it: Gradian's port read it"))
+        else:
+            tally.trainer_rows += 1
+            tally.axolotl_version = own.version
+        out.append(_finish_axolotl(example, *row, entry, setup))
+    return out
 
 
 def _prepare_chunk(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted: dict[str, bool],

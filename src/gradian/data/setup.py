@@ -101,7 +101,8 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
 
     `trainer_code`: the rows are the running trainer's own (GradianCallback's preflight: its tokenized dataset, its
     collator's labels). Else `setup.prepared_by` says what rendering did: TRL's own `SFTTrainer` preparation
-    (`data.trl_prepare`), or Gradian's port (axolotl's always; TRL's where TRL's code refused rows). Under a plain
+    (`data.trl_prepare`), axolotl's own prompt strategies where axolotl is installed beside Gradian
+    (`data.axolotl_code`), or Gradian's port (axolotl's where it is not; TRL's where TRL's code refused rows). Under a plain
     transformers `Trainer` the rows are TRL's: that trainer prepares no rows itself (the run's own script did), and
     the text says so.
     """
@@ -122,14 +123,17 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
     ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
     notes = []
     if by_trl:
-        installed = prepared.get("trl_version")
-        notes.append(f"TRL {installed}'s own code" if installed else "TRL's own code")
+        installed = prepared.get("axolotl_version") or prepared.get("trl_version")
+        if prepared.get("axolotl_version"):
+            notes.append(f"axolotl {installed}'s own config loader and prompt strategies")
+        else:
+            notes.append(f"TRL {installed}'s own code" if installed else "TRL's own code")
         if prepared.get("cached_rows"):
             notes.append(f"{prepared['cached_rows']} rows read back from Gradian's cache of TRL's output")
         if prepared.get("checked_rows"):
             notes.append("string rows by Gradian's batched tokenization, checked equal to TRL's on their first rows")
         if ported == setup.framework and version and version != installed:
-            notes.append(f"the run used TRL {version}")
+            notes.append(f"the run used {TRAINERS[ported][0]} {version}")
     if prepared.get("port_rows") or not by_trl:
         port = f"{prepared['port_rows']} rows by Gradian's port" if by_trl else "Gradian's port"
         notes.append(port + (f" ({'; '.join(prepared['why'])})" if prepared.get("why") else ""))

@@ -39,19 +39,21 @@ class TrlCannotPrepare(Exception):
 class Preparation:
     """Whose code prepared the rows of one `render_chunks` pass, counted as they go."""
 
-    trainer_rows: int = 0  # rows TRL's own code prepared
+    trainer_rows: int = 0  # rows the trainer's own code prepared (TRL's; axolotl's where `axolotl_version`)
     checked_rows: int = 0  # string rows tokenized by Gradian's batched fast path, checked equal to TRL's first
     cached_rows: int = 0  # of trainer_rows, read back from an earlier run of TRL's code on them (`data.rows_cache`)
     port_rows: int = 0  # rows Gradian's port prepared because TRL's code refused them
     guessed: int = 0  # rows of a shape TRL does not read, given to it as Gradian reads them
-    why: list[str] = field(default_factory=list)  # why TRL's code was not used, once per reason
+    why: list[str] = field(default_factory=list)  # why the trainer's code was not used, once per reason
+    axolotl_version: str | None = None  # axolotl's own strategies prepared trainer_rows (`data.axolotl_code`)
 
     def note(self, reason: str) -> None:
         if reason not in self.why:
             self.why.append(reason)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "trl_version": trl_version() if self.trainer_rows or self.checked_rows else None}
+        by_trl = (self.trainer_rows and not self.axolotl_version) or self.checked_rows
+        return {**asdict(self), "trl_version": trl_version() if by_trl else None}
 
 
 def trl_version() -> str:

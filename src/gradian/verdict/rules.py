@@ -213,7 +213,14 @@ def _teaches_dominant(group: FindingGroup, dominant: str | None) -> bool:
 
 
 def step_size_flagged(findings: list[Finding]) -> bool:
-    return any(category_of(f) == "hyperparameter" and at_least(f, "warning") for f in findings)
+    """Rule 5's exception: a step size that outranks a cluster of clean rows is one with evidence of damage, a
+    `hyperparameter` finding that is critical, or a warning whose training log shows the damage (its
+    `values.log_shows`: NaN, spikes, a loss that never fell). A rate merely above the range while the log shows
+    smooth training is a risk, not evidence against rows that hold the harm (BENCHMARKS.md: on
+    smol-home-rename-volume, dev, lr 2e-3 against a limit of 1.78e-3, removing the cluster's rows recovered the drop)."""
+    return any(category_of(f) == "hyperparameter" and (at_least(f, "critical") or
+                                                        (at_least(f, "warning") and bool(f.values.get("log_shows"))))
+               for f in findings)
 
 
 def run_wide_causes(findings: list[Finding]) -> list[Finding]:
