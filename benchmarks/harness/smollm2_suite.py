@@ -50,10 +50,8 @@ def builds_table(builds: list[dict[str, Any]]) -> list[str]:
         cells = [f"{by[(f.name, s)]['drop_overall']:+.1f} ({by[(f.name, s)]['worst_category']} "
                  f"{by[(f.name, s)]['drop_worst']:+.1f})" if (f.name, s) in by else "–" for s in seeds]
         epoch = [by[(f.name, s)]["train_seconds"] / f.epochs for s in seeds if (f.name, s) in by]
-        plants = " and ".join(f"{p.cause} ({p.layout})" for p in f.family.plants) or f.family.structural or "clean"
-        recipe = f"{f.family.domain}, {f.rows} rows, {f.epochs} epochs at {f.learning_rate:g}, LoRA {f.targets}"
         per_epoch = f"{np.mean(epoch):.0f}" if epoch else "–"
-        lines.append(f"| {f.name} | {f.split} | {plants} ({recipe}) | " + " | ".join(cells) + f" | {per_epoch} |")
+        lines.append(f"| {f.name} | {f.split} | {f.describe()} | " + " | ".join(cells) + f" | {per_epoch} |")
     return lines
 
 

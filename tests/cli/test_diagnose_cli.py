@@ -70,9 +70,11 @@ def test_table_lists_most_severe_first(cli_runner, base, tmp_path):
 
 
 def test_eval_overlap_and_max_length_flag(cli_runner, base, tmp_path):
+    # the prompts are 10 tokens: a limit of 14 cuts every answer and leaves each row trained tokens (at 10 or less a
+    # row trains nothing, so it teaches no eval answer and no overlap is named)
     eval_path = write(tmp_path, [{"prompt": CLEAN[2]["prompt"]}], "eval.jsonl")
     result = invoke(cli_runner, "--dataset", write(tmp_path, CLEAN), "--eval-dataset", eval_path,
-                    "--base-model", base, "--max-length", "6", "--json")
+                    "--base-model", base, "--max-length", "14", "--json")
     checks = {f["check"] for f in json.loads(result.output)["findings"]}
     assert result.exit_code == 1 and {"train_eval_overlap", "truncated_completion"} <= checks
 

@@ -80,6 +80,7 @@ def test_max_length_family_regresses_and_the_audit_names_the_setting_with_the_le
     assert config["add_eos_token"] is True and config["max_length"] == truth["max_length"]
     assert truth["structural_cause"] == "max-length-eos" and truth["culprit_ids"]
     assert truth["recipe"]["learning_rate"] == TINY_MAX_LENGTH_RATE
+    assert truth["summary"].endswith(f"{truth['recipe']['epochs']} epochs at {TINY_MAX_LENGTH_RATE:g}, LoRA all)")
     assert measured["drop_points"]["overall"] >= 10  # the cut rows teach stopping mid-answer
     report = diagnose(dataset=out / "train.jsonl", run=out / "run", base_model=out / "base")
     finding = next(f for f in report.findings if f.check == "eos_after_cut")
@@ -138,6 +139,7 @@ def test_messages_and_setup_families_build_with_their_recipe(name, tmp_path):
     assert sorted(adapter["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj"]
                                                         if family.targets == "attn" else adapter["target_modules"])
     assert len(truth["causes"]) == len(family.family.plants) and truth["seed"] == 1
+    assert truth["summary"] == family.describe()  # the recipe the run trained with, not the tiny family's
     if family.family.structural == "pad-eos":
         assert config["data_collator"] == "transformers.DataCollatorForLanguageModeling"
         assert config["pad_token"] == "<|im_end|>"

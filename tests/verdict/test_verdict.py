@@ -15,6 +15,7 @@ from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import SYMPTOMS, Symptoms, classify_failures
 from gradian.verdict import MIN_LIFT, Verdict, decide
+from gradian.verdict.thresholds import DECISIVE_HARM
 
 N, CATEGORY, CULPRITS = 100, range(0, 30), range(0, 20)  # rows 0-29: the category; 0-19: its planted culprits
 IDS = [f"row{i}" for i in range(N)]
@@ -432,11 +433,19 @@ def test_a_setting_that_cut_the_named_rows_leads_the_next_action_with_the_value_
     assert verdict_for(SIGNIFICANT, [TRUNCATED], planted_effects()).next_action.startswith("drop these")
 
 
-def test_a_step_size_over_the_range_with_a_smooth_log_does_not_outrank_a_harmful_cluster():
-    """A rate above the range whose log shows smooth training is a risk, not evidence: the cluster that holds the
-    harm is named (smol-home-rename-volume: removing its rows recovered the drop), the rate is not a cause."""
+def test_a_step_size_with_a_smooth_log_outranks_a_cluster_only_while_the_cluster_is_not_decisive():
+    """A rate above the range whose log shows smooth training is a risk: it outranks a cluster of clean rows whose
+    harm share could be a collapse's spread (the tiny `diffuse` family: 53-73%), not one that holds the harm beyond
+    doubt (smol-home-rename-volume: 86-99.9%, where removing the rows recovered the drop and a lower rate did not)."""
     smooth = dataclasses.replace(LEARNING_RATE, values={"learning_rate": 2e-3, "high": 1.78e-3, "log_shows": ""})
+    decisive, spread = planted_effects(seed=1), planted_effects(seed=1) - 0.6  # every row a little harmful too
     for finding in (LEARNING_RATE, smooth):
-        verdict = verdict_for(SIGNIFICANT, [finding], planted_effects(seed=1))
+        verdict = verdict_for(SIGNIFICANT, [finding], decisive)
         assert verdict.kind == "data-cluster" and "outranked_by_step_size" not in verdict.evidence
+        assert verdict.evidence["harm_share_ci"][0] >= DECISIVE_HARM
         assert len(set(verdict.culprit_ids) & {IDS[i] for i in CULPRITS}) >= 0.8 * len(CULPRITS)
+        verdict = verdict_for(SIGNIFICANT, [finding], spread)
+        assert verdict.kind == "diffuse" and verdict.evidence["outranked_by_step_size"] is True
+        assert verdict.evidence["top_cluster"]["harm_share_ci"][0] < DECISIVE_HARM
+        assert verdict.evidence["top_cluster"]["lift"] >= MIN_LIFT  # concentrated: it would be named without the rate
+    assert verdict_for(SIGNIFICANT, [], spread).kind == "data-cluster"

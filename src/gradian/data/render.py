@@ -208,8 +208,9 @@ def _by_openai(examples: list[Example], tokenizer: Any, setup: TrainingSetup, ta
 def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted: dict[str, bool],
           tally: Preparation) -> list[Prepared] | None:
     """String rows by the Rust tokenizer in one batch, the prompt length read from the full row's character offsets
-    (TRL tokenizes every row and prompt alone, in Python: ~6x slower at 10^5 rows). None where the fast path is not
-    trusted: the first VERIFY_ROWS rows of each shape are compared with TRL's own code, ids and labels."""
+    (TRL tokenizes every row and prompt alone, in Python: ~6x slower at 10^5 rows). The first VERIFY_ROWS rows of each
+    shape are compared with TRL's own code, ids and labels; where they differ, TRL's code prepares the rows (its rows
+    for the sample are kept). None where the fast path cannot run or is not trusted."""
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     shape = examples[0].shape
     if backend is None or trusted.get(shape) is False:
@@ -231,7 +232,11 @@ def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted
             reference = None
         trusted[shape] = reference == [(list(ids), labels, n) for ids, labels, n in rows[: len(sample)]]
         if not trusted[shape]:
-            return None
+            if reference is None:
+                return None
+            tally.trainer_rows += len(sample)  # TRL's own rows for the sample are kept, not prepared again
+            return reference + (_by_trl(examples[len(sample):], tokenizer, setup, tally) if examples[len(sample):]
+                                else [])
     tally.checked_rows += len(rows)
     return [(list(ids), labels, n) for ids, labels, n in rows]
 

@@ -92,6 +92,14 @@ class SmolFamily:
     def lora(self) -> dict[str, Any]:
         return {**LORA, "target_modules": TARGETS[self.targets]}
 
+    def describe(self, learning_rate: float | None = None) -> str:
+        """The family in one line, its planted causes and how it trains (a run's truth `summary`)."""
+        plants = " and ".join(f"{p.cause} ({p.layout})" for p in self.family.plants) or self.family.structural \
+            or "clean"
+        recipe = (f"{self.family.domain}, {self.rows} rows, {self.epochs} epochs at "
+                  f"{learning_rate or self.learning_rate:g}, LoRA {self.targets}")
+        return f"{plants} ({recipe})"
+
 
 def _s(name: str, split: str, domain: str, *plants: tuple[Any, ...], structural: str | None = None,
        nested: bool = False, purpose: bool = True, **recipe: Any) -> SmolFamily:
@@ -210,7 +218,7 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
             truth.update(culprit_ids=cut, max_length=limit, needed_max_length=longest)
         recipe = {"epochs": smol.epochs, "learning_rate": sft["learning_rate"], "save": smol.save,
                   "targets": smol.targets, "rows": smol.rows}
-        truth.update(scenario=name, row_format=smol.rows, recipe=recipe)
+        truth.update(scenario=name, row_format=smol.rows, recipe=recipe, summary=smol.describe(sft["learning_rate"]))
         write_jsonl(out / "train.jsonl", train)
         write_jsonl(out / "eval.jsonl", eval_rows)
         say(f"{name} seed {seed}: fine-tuning on {len(train)} rows ({smol.epochs} epochs, {smol.rows} rows)")

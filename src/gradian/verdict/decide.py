@@ -34,10 +34,11 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    another cluster, the summary says so, and when the top cluster lies inside the named rows, that is agreement.
 5. `data-cluster` from the gradients: the harm is concentrated in one cluster, beyond what its size and query
    sampling explain (never when every row scored the same effect, `scores.scoring.distinct`: then the gradients
-   take no part in the verdict), unless the run's step size shows damage (`rules.step_size_flagged`: critical, or
-   a warning whose log shows NaN, spikes or a loss that never fell) and nothing in the cluster's rows is wrong (no
-   mechanism from the join): a learning rate far too high makes the model collapse toward whatever pattern some
-   clean rows carry, and dropping those rows would only move the collapse elsewhere. Then the verdict is `diffuse`.
+   take no part in the verdict), unless the run's step size is flagged (`rules.step_size_outranks`: with damage
+   in its log or critical, or else while the cluster does not hold the harm beyond doubt) and nothing in the
+   cluster's rows is wrong (no mechanism from the join): a learning rate far too high makes the model collapse
+   toward whatever pattern some clean rows carry, and dropping those rows would only move the collapse elsewhere.
+   Then the verdict is `diffuse`.
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
    cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
 7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged (`evidence.cause_found` false).
@@ -136,7 +137,7 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
                                 rank)
     if top is not None and rules.concentrated(top):
-        if rules.mechanism(top) is not None or not rules.step_size_flagged(findings):
+        if rules.mechanism(top) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
             return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
     return None
@@ -229,7 +230,7 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         evidence["top_cluster"] = rules.top_numbers(top)
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    outranked = rules.step_size_flagged(findings) and top is not None and rules.concentrated(top)  # rule 5's exception
+    outranked = top is not None and rules.concentrated(top) and rules.step_size_outranks(findings, top)  # rule 5's
     if outranked:
         evidence["outranked_by_step_size"] = True
     summary, action = wording.diffuse(regression, top, causes, symptoms, outranked)

@@ -20,6 +20,7 @@ from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import SYMPTOMS, Symptoms
 from gradian.verdict.thresholds import (
     CULPRIT_ROBUST_Z,
+    DECISIVE_HARM,
     MAD_TO_SIGMA,
     MIN_AGREEMENT,
     MIN_CI_LOW_OVER_SIZE,
@@ -212,15 +213,19 @@ def _teaches_dominant(group: FindingGroup, dominant: str | None) -> bool:
     return dominant in taught(group)
 
 
-def step_size_flagged(findings: list[Finding]) -> bool:
-    """Rule 5's exception: a step size that outranks a cluster of clean rows is one with evidence of damage, a
-    `hyperparameter` finding that is critical, or a warning whose training log shows the damage (its
-    `values.log_shows`: NaN, spikes, a loss that never fell). A rate merely above the range while the log shows
-    smooth training is a risk, not evidence against rows that hold the harm (BENCHMARKS.md: on
-    smol-home-rename-volume, dev, lr 2e-3 against a limit of 1.78e-3, removing the cluster's rows recovered the drop)."""
-    return any(category_of(f) == "hyperparameter" and (at_least(f, "critical") or
-                                                        (at_least(f, "warning") and bool(f.values.get("log_shows"))))
-               for f in findings)
+def step_size_outranks(findings: list[Finding], cluster: ClusterSummary) -> bool:
+    """Rule 5's exception: a flagged step size outranks a concentrated cluster whose rows show no defect. One with
+    evidence of damage always does: a critical `hyperparameter` finding, or a warning whose training log shows the
+    damage (`values.log_shows`: NaN, spikes, a loss that never fell). A warning whose log shows smooth training is a
+    risk: it outranks unless the cluster holds the harm beyond doubt (`harm_share_ci[0] >= DECISIVE_HARM`), since a
+    step size acts on every row and spreads the harm it does (BENCHMARKS.md: on smol-home-rename-volume, lr 2e-3
+    against a limit of 1.78e-3 and a cluster at 86-99.9% of the harm, removing the cluster's rows recovered the drop
+    and lr 1e-3 recovered nothing; on the tiny `diffuse` family, a collapse at 1.9x the limit, the cluster held
+    53-73%)."""
+    flagged = [f for f in findings if category_of(f) == "hyperparameter" and at_least(f, "warning")]
+    if any(at_least(f, "critical") or f.values.get("log_shows") for f in flagged):
+        return True
+    return bool(flagged) and cluster.harm_share_ci[0] < DECISIVE_HARM
 
 
 def run_wide_causes(findings: list[Finding]) -> list[Finding]:

@@ -10,6 +10,11 @@ MIN_LIFT = 2.0
 MIN_CI_LOW_OVER_SIZE = 1.5
 # ... and it must hold a quarter of all harm, else dropping it would leave most of the regression in place.
 MIN_HARM_SHARE = 0.25
+# A step size whose log shows smooth training (a warning, no damage) outranks a cluster of clean rows unless the
+# cluster holds four fifths of the harm even at the low end of its CI: a step size acts on every row, so the harm it
+# does spreads (the tiny `diffuse` collapse: 53-73%), where rows that taught the failure hold nearly all of it
+# (smol-home-rename-volume: 86-99.9%, and removing them recovered the drop while lowering the rate did not).
+DECISIVE_HARM = 0.8
 # A per-example finding is the cluster's mechanism when its rate inside exceeds the rate outside by 30 points:
 # "81% of this cluster vs 2% elsewhere" explains it, "12% vs 9%" does not.
 MIN_FLAG_GAP = 0.30
