@@ -80,7 +80,8 @@ def double_bos(ctx: AuditContext) -> list[Finding]:
     bos = ctx.bos_id
     if bos is None:
         return []
-    ids = [r.example_id for r in ctx.rendered if not r.dropped and len(r.input_ids) > 1 and r.input_ids[0] == r.input_ids[1] == bos]
+    ids = [r.example_id for r in ctx.rendered
+           if not r.dropped and len(r.input_ids) > 1 and r.input_ids[0] == r.input_ids[1] == bos]
     if not ids:
         return []
     token = ctx.tokenizer.bos_token

@@ -102,9 +102,9 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
     `trainer_code`: the rows are the running trainer's own (GradianCallback's preflight: its tokenized dataset, its
     collator's labels). Else `setup.prepared_by` says what rendering did: TRL's own `SFTTrainer` preparation
     (`data.trl_prepare`), axolotl's own prompt strategies where axolotl is installed beside Gradian
-    (`data.axolotl_code`), or Gradian's port (axolotl's where it is not; TRL's where TRL's code refused rows). Under a plain
-    transformers `Trainer` the rows are TRL's: that trainer prepares no rows itself (the run's own script did), and
-    the text says so.
+    (`data.axolotl_code`), or Gradian's port (axolotl's where it is not; TRL's where TRL's code refused rows).
+    Under a plain transformers `Trainer` the rows are TRL's: that trainer prepares no rows itself (the run's own
+    script did), and the text says so.
     """
     version = setup.framework_version
     trainer = trainer_name(setup.framework)

@@ -42,7 +42,7 @@ class Preparation:
     trainer_rows: int = 0  # rows the trainer's own code prepared (TRL's; axolotl's where `axolotl_version`)
     checked_rows: int = 0  # string rows tokenized by Gradian's batched fast path, checked equal to TRL's first
     cached_rows: int = 0  # of trainer_rows, read back from an earlier run of TRL's code on them (`data.rows_cache`)
-    port_rows: int = 0  # rows Gradian's port prepared because TRL's code refused them
+    port_rows: int = 0  # rows Gradian's port prepared: the trainer's code refused them or is not installed
     guessed: int = 0  # rows of a shape TRL does not read, given to it as Gradian reads them
     why: list[str] = field(default_factory=list)  # why the trainer's code was not used, once per reason
     axolotl_version: str | None = None  # axolotl's own strategies prepared trainer_rows (`data.axolotl_code`)

@@ -230,7 +230,8 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         evidence["top_cluster"] = rules.top_numbers(top)
     if symptoms is not None and symptoms.dominant is not None:
         evidence["symptom"] = rules.symptom_numbers(symptoms)
-    outranked = top is not None and rules.concentrated(top) and rules.step_size_outranks(findings, top)  # rule 5's
+    outranked = bool(causes) and top is not None and rules.concentrated(top) \
+        and rules.step_size_outranks(findings, top)  # rule 5's exception
     if outranked:
         evidence["outranked_by_step_size"] = True
     summary, action = wording.diffuse(regression, top, causes, symptoms, outranked)
