@@ -148,13 +148,15 @@ def _prepare(config: Path) -> None:
 Rows = list[tuple[tuple[int, ...], tuple[int, ...]]]  # (input_ids, trained positions) per kept row
 
 
-def gradian_rows(config: Path, tokenizer: Path) -> tuple[Rows, list[str], set[str], dict[str, list[str]], str]:
-    """Gradian's kept rows (as `axolotl_rows`), the id Gradian gave each file row, the ids of the rows it kept, its
-    findings ({check: [row ids]}) and whose code prepared its rows (the report's `preparation.text`)."""
+def gradian_rows(config: Path, tokenizer: Path, data: Path | None = None,
+                 ) -> tuple[Rows, list[str], set[str], dict[str, list[str]], str]:
+    """Gradian's kept rows (as `axolotl_rows`) of `data` (train.jsonl beside the config), the id Gradian gave each
+    file row, the ids of the rows it kept, its findings ({check: [row ids]}) and whose code prepared its rows (the
+    report's `preparation.text`)."""
     from gradian.audit.diagnosis import diagnose
     from gradian.data.setup import preparation
 
-    result = diagnose(config.parent / "train.jsonl", base_model=str(tokenizer), config=config)
+    result = diagnose(data or config.parent / "train.jsonl", base_model=str(tokenizer), config=config)
     kept = [r for r in result.rendered if not r.dropped]
     rows = [(tuple(r.input_ids), tuple(i for i, label in enumerate(r.labels) if label != -100)) for r in kept]
     ids = [e.id for e in result.examples]
@@ -163,13 +165,14 @@ def gradian_rows(config: Path, tokenizer: Path) -> tuple[Rows, list[str], set[st
 
 
 def compare(shape: str, theirs: Rows, ours: Rows, ids: list[str], kept: set[str],
-            findings: dict[str, list[str]], prepared_by: str) -> dict[str, Any]:
+            findings: dict[str, list[str]], prepared_by: str, cut: tuple[int, ...] = CUT) -> dict[str, Any]:
     """One table row: rows matched (ids and loss positions), and whether the planted faults among the rows
-    trained are named (a cut in a dropped row taught nothing)."""
+    trained are named (a cut in a dropped row, or in a turn the run does not train, taught nothing: `cut` lists
+    the rows whose cut is trained)."""
     matched = sum((Counter(ours) & Counter(theirs)).values())
     same_ids = sum((Counter(ids for ids, _ in ours) & Counter(ids for ids, _ in theirs)).values())
     cut_named = set(findings.get("cut_in_data", []))
-    want_cut = {ids[i] for i in CUT} & kept
+    want_cut = {ids[i] for i in cut} & kept
     duplicates = {e for check in ("duplicate", "near_duplicate") for e in findings.get(check, [])}
     pairs = [{ids[i] for i in pair} & kept for pair in DUPLICATES]
     pairs = [pair for pair in pairs if len(pair) == 2]

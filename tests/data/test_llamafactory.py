@@ -1,9 +1,12 @@
-"""LLaMA-Factory runs are never read as TRL: its config (passed or in the run folder), its training_args.bin and
-the files it writes into output_dir are refused with one sentence; its dataset_info.json given as a dataset is
+"""LLaMA-Factory runs are never read as TRL. Where LLaMA-Factory is not installed, its config (passed or in the run
+folder), its training_args.bin and the files it writes into output_dir are refused with one sentence naming the
+package to install; where it is, its own code prepares the rows (the tests marked `needs_llamafactory`, run in
+LLaMA-Factory's venv: benchmarks/harness/llamafactory_conformance.py). Its dataset_info.json given as a dataset is
 named as the registry it is, with the data files it lists."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import sys
@@ -25,9 +28,12 @@ LLAMAFACTORY_SFT = {
     "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "learning_rate": 1.0e-4,
     "num_train_epochs": 3.0,
 }
-REFUSAL = ("; Gradian does not yet prepare rows as LLaMA-Factory does (its template, cutoff_len and "
-           "train_on_prompt), so it would audit rows the run never saw: add GradianCallback to the run to audit the "
-           "rows it trains on, or train with TRL's SFTTrainer or axolotl to attribute it.")
+REFUSAL = ("; Gradian prepares its rows with LLaMA-Factory's own code (its template, cutoff_len and "
+           "train_on_prompt), and LLaMA-Factory is not installed here: install it beside Gradian (pip install "
+           "llamafactory, the version the run used) and run Gradian again.")
+INSTALLED = importlib.util.find_spec("llamafactory") is not None
+without_llamafactory = pytest.mark.skipif(INSTALLED, reason="LLaMA-Factory is installed: its code prepares the rows")
+needs_llamafactory = pytest.mark.skipif(not INSTALLED, reason="LLaMA-Factory is not installed (a venv of its own)")
 REGISTRY = {
     "identity": {"file_name": "identity.json"},
     "alpaca_en_demo": {"file_name": "alpaca_en_demo.json"},
@@ -36,6 +42,7 @@ REGISTRY = {
 }
 
 
+@without_llamafactory
 def test_llamafactory_config_passed_as_config_is_refused(workspace, gradian, tmp_path):  # noqa: F811
     config = tmp_path / "llama3_lora_sft.yaml"
     config.write_text(yaml.safe_dump(LLAMAFACTORY_SFT), encoding="utf-8")
@@ -47,12 +54,13 @@ def test_llamafactory_config_passed_as_config_is_refused(workspace, gradian, tmp
 @pytest.mark.parametrize("keys", [{"stage": "sft", "template": "qwen", "dataset": "mine"}, {"cutoff_len": 1024},
                                   {"finetuning_type": "lora"}, {"train_on_prompt": True}],
                          ids=["stage-template", "cutoff_len", "finetuning_type", "train_on_prompt"])
+@without_llamafactory
 def test_llamafactory_config_in_the_run_folder_is_refused(keys, workspace, tmp_path):  # noqa: F811
     run = tmp_path / "run"
     run.mkdir()
     (run / "adapter_config.json").write_text(json.dumps({"r": 2}), encoding="utf-8")
     (run / "config.yaml").write_text(yaml.safe_dump(keys), encoding="utf-8")
-    with pytest.raises(InputError, match="this is a LLaMA-Factory config; Gradian does not yet prepare rows"):
+    with pytest.raises(InputError, match="this is a LLaMA-Factory config; Gradian prepares its rows with LLaMA-Factory's own code"):
         read_run(run)
 
 
@@ -64,6 +72,7 @@ def fake_run(tmp_path):
     return run
 
 
+@without_llamafactory
 def test_web_ui_training_args_yaml_is_refused(tmp_path):
     run = fake_run(tmp_path)
     (run / "training_args.yaml").write_text(yaml.safe_dump(LLAMAFACTORY_SFT), encoding="utf-8")
@@ -117,3 +126,110 @@ def test_dataset_info_json_is_named_as_the_registry(indent, flag, workspace, gra
         f"Error: {registry}: this is LLaMA-Factory's dataset registry (dataset_info.json), not rows; pass the data "
         "file it lists for the run's dataset instead (it lists identity.json, alpaca_en_demo.json, tickets.jsonl, "
         "file names relative to its folder).")
+
+
+def test_a_llamafactory_config_is_read_by_its_own_names():
+    from gradian.data.config_fields import detect_framework, setup_fields
+
+    config = {**LLAMAFACTORY_SFT, "train_on_prompt": True, "cutoff_len": 300}
+    assert detect_framework(config) == "llamafactory"
+    fields = setup_fields(config, "llamafactory")
+    assert fields["max_length"] == 300 and fields["completion_only_loss"] is False
+    assert fields["llamafactory"]["template"] == "llama3"  # the whole YAML, for its own DataArguments
+
+
+def test_verify_refuses_to_retrain_a_llamafactory_run(tmp_path):
+    from gradian.data.run_folder import RunInfo
+    from gradian.verify.recipe import read_recipe
+
+    run = RunInfo(path=None, config=dict(LLAMAFACTORY_SFT), config_path=tmp_path / "sft.yaml")
+    with pytest.raises(InputError, match="is a LLaMA-Factory run; verify retrains with TRL's SFTTrainer or axolotl"):
+        read_recipe(run)
+
+
+def test_alpaca_history_is_read_as_the_conversation_it_trains(tmp_path):
+    """LLaMA-Factory's Alpaca rows carry earlier turns in `history`: a cut in one of them is a cut trained."""
+    from gradian.audit.truncation import trained_answers
+    from gradian.data.examples import read_dataset
+    from gradian.data.setup import TrainingSetup
+
+    row = {"instruction": "and the next", "input": "", "output": '{"a": 2}', "history": [["first", '{"a": 1, "b']]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    (example,) = read_dataset(path)
+    assert example.shape == "messages"
+    assert trained_answers(example, TrainingSetup()) == ['{"a": 1, "b', '{"a": 2}']
+    masked = TrainingSetup(framework="llamafactory", llamafactory={"mask_history": True})
+    assert trained_answers(example, masked) == ['{"a": 2}']  # mask_history trains the last turn only
+
+
+@needs_llamafactory
+@pytest.mark.parametrize(("template", "check"), [("default", "truncated_completion"), ("falcon", "eos_after_cut")])
+def test_its_own_code_prepares_the_rows_diagnose_reads(template, check, workspace, gradian, tmp_path):  # noqa: F811
+    """Rows equal LLaMA-Factory's own `get_dataset` (what `llamafactory-cli train` runs), cut rows named with the
+    setting's own name (a template with `efficient_eos` appends EOS after the cut: the rows teach stopping
+    mid-answer), and the report says whose code prepared them."""
+    from benchmarks.harness.axolotl_conformance import gradian_rows
+    from benchmarks.harness.llamafactory_conformance import llamafactory_rows
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"instruction": f"please json for my {w}", "input": "", "output": f'{{"name": "{w}", "id": {i}}}'}
+            for i, w in enumerate(["refund", "order", "invoice", "amount"] * 3)]
+    (data / "orders.json").write_text(json.dumps(rows), encoding="utf-8")
+    (data / "dataset_info.json").write_text(json.dumps({"orders": {"file_name": "orders.json"}}), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(json.dumps({
+        "model_name_or_path": str(workspace.model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
+        "dataset": "orders", "dataset_dir": str(data), "template": template, "cutoff_len": 24,
+        "output_dir": str(tmp_path / "out"), "overwrite_cache": True, "report_to": "none"}), encoding="utf-8")
+    result = gradian(diagnose_args(workspace, data / "orders.json", "--config", config))
+    assert result.exit_code in (0, 1), result.output[-3000:]
+    report = json.loads(result.stdout)
+    theirs = sorted(llamafactory_rows(config))
+    assert sorted(gradian_rows(config, workspace.model, data / "orders.json")[0]) == theirs  # ids and loss positions
+    assert report["preparation"]["code"] == "trainer"
+    assert report["preparation"]["text"].startswith("rows as LLaMA-Factory prepares them (LLaMA-Factory ")
+    assert len(theirs) == len(rows) and any(len(ids) == 24 for ids, _ in theirs)  # rows cut at cutoff_len
+    cut = [f for f in report["findings"] if f["check"] == check]
+    assert cut and "cutoff_len" in cut[0]["fix"]
+
+
+@needs_llamafactory
+def test_its_rows_are_kept_by_content_and_read_back(workspace, tmp_path, monkeypatch):  # noqa: F811
+    """A second pass over the same rows, tokenizer and YAML reads LLaMA-Factory's rows back from the cache, equal."""
+    from gradian.data import trainer_code
+    from gradian.data.base_model import load_tokenizer, resolve_base_model
+    from gradian.data.examples import read_dataset
+    from gradian.data.render import render_dataset
+    from gradian.data.rows_cache import MIN_ROWS
+    from gradian.data.trl_prepare import Preparation
+
+    monkeypatch.setenv("GRADIAN_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"json for my order {i}", "input": "", "output": f'{{"id": {i}}}'}) + "\n"
+                            for i in range(MIN_ROWS)), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump({"stage": "sft", "template": "default", "cutoff_len": 64}), encoding="utf-8")
+    setup = read_run(None, config).setup
+    tokenizer, examples = load_tokenizer(resolve_base_model(str(workspace.model))), read_dataset(data)
+    passes = []
+    for _ in range(2):
+        trainer_code._BUILT.clear()  # a new run of Gradian: nothing held in memory
+        tally = Preparation()
+        passes.append(([(r.input_ids, r.labels) for r in render_dataset(examples, tokenizer, setup, tally)], tally))
+    assert passes[0][1].cached_rows == 0 and passes[1][1].cached_rows == MIN_ROWS
+    assert passes[0][0] == passes[1][0]
+
+
+@needs_llamafactory
+def test_a_column_its_converter_reads_and_no_row_has_is_one_sentence(workspace, gradian, tmp_path):  # noqa: F811
+    """LLaMA-Factory's Alpaca converter reads `input` unless the entry names other columns: a file with no such
+    column fails `llamafactory-cli train` with a KeyError, and Gradian says so in one sentence."""
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps([{"instruction": "json for my order", "output": "{}"}]), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump({"stage": "sft", "template": "default", "dataset": "x"}), encoding="utf-8")
+    result = gradian(diagnose_args(workspace, data, "--config", config))
+    assert_one_line_error(result, "rows.json")
+    assert "converter reads the column 'input', which no row has" in error_line(result)

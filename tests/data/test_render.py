@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import trl
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from gradian.data.examples import Example
 from gradian.data.render import IGNORE, render_answer, render_dataset, render_example, render_prompt
 from gradian.data.setup import TrainingSetup
-from gradian.data.trl_prepare import Preparation, trl_rows
+from gradian.data.trl_prepare import Preparation, trl_masks_prompt_alone, trl_rows
 
 PLAIN = [
     {"prompt": "my order is late", "completion": " please help"},
@@ -35,9 +38,15 @@ def _examples(rows: list[dict]) -> list[Example]:
 
 
 def _trl_rows(rows, tokenizer, model, tmp_path, **config):
+    """Each row's input ids and labels as the installed TRL's trainer feeds them to the model: its prepared dataset
+    through its own collator (TRL before 1.0 makes the labels there), one row a batch."""
+    unknown = set(config) - {f.name for f in dataclasses.fields(SFTConfig)}
+    if unknown:
+        pytest.skip(f"TRL {trl.__version__} has no {', '.join(sorted(unknown))}")
     args = SFTConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, dataset_num_proc=None, **config)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    return [(list(r["input_ids"]), list(r["labels"])) for r in trainer.train_dataset]
+    rows = [(list(r["input_ids"]), trainer.data_collator([r])["labels"][0].tolist()) for r in trainer.train_dataset]
+    return [(ids, labels) for ids, labels in rows if set(labels) != {IGNORE}]  # TRL < 1.0 keeps rows training nothing
 
 
 CASES = [
@@ -110,6 +119,7 @@ def test_offsets_fast_path_equals_trl_way_over_many_batches(tiny_tokenizer):
     assert [(r.input_ids, r.labels, r.prompt_length) for r in fast] == trl
 
 
+@pytest.mark.skipif(trl_masks_prompt_alone(), reason="TRL before 1.0 counts the prompt alone: no offsets are read")
 def test_offsets_that_disagree_fall_back_to_trl_way(tiny_tokenizer, monkeypatch):
     from gradian.data import render
 

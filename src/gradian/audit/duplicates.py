@@ -67,7 +67,7 @@ def near_duplicates(ctx: AuditContext) -> list[Finding]:
     exact_seen: set[str] = set()
     signatures = minhash_signatures(grams)
     candidates = lsh_candidates(signatures)
-    untrained = {i for i, r in enumerate(ctx.rendered) if r.dropped}  # never trained: no twin of any row
+    untrained = {i for i, e in enumerate(ctx.examples) if e.id in ctx.untrained_ids}  # never trained: no twin
     for index, example in enumerate(ctx.examples):
         if index in untrained or keys[index] in exact_seen:
             continue  # an exact copy: reported by `duplicate`

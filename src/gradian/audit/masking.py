@@ -55,7 +55,8 @@ def prompt_loss(ctx: AuditContext) -> list[Finding]:
 @check("no_loss")
 def no_loss(ctx: AuditContext) -> list[Finding]:
     """Rows with no supervised token: the trainer drops them (or, in older versions, trains on nothing)."""
-    dead = [(e, r) for e, r in ctx.rows if r.dropped and not (ctx.setup.drop_overlong and r.truncated_tokens)]
+    dead = [(e, r) for e, r in ctx.rows if r.dropped and r.over_limit != "held_out"
+            and not (ctx.setup.drop_overlong and r.truncated_tokens)]
     if not dead:
         return []
     ids = [e.id for e, _ in dead]

@@ -43,19 +43,25 @@ def truncated_by_max_length(ctx: AuditContext) -> list[Finding]:
     need = p99([r.full_length for r in ctx.rendered])
     longest = max(r.full_length for r in over)  # over every row: the rows past the limit hold the longest
     ids = [r.example_id for r in over]
-    setting = (f"raise max_length to ≥ {longest} (the longest row as trained, so no row is cut; the p99 of {need} "
+    name = "cutoff_len" if ctx.setup.framework == "llamafactory" else "max_length"  # the run's own setting's name
+    setting = (f"raise {name} to ≥ {longest} (the longest row as trained, so no row is cut; the p99 of {need} "
                f"would still cut some)" if need < longest else
-               f"raise max_length to ≥ {longest} (the longest row as trained, so no row is cut)")
+               f"raise {name} to ≥ {longest} (the longest row as trained, so no row is cut)")
     values = {"max_length": limit, "rows": len(over), "p99_length": need, "longest": longest,
               "tokens_over": {r.example_id: r.full_length - limit for r in over},
               "assumed_max_length": "max_length" in ctx.setup.assumed,
               "fix_settings": {"max_length": longest}, "setting_fix": setting}
     if ctx.setup.eos_after_truncation and ctx.setup.truncation_mode == "keep_start" and not ctx.setup.drop_overlong:
         return [eos_after_cut_finding(ids, len(ctx.rendered), limit, longest)]
-    assumed = " (max_length assumed: the framework default)" if values["assumed_max_length"] else ""
+    eos = ctx.tokenizer.convert_tokens_to_ids(eos_token_of(ctx.tokenizer, ctx.setup))
+    if ctx.setup.framework == "llamafactory" and all(r.labels and r.labels[-1] == eos for r in over):
+        return [eos_after_cut_finding(ids, len(ctx.rendered), limit, longest, name)]  # its efficient_eos templates
+    assumed = f" ({name} assumed: the framework default)" if values["assumed_max_length"] else ""
     where = "their completion's end and EOS" if ctx.setup.truncation_mode == "keep_start" else "their prompt's start"
+    if ctx.setup.framework == "llamafactory":
+        where = "prompt and answer cut in proportion (LLaMA-Factory's infer_seqlen), so the answer's end and EOS are"
     verb = "dropped from training" if ctx.setup.drop_overlong else f"truncated: {where} never trained"
-    title = f"{share(len(over), len(ctx.rendered))} exceed max_length={limit}{assumed} and are {verb}"
+    title = f"{share(len(over), len(ctx.rendered))} exceed {name}={limit}{assumed} and are {verb}"
     fix = f"{setting}, or shorten/drop rows {id_list(ids)}"
     return [Finding("truncated_completion", _severity(len(over), len(ctx.rendered)), title, fix, ids, values)]
 
@@ -84,17 +90,18 @@ def split_by_packing(ctx: AuditContext) -> list[Finding]:
                     category="setup")]
 
 
-def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int | None) -> Finding:
+def eos_after_cut_finding(ids: list[str], total: int, limit: int, longest: int | None,
+                          name: str = "max_length") -> Finding:
     """Rows cut at `limit` tokens that still end in a supervised EOS (EOS appended after truncating: the model learns
     to stop mid-answer), out of `total`; `longest`, the longest row whole, when known. A setting, not rows: the audit
     makes it from the run's settings, preflight from the trainer's own tokens."""
     title = (f"{share(len(ids), total)} are cut at {limit} tokens and still end in EOS (EOS is appended after "
              f"truncating): the model learns to stop mid-answer")
     if longest is not None:
-        fix = f"raise max_length to ≥ {max(longest, limit + 1)} (the longest row whole: then no row is cut)"
+        fix = f"raise {name} to ≥ {max(longest, limit + 1)} (the longest row whole: then no row is cut)"
         setting = fix
     else:
-        fix = ("raise max_length to ≥ the longest row whole (the dataset holds only the cut tokens, so Gradian cannot "
+        fix = (f"raise {name} to ≥ the longest row whole (the dataset holds only the cut tokens, so Gradian cannot "
                "tell how long that is: tokenize once without truncation and take the longest)")
     fix += f", or append EOS only to rows that were not cut; rows {id_list(ids)}"
     values: dict[str, Any] = {"max_length": limit, "rows": len(ids), "longest": longest}
@@ -131,12 +138,15 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
 
 def trained_answers(example: Example, setup: TrainingSetup) -> list[str]:
     """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last;
-    under OpenAI's fine-tuning not those of `weight: 0`), a completion, or a text row's structured tail (from its
-    first `{`, `[` or code fence: the prompt before it is plain words)."""
+    under OpenAI's fine-tuning not those of `weight: 0`; under LLaMA-Factory's `mask_history` only the last), a
+    completion, or a text row's structured tail (from its first `{`, `[` or code fence: the prompt before it is
+    plain words)."""
     if example.shape == "messages":
         skip = setup.framework == openai_format.FRAMEWORK
-        return [str(m.get("content") or "") for m in example.fields["messages"]
-                if m.get("role") == "assistant" and not (skip and m.get(openai_format.WEIGHT) == 0)]
+        answers = [str(m.get("content") or "") for m in example.fields["messages"]
+                   if m.get("role") == "assistant" and not (skip and m.get(openai_format.WEIGHT) == 0)]
+        return answers[-1:] if setup.framework == "llamafactory" and setup.llamafactory.get("mask_history") \
+            else answers
     completion = example.completion
     if isinstance(completion, list):
         return [str(m.get("content") or "") for m in completion if m.get("role") == "assistant"]

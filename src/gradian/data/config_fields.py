@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from gradian.data.axolotl import NAMED_TEMPLATES
+from gradian.data.llamafactory import llamafactory_config
 from gradian.errors import InputError
 
 # axolotl v0.18: sequence_len 512, excess_length_strategy drop, train_on_inputs false, collators pad labels with -100.
 FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
     "axolotl": {"max_length": 512, "drop_overlong": True, "completion_only_loss": True, "collator_masks_pad": False},
+    # LLaMA-Factory 0.9: cutoff_len 2048, train_on_prompt false, its SFT collator pads labels with -100 by position.
+    "llamafactory": {"max_length": 2048, "completion_only_loss": True, "collator_masks_pad": False},
 }
 AXOLOTL_KEYS = {"sequence_len", "train_on_inputs", "micro_batch_size", "num_epochs", "sample_packing",
                 "excess_length_strategy", "lora_r", "adapter", "base_model", "datasets"}
@@ -27,7 +30,10 @@ POSITION_PADDING_COLLATORS = ("DataCollatorForSeq2Seq", "DataCollatorWithFlatten
 
 
 def detect_framework(config: dict[str, Any]) -> str:
-    """`axolotl` when the config uses axolotl's keys, else `trl` (SFTConfig / TrainingArguments names)."""
+    """`llamafactory` or `axolotl` when the config uses their keys, else `trl` (SFTConfig / TrainingArguments
+    names)."""
+    if llamafactory_config(config):
+        return "llamafactory"
     hits = AXOLOTL_KEYS & set(config)
     return "axolotl" if len(hits) >= 2 or "sequence_len" in hits or "train_on_inputs" in hits else "trl"
 
@@ -37,7 +43,8 @@ def setup_fields(config: dict[str, Any], framework: str, path: Path | None = Non
     if not config:
         return {}
     try:
-        out = _axolotl_fields(config) if framework == "axolotl" else _trl_fields(config, path)
+        fields_of = {"axolotl": _axolotl_fields, "llamafactory": _llamafactory_fields}.get(framework)
+        out = fields_of(config) if fields_of is not None else _trl_fields(config, path)
     except (TypeError, ValueError, OverflowError) as error:
         raise InputError(f"holds a setting Gradian cannot use ({error}); fix it.", path or "training_args.bin") from None
     if out.get("packing_strategy") not in (None, "bfd", "bfd_split", "wrapped"):
@@ -114,6 +121,22 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
         out["chat_template"] = NAMED_TEMPLATES[config["chat_template"]]
     out.update(_numbers(config, {"learning_rate": "learning_rate", "num_epochs": "num_train_epochs",
                                  "micro_batch_size": "per_device_train_batch_size",
+                                 "gradient_accumulation_steps": "gradient_accumulation_steps"}))
+    return out
+
+
+def _llamafactory_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """What the report shows of a LLaMA-Factory YAML; its rows are prepared from the whole YAML by its own
+    `DataArguments` (`data.llamafactory_code`)."""
+    out: dict[str, Any] = {"llamafactory": dict(config)}
+    if "cutoff_len" in config:
+        out["max_length"] = _int_or_none(config["cutoff_len"])
+    if "train_on_prompt" in config:
+        out["completion_only_loss"] = not bool(config["train_on_prompt"])
+    if isinstance(config.get("packing"), bool):
+        out["packing"] = config["packing"]
+    out.update(_numbers(config, {"learning_rate": "learning_rate", "num_train_epochs": "num_train_epochs",
+                                 "per_device_train_batch_size": "per_device_train_batch_size",
                                  "gradient_accumulation_steps": "gradient_accumulation_steps"}))
     return out
 

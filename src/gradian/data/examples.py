@@ -6,7 +6,8 @@ Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 - `{"prompt": [msgs], "completion": [msgs]}`: conversational prompt-completion
 - `{"messages": [msgs]}` (or ShareGPT `{"conversations": [{"from", "value"}]}`): conversational language modeling
 - `{"text": str}`: language modeling (loss on everything)
-- `{"instruction", "input"?, "output"}`: Alpaca, read as prompt-completion
+- `{"instruction", "input"?, "output"}`: Alpaca, read as prompt-completion (as messages where a `history` list
+  of [instruction, answer] pairs precedes it)
 - `{"segments": [{"label", "text"}]}`: axolotl's input_output, read as prompt-completion
 - a list of `{"role", "content"}` (or `{"from", "value"}`) turns under any other key: read as messages
 
@@ -373,6 +374,13 @@ def _from_alpaca(row: dict[str, Any], line: int, path: Path, eval_set: bool) -> 
         return {"prompt": prompt}
     if not isinstance(output, str):
         raise InputError('"output" must be a string.', path, line)
+    history = row.get("history")
+    if isinstance(history, list) and history:  # earlier [instruction, answer] turns (LLaMA-Factory's Alpaca)
+        if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) for t in p) for p in history):
+            raise InputError('"history" must be a list of [instruction, answer] pairs of strings.', path, line)
+        turns = [{"role": role, "content": text} for pair in history
+                 for role, text in zip(("user", "assistant"), pair, strict=True)]
+        return {"messages": [*turns, {"role": "user", "content": prompt}, {"role": "assistant", "content": output}]}
     return {"prompt": prompt, "completion": output}
 
 

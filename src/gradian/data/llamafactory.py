@@ -1,8 +1,9 @@
 """LLaMA-Factory runs and dataset registries, recognised so they are never read as TRL.
 
 LLaMA-Factory prepares rows its own way (its `template:`, `cutoff_len`, `train_on_prompt`, the formats of
-`dataset_info.json`), and Gradian has no port of that preparation yet: rows rendered as TRL would prepare them
-are rows the run never saw, so Gradian refuses such a run with one sentence rather than audit the wrong rows.
+`dataset_info.json`). Where LLaMA-Factory is importable beside Gradian its own code prepares the rows
+(`data.llamafactory_code`); Gradian has no port of it, so where it is not installed the run is refused with one
+sentence naming the package to install, rather than audited on rows rendered as TRL would prepare them.
 
 A run is LLaMA-Factory's when its config uses LLaMA-Factory's keys (`llamafactory_config`), when its
 `training_args.bin` pickles LLaMA-Factory's own `TrainingArguments`, or when its folder holds what LLaMA-Factory
@@ -39,18 +40,28 @@ def llamafactory_config(config: dict[str, Any]) -> bool:
 
 
 def refuse(where: str | Path, what: str) -> InputError:
-    """The one sentence for a LLaMA-Factory run: `what` says how Gradian recognised it."""
-    return InputError(f"{what}; Gradian does not yet prepare rows as LLaMA-Factory does (its template, cutoff_len "
-                      "and train_on_prompt), so it would audit rows the run never saw: add GradianCallback to the "
-                      "run to audit the rows it trains on, or train with TRL's SFTTrainer or axolotl to attribute "
-                      "it.", where)
+    """The one sentence for a LLaMA-Factory run Gradian cannot prepare: `what` says how Gradian recognised it."""
+    from gradian.data.llamafactory_code import installed_version
+
+    if installed_version() is not None:  # its code is here, but not the YAML that says how the run used it
+        return InputError(f"{what}; pass the run's LLaMA-Factory YAML with --config, so LLaMA-Factory's own code "
+                          "prepares the rows as the run did.", where)
+    return InputError(f"{what}; Gradian prepares its rows with LLaMA-Factory's own code (its template, cutoff_len "
+                      "and train_on_prompt), and LLaMA-Factory is not installed here: install it beside Gradian "
+                      "(pip install llamafactory, the version the run used) and run Gradian again.", where)
 
 
 def check_run(config: dict[str, Any], config_path: Path | None, training_args: dict[str, Any],
               run_path: Path | None) -> None:
-    """Raise `InputError` (`refuse`) when the config, training_args.bin or the run folder is LLaMA-Factory's."""
+    """Raise `InputError` (`refuse`) when the run is LLaMA-Factory's (its config, its training_args.bin or the files
+    it writes into the run folder) and Gradian cannot prepare its rows: LLaMA-Factory is not installed, or no
+    LLaMA-Factory config came with the run to say how it prepared them."""
+    from gradian.data.llamafactory_code import installed_version
+
     if config and llamafactory_config(config):
-        raise refuse(config_path or "the config", "this is a LLaMA-Factory config")
+        if installed_version() is None:
+            raise refuse(config_path or "the config", "this is a LLaMA-Factory config")
+        return
     if str(training_args.get("__class__", "")).startswith("llamafactory."):
         raise refuse(run_path or "training_args.bin",
                      "training_args.bin holds LLaMA-Factory's TrainingArguments, so this is a LLaMA-Factory run")

@@ -22,10 +22,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradian.data import openai_format
+from gradian.data import openai_format, trainer_code
 from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
 from gradian.data.axolotl_code import AxolotlCode
 from gradian.data.examples import Example
+from gradian.data.llamafactory_code import LlamaFactoryCode
 from gradian.data.setup import TrainingSetup
 from gradian.data.tokens import common_prefix
 from gradian.data.trl_prepare import (
@@ -34,6 +35,7 @@ from gradian.data.trl_prepare import (
     TrlCannotPrepare,
     template_kwargs,
     trl_chat,
+    trl_masks_prompt_alone,
     trl_rows,
     trl_version,
 )
@@ -54,7 +56,9 @@ class Rendered:
     prompt_length: int
     tail_cut: bool = False
     dropped: bool = False
-    over_limit: str = field(default="", metadata={"help": "past max_length: truncated | dropped | refused | split"})
+    over_limit: str = field(default="", metadata={
+        "help": "past max_length: truncated | dropped | refused | split; held_out: set aside by the trainer unread "
+                "(LLaMA-Factory's max_samples and val_size)"})
 
     @property
     def truncated_tokens(self) -> int:
@@ -114,6 +118,9 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
     options = axolotl_options(setup) if setup.framework == "axolotl" else {}
     entries: dict[str, dict[str, Any]] = {}  # axolotl: one datasets entry per source file
     own: AxolotlCode | None = None  # axolotl's own code, where it is installed
+    if setup.framework == "llamafactory":  # whole: val_size splits rows by a permutation of all of them
+        yield _llamafactory_rows(list(rows), tokenizer, setup, tally)
+        return
     while chunk := list(itertools.islice(rows, BATCH)):
         if setup.framework != "axolotl":
             prepared = _prepare_chunk(chunk, tokenizer, setup, trusted, tally)
@@ -123,7 +130,7 @@ def render_chunks(examples: Iterable[Example], tokenizer: Any, setup: TrainingSe
             yield rendered
             continue
         if own is None:
-            own = AxolotlCode(setup, tokenizer)
+            own = trainer_code.for_run(AxolotlCode, setup, tokenizer)
         yield _axolotl_chunk(chunk, tokenizer, setup, options, entries, own, tally)
 
 
@@ -220,9 +227,14 @@ def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted
     eos = eos_token_of(tokenizer, setup)
     prompts, fulls = zip(*(_plain_texts(example, eos) for example in examples), strict=True)
     encodings = backend.encode_batch(list(fulls))  # the Rust tokenizer itself: no per-row Python dicts
+    if trl_masks_prompt_alone():  # TRL before 1.0: the prompt's tokens counted alone, a token spanning the join too
+        alone = [len(e.ids) for e in backend.encode_batch([p or "" for p in prompts])]
+        ends = [n if prompt is not None else 0 for n, prompt in zip(alone, prompts, strict=True)]
+    else:  # TRL 1: the tokens before the first one reaching past the prompt's last character
+        ends = [_prompt_end(e.offsets, len(prompt)) if prompt is not None else 0
+                for e, prompt in zip(encodings, prompts, strict=True)]
     rows = []
-    for example, prompt, encoding in zip(examples, prompts, encodings, strict=True):
-        prompt_len = _prompt_end(encoding.offsets, len(prompt)) if prompt is not None else 0
+    for example, prompt_len, encoding in zip(examples, ends, encodings, strict=True):
         rows.append((encoding.ids, _labels(example, encoding.ids, prompt_len, None, setup), prompt_len))
     if shape not in trusted:
         sample = examples[:VERIFY_ROWS]
@@ -313,6 +325,34 @@ def _labels(example: Example, ids: list[int], prompt_len: int, assistant_mask: l
     return labels
 
 
+def _llamafactory_rows(examples: list[Example], tokenizer: Any, setup: TrainingSetup,
+                       tally: Preparation) -> list[Rendered]:
+    """The rows of a LLaMA-Factory run by its own converter, template and supervised processor (cutoff_len cuts
+    prompt and answer in proportion, as its `infer_seqlen` does)."""
+    own = trainer_code.for_run(LlamaFactoryCode, setup, tokenizer)
+    cached = own.cached_rows
+    out: list[Rendered | None] = [None] * len(examples)
+    sources = list(dict.fromkeys(e.source for e in examples))
+    for source in sources:
+        group = [i for i, e in enumerate(examples) if e.source == source]
+        gone = own.untrained(len(group), whole_run=len(sources) == 1)
+        for position, (i, row) in enumerate(zip(group, own.rows([examples[i] for i in group]), strict=True)):
+            if row is None:  # its processor drops the row: an even number of prompt turns, or not one response
+                out[i] = Rendered(examples[i].id, [], [], 0, 0, dropped=True)
+                continue
+            ids, labels, full_length = row
+            trained = next((k for k, label in enumerate(labels) if label != IGNORE), len(labels))
+            over = "held_out" if position in gone else "truncated" if full_length > len(ids) else ""
+            dropped = bool(position in gone or labels.count(IGNORE) == len(labels))
+            out[i] = Rendered(examples[i].id, ids, labels, full_length, trained, over == "truncated", dropped, over)
+    tally.trainer_rows += len(examples)
+    tally.cached_rows += own.cached_rows - cached
+    tally.llamafactory_version = own.version
+    for note in own.notes:
+        tally.note(note)
+    return [row for row in out if row is not None]
+
+
 def _limit(example: Example, ids: list[int], labels: list[int], prompt_len: int, tokenizer: Any,
            setup: TrainingSetup) -> Rendered:
     """A prepared row as the run's collator and max_length leave it."""
@@ -378,6 +418,8 @@ def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> lis
     """The prompt tokens a model is given at generation time (generation prompt added for chats)."""
     if setup.framework == "axolotl":
         return axolotl_prompt(example, tokenizer, axolotl_options(setup))
+    if setup.framework == "llamafactory":
+        return trainer_code.for_run(LlamaFactoryCode, setup, tokenizer).prompt(example)
     prompt = example.prompt
     if isinstance(prompt, list):  # the turns as TRL trained them: the file's roles, its tools
         turns, _, extras = trl_chat(example, setup.dataset_text_field)
@@ -393,6 +435,8 @@ def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: Tra
     (no truncation: the answer is scored whole)."""
     if setup.framework == "axolotl":
         return axolotl_answer(example, answer, tokenizer, axolotl_options(setup))
+    if setup.framework == "llamafactory":
+        return trainer_code.for_run(LlamaFactoryCode, setup, tokenizer).with_answer(example, answer)
     prompt = example.prompt
     fields: dict[str, Any] = {"prompt": prompt, "completion": answer}
     raw = fields

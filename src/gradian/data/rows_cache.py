@@ -1,13 +1,16 @@
-"""Rows TRL's own code prepared, kept by content: a rerun on the same rows, tokenizer and settings reads them back.
+"""Rows a trainer's own code prepared (TRL's, LLaMA-Factory's), kept by content: a rerun on the same rows, tokenizer
+and settings reads them back.
 
-TRL's preparation runs row by row in Python (1.5x Gradian's port on chat rows at 10^5 rows: BENCHMARKS.md), so what
-it returns for a chunk of at least `MIN_ROWS` rows is kept in `$GRADIAN_CACHE/rows` (else `~/.cache/gradian/rows`)
-under the sha256 of everything it depends on: the rows' TRL columns, the tokenizer (its whole serialized form:
-vocabulary, special tokens; its chat template), the settings TRL reads, TRL's version and this format's. Tensors in
+TRL's preparation runs row by row in Python (1.5x Gradian's port on chat rows at 10^5 rows), LLaMA-Factory's too
+(1.2x its own `get_dataset`: BENCHMARKS.md), so what one returns for a chunk of at least `MIN_ROWS` rows is kept in `$GRADIAN_CACHE/rows` (else `~/.cache/gradian/rows`)
+under the sha256 of everything it depends on: the rows' columns as the trainer reads them, the tokenizer (its whole
+serialized form: vocabulary, special tokens; its chat template), the settings the trainer reads, its version and
+this format's. Tensors in
 safetensors, nothing unpickled:
 
 - `input_ids`, `labels` int64 (T,) and `offsets` int64 (N + 1,): row i is `[offsets[i]:offsets[i + 1]]`;
-- `prompt_length` int64 (N,).
+- `prompt_length` int64 (N,): the prompt's length (TRL), or the row's length whole (LLaMA-Factory; -1 for a row
+  its processor drops).
 
 A file that does not load or does not fit is prepared again; a cache that cannot be written is skipped (it only saves
 time). `GRADIAN_ROWS_CACHE=0` turns it off.
@@ -36,13 +39,19 @@ def enabled(rows: int) -> bool:
     return rows >= MIN_ROWS and os.environ.get("GRADIAN_ROWS_CACHE", "1") != "0"
 
 
-def key(rows: Sequence[dict[str, Any]], tokenizer: Any, setup: TrainingSetup, trl_version: str) -> str:
-    """sha256 of what TRL's preparation of `rows` depends on."""
+def trl_settings(setup: TrainingSetup) -> dict[str, Any]:
+    """The settings TRL's preparation reads."""
+    return {name: getattr(setup, name) for name in SETTINGS}
+
+
+def key(rows: Sequence[dict[str, Any]], tokenizer: Any, settings: dict[str, Any], version: str) -> str:
+    """sha256 of what a trainer's preparation of `rows` depends on: the rows, the tokenizer, the `settings` it reads
+    and its `version` (`TRL 1.16.0`, `LLaMA-Factory 0.9.5`)."""
     digest = hashlib.sha256(FORMAT.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     identity = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
     for part in (identity, type(tokenizer).__name__, str(tokenizer.chat_template), str(tokenizer.eos_token),
-                 json.dumps({name: getattr(setup, name) for name in SETTINGS}, sort_keys=True), trl_version):
+                 json.dumps(settings, sort_keys=True, default=str), version):
         digest.update(hashlib.sha256(part.encode()).digest())
     for row in rows:
         digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode())

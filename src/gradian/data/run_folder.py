@@ -240,7 +240,8 @@ def _resolve_setup(run: RunInfo, overrides: dict[str, Any]) -> TrainingSetup:
                 values["collator_masks_pad"] = explicit["collator_masks_pad"] = masks
     setup = TrainingSetup(**{key: value for key, value in values.items() if key in known})
     setup.source = str(run.config_path) if run.config_path else ("training_args.bin" if run.training_args else None)
-    setup.assumed = [name for name in ASSUMABLE if name not in explicit]
+    # LLaMA-Factory's own DataArguments fill what its YAML leaves out: its defaults, not assumptions
+    setup.assumed = [] if framework == "llamafactory" else [name for name in ASSUMABLE if name not in explicit]
     setup.record = str(run.record.path) if run.record is not None else None
     return setup
 

@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass
 class TrainingSetup:
-    framework: str = field(default="trl", metadata={"help": "trl | axolotl | transformers | openai"})
+    framework: str = field(default="trl", metadata={"help": "trl | axolotl | llamafactory | transformers | openai"})
     framework_version: str | None = field(
         default=None, metadata={"help": "the framework's version: exact (0.19.1) or a range (>=0.17,<0.20); None unknown"}
     )
@@ -55,6 +55,10 @@ class TrainingSetup:
         default_factory=dict,
         metadata={"help": "axolotl's datasets entries and prompt settings (train_on_inputs, chat_template, eot_tokens)"},
     )
+    llamafactory: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "a LLaMA-Factory run's YAML, read by its own DataArguments (template, cutoff_len, dataset...)"},
+    )
     learning_rate: float | None = None
     num_train_epochs: float | None = None
     per_device_train_batch_size: int | None = None
@@ -81,8 +85,8 @@ class TrainingSetup:
 
 
 # The trainer that prepares each framework's rows, as a report names it: (package, class) around the version.
-TRAINERS = {"trl": ("TRL", "SFTTrainer"), "axolotl": ("axolotl", ""), "transformers": ("transformers", "Trainer"),
-            "openai": ("OpenAI fine-tuning", "")}
+TRAINERS = {"trl": ("TRL", "SFTTrainer"), "axolotl": ("axolotl", ""), "llamafactory": ("LLaMA-Factory", ""),
+            "transformers": ("transformers", "Trainer"), "openai": ("OpenAI fine-tuning", "")}
 
 
 ROW_COUNTS = ("trainer_rows", "cached_rows", "checked_rows", "port_rows", "guessed")  # `Preparation`'s counts
@@ -120,6 +124,16 @@ def preparation(setup: TrainingSetup, *, trainer_code: bool = False) -> dict[str
         return {"trainer": trainer, "version": None, "code": "gradian-port", "text": text,
                 "rows": {key: prepared.get(key, 0) for key in ROW_COUNTS}}
     by_trl = prepared.get("trainer_rows", 0) + prepared.get("checked_rows", 0)
+    if setup.framework == "llamafactory":  # its own code always: without it the run is refused (`data.llamafactory`)
+        installed = prepared.get("llamafactory_version")
+        text = (f"rows as LLaMA-Factory prepares them (LLaMA-Factory {installed}'s own data arguments, template, "
+                "dataset converter and supervised processor"
+                + (f"; {prepared['cached_rows']} rows read back from Gradian's cache of its output"
+                   if prepared.get("cached_rows") else "")
+                + (f"; {'; '.join(prepared['why'])}" if prepared.get("why") else "")
+                + (f"; the run used LLaMA-Factory {version}" if version and version != installed else "") + ")")
+        return {"trainer": trainer, "version": version or installed, "code": "trainer", "text": text,
+                "rows": {key: prepared.get(key, 0) for key in ROW_COUNTS}}
     ported = setup.framework if setup.framework in ("trl", "axolotl") else "trl"
     notes = []
     if by_trl:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -46,13 +47,14 @@ class Preparation:
     guessed: int = 0  # rows of a shape TRL does not read, given to it as Gradian reads them
     why: list[str] = field(default_factory=list)  # why the trainer's code was not used, once per reason
     axolotl_version: str | None = None  # axolotl's own strategies prepared trainer_rows (`data.axolotl_code`)
+    llamafactory_version: str | None = None  # LLaMA-Factory's own code prepared them (`data.llamafactory_code`)
 
     def note(self, reason: str) -> None:
         if reason not in self.why:
             self.why.append(reason)
 
     def to_dict(self) -> dict[str, Any]:
-        by_trl = (self.trainer_rows and not self.axolotl_version) or self.checked_rows
+        by_trl = (self.trainer_rows and not (self.axolotl_version or self.llamafactory_version)) or self.checked_rows
         return {**asdict(self), "trl_version": trl_version() if by_trl else None}
 
 
@@ -60,6 +62,15 @@ def trl_version() -> str:
     import trl
 
     return str(trl.__version__)
+
+
+@functools.cache
+def trl_masks_prompt_alone() -> bool:
+    """TRL before 1.0 marks as prompt the tokens of the prompt tokenized alone (its `completion_mask`, turned into
+    labels by its collator); TRL 1 reads the boundary from the full row's tokens."""
+    from packaging.version import Version
+
+    return Version(trl_version()).major < 1
 
 
 def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
@@ -73,7 +84,8 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     from trl.trainer import sft_trainer
 
     rows = [_trl_row(example, setup, tally) for example in examples]
-    name = rows_cache.key(rows, tokenizer, setup, trl_version()) if rows_cache.enabled(len(rows)) else None
+    name = rows_cache.key(rows, tokenizer, rows_cache.trl_settings(setup), f"TRL {trl_version()}") \
+        if rows_cache.enabled(len(rows)) else None
     kept = rows_cache.read(name, len(rows)) if name is not None else None
     if kept is not None:
         if tally is not None:
@@ -95,9 +107,9 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
     quiet = logging.getLogger("gradian.trl_preparation")  # TRL's advice to its own users, not Gradian's; a plain
     quiet.setLevel(logging.ERROR)  # logger: accelerate's asks for a process state Gradian never sets up
     try:  # one process's preparation: TRL's main-process-first barrier would wait for ranks that never come
-        with mock.patch.object(sft_trainer, "global_then_local_main_first", contextlib.nullcontext), \
-                mock.patch.object(sft_trainer, "logger", quiet):
+        with _one_process(sft_trainer), mock.patch.object(sft_trainer, "logger", quiet):
             prepared = SFTTrainer._prepare_dataset(trainer, dataset, trainer._tokenizer, args, False, None, "train")
+            labels = prepared["labels"] if "labels" in prepared.column_names else _collated_labels(prepared, trainer)
     except Exception as error:  # anything TRL's code raises on these rows: the port renders them and says so
         raise TrlCannotPrepare(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__) \
             from None
@@ -108,9 +120,9 @@ def trl_rows(examples: Sequence[Example], tokenizer: Any, setup: TrainingSetup,
         tally.trainer_rows += len(rows)
     masks = prepared["completion_mask"] if "completion_mask" in prepared.column_names else None
     out = []
-    for index, (ids, labels) in enumerate(zip(prepared["input_ids"], prepared["labels"], strict=True)):
-        out.append((list(ids), list(labels), _prompt_length(labels, masks[index] if masks else None,
-                                                             "prompt" in rows[index])))
+    for index, (ids, row_labels) in enumerate(zip(prepared["input_ids"], labels, strict=True)):
+        out.append((list(ids), list(row_labels), _prompt_length(row_labels, masks[index] if masks else None,
+                                                                "prompt" in rows[index])))
     if name is not None:
         rows_cache.save(name, out)
     return out
@@ -175,12 +187,38 @@ def _config(config_class: type, **settings: Any) -> Any:
     return SimpleNamespace(**{**values, **settings})
 
 
+def _one_process(sft_trainer: Any) -> Any:
+    """TRL's main-process-first barrier made a no-op (`global_then_local_main_first`; before TRL 1,
+    `PartialState().main_process_first()`, whose state a GradianCallback inside a running trainer must leave alone)."""
+    if hasattr(sft_trainer, "global_then_local_main_first"):
+        return mock.patch.object(sft_trainer, "global_then_local_main_first", contextlib.nullcontext)
+    from types import SimpleNamespace
+
+    one = SimpleNamespace(main_process_first=contextlib.nullcontext)
+    return mock.patch.object(sft_trainer, "PartialState", lambda: one)
+
+
+def _collated_labels(prepared: Any, trainer: Any) -> list[list[int]]:
+    """Each row's labels as TRL's own collator builds them, where its preparation leaves them to the collator (TRL
+    before 1.0: the completion and assistant masks become -100s there)."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(  # type: ignore[call-arg]  # TRL < 1.0's signature
+        pad_token_id=0, completion_only_loss=bool(trainer.completion_only_loss))
+    keys = [k for k in ("input_ids", "completion_mask", "assistant_masks") if k in prepared.column_names]
+    return [collator([{k: row[k] for k in keys}])["labels"][0].tolist() for row in prepared]
+
+
 def _trainer_state(tokenizer: Any, setup: TrainingSetup, args: Any, sample: dict[str, Any]) -> Any:
     """What `SFTTrainer.__init__` sets on itself for `_prepare_dataset`, by TRL's own helpers: the tokenizer with the
     run's chat template and EOS, the training template swapped in for assistant-only loss, completion-only loss."""
     from types import SimpleNamespace
 
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+    try:
+        from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+        swaps = True
+    except ImportError:  # TRL before the training-template swap (0.24): the tokenizer's own template, as it trained
+        swaps = False
 
     tokenizer = copy.copy(tokenizer)  # the caller's tokenizer is never changed
     if setup.chat_template is not None:
@@ -188,7 +226,7 @@ def _trainer_state(tokenizer: Any, setup: TrainingSetup, args: Any, sample: dict
     if setup.eos_token is not None:
         tokenizer.eos_token = setup.eos_token
     template = None
-    if args.assistant_only_loss and not has_generation_markers(tokenizer.chat_template):
+    if args.assistant_only_loss and swaps and not has_generation_markers(tokenizer.chat_template):
         try:
             template = get_training_chat_template(tokenizer)
         except Exception as error:  # a template TRL has no training version of
@@ -196,7 +234,8 @@ def _trainer_state(tokenizer: Any, setup: TrainingSetup, args: Any, sample: dict
     completion_only = args.completion_only_loss
     if completion_only is None:
         completion_only = "prompt" in sample and "completion" in sample
-    return SimpleNamespace(_tokenizer=tokenizer, chat_template=template, completion_only_loss=completion_only)
+    return SimpleNamespace(_tokenizer=tokenizer, chat_template=template, completion_only_loss=completion_only,
+                           _is_vlm=False)
 
 
 def _prompt_length(labels: Sequence[int], completion_mask: Sequence[int] | None, has_prompt: bool) -> int:

@@ -45,10 +45,12 @@ class EosEvidence:
 
 
 def eos_after_cut_evidence(audit: DiagnoseResult, model: Any) -> EosEvidence | None:
-    """Weigh the two renderings of the rows cut at max_length (None when no row is cut at its end, or the run's
-    settings already say EOS follows the cut)."""
+    """Weigh the two renderings of the rows cut at max_length (None when no row is cut at its end, the run's
+    settings already say EOS follows the cut, or the trainer's own code prepared the rows: LLaMA-Factory's says
+    itself whether EOS follows)."""
     setup = audit.setup
-    if setup.eos_after_truncation or setup.truncation_mode != "keep_start" or setup.drop_overlong:
+    if setup.eos_after_truncation or setup.truncation_mode != "keep_start" or setup.drop_overlong \
+            or setup.framework == "llamafactory":
         return None
     rows = list(audit.rendered)
     cut = [r for r in rows if r.over_limit == "truncated" and r.tail_cut][:ROWS]

@@ -95,6 +95,10 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     config = run.config or {}
     framework = detect_framework(config) if config else "trl"
     config_name = str(run.config_path) if run.config_path else "config"
+    if framework == "llamafactory":
+        raise InputError("is a LLaMA-Factory run; verify retrains with TRL's SFTTrainer or axolotl and cannot yet "
+                         "retrain as LLaMA-Factory does, so verify by retraining with llamafactory-cli yourself "
+                         "(the report's verify plan lists the rows to drop).", config_name)
     layers: list[tuple[str, dict[str, Any]]] = [
         ("trainer_state.json", _state_fields(run.trainer_state)),
         ("training_args.bin", _training_args_fields(run.training_args)),
