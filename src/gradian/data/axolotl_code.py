@@ -109,13 +109,16 @@ def _prepared(ids: list[int], labels: list[int]) -> Prepared:
 
 
 def _runs_code(entry: Any) -> bool:
-    """Whether axolotl would import a module the type names from outside its own strategies: a dotted path (its
-    loader tries the prefix as a package) other than `<strategy>.load_<style>`. A mapping of format strings runs none."""
+    """Whether axolotl would import a module the type names from outside its own strategies. Its loader
+    (`axolotl.prompt_strategies.load`) imports a dotted type ending in `load` or `load_<style>` inside its own
+    package, and any other dotted type's prefix as a package of its own (user code). A mapping of format strings
+    runs none."""
     kind = entry.get("type") if isinstance(entry, dict) else None
     if not isinstance(kind, str):
         return False
-    module, _, last = kind.partition(":")[0].rpartition(".")
-    return bool(module) and ("." in module or not last.startswith("load"))
+    name = kind.partition(":")[0]
+    last = name.rpartition(".")[2]
+    return "." in name and not (last == "load" or last.startswith("load_"))
 
 
 @contextlib.contextmanager
