@@ -78,8 +78,7 @@ def test_web_ui_training_args_yaml_is_refused(tmp_path):
     (run / "training_args.yaml").write_text(yaml.safe_dump(LLAMAFACTORY_SFT), encoding="utf-8")
     with pytest.raises(InputError) as refused:
         read_run(run / "checkpoint-4")  # a checkpoint folder: LLaMA-Factory's files sit above it
-    assert str(refused.value) == (f"{run.resolve() / 'training_args.yaml'}: LLaMA-Factory wrote this file, so this "
-                                  f"is a LLaMA-Factory run{REFUSAL}")
+    assert str(refused.value) == f"{run.resolve() / 'training_args.yaml'}: this is a LLaMA-Factory config{REFUSAL}"
 
 
 def test_its_trainer_log_is_recognised(tmp_path):
@@ -233,3 +232,13 @@ def test_a_column_its_converter_reads_and_no_row_has_is_one_sentence(workspace, 
     result = gradian(diagnose_args(workspace, data, "--config", config))
     assert_one_line_error(result, "rows.json")
     assert "converter reads the column 'input', which no row has" in error_line(result)
+
+
+@needs_llamafactory
+def test_the_web_uis_training_args_yaml_is_the_runs_config(tmp_path):
+    """With LLaMA-Factory installed, the YAML its web UI saved into output_dir says how the run prepared its rows."""
+    run = fake_run(tmp_path)
+    (run / "training_args.yaml").write_text(yaml.safe_dump(LLAMAFACTORY_SFT), encoding="utf-8")
+    setup = read_run(run / "checkpoint-4").setup
+    assert setup.framework == "llamafactory" and setup.source == str(run.resolve() / "training_args.yaml")
+    assert setup.max_length == 2048 and setup.llamafactory["template"] == "llama3"

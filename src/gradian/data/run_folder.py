@@ -48,6 +48,7 @@ from gradian.files import read_json_object
 CONFIG_NAMES = (
     "sft_config.yaml", "sft_config.yml", "sft_config.json", "training_config.yaml", "training_config.yml",
     "training_config.json", "trl_config.yaml", "axolotl.yaml", "axolotl.yml", "config.yaml", "config.yml",
+    "training_args.yaml",  # what LLaMA-Factory's web UI saves into output_dir: the run's own YAML
 )
 
 
