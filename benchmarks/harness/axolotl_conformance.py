@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -186,12 +187,16 @@ def compare(shape: str, theirs: Rows, ours: Rows, ids: list[str], kept: set[str]
 def table(records: list[dict[str, Any]]) -> str:
     lines = [f"| shape (axolotl {VERSION}) | Gradian's rows by | rows axolotl kept | Gradian's rows matched (ids and "
              "loss positions) | cuts named | duplicate pairs named |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {_by(r['prepared_by'])} | {r['axolotl_rows']} | {r['matched']} / {r['axolotl_rows']} | "
-              f"{r['cuts_found']} / {r['cuts']}" + (f" (+{r['cut_false']} false)" if r["cut_false"] else "")
-              + f" | {r['duplicates_found']} / {r['duplicates']}"
-              + (f" (+{len(r['untrained_named'])} dropped row named)" if r["untrained_named"] else "") + " |"
-              for r in records]
+    lines += [f"| {r['shape']} | {_by(r['prepared_by'])} | {row_cells(r)} |" for r in records]
     return "\n".join(lines)
+
+
+def row_cells(r: dict[str, Any]) -> str:
+    """A record's rows kept, rows matched, cuts named and duplicate pairs named, as table cells."""
+    return (f"{r['axolotl_rows']} | {r['matched']} / {r['axolotl_rows']} | {r['cuts_found']} / {r['cuts']}"
+            + (f" (+{r['cut_false']} false)" if r["cut_false"] else "")
+            + f" | {r['duplicates_found']} / {r['duplicates']}"
+            + (f" (+{len(r['untrained_named'])} untrained row named)" if r["untrained_named"] else ""))
 
 
 def _by(prepared_by: str) -> str:
@@ -213,14 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     if python is None:
         print("no axolotl venv: create .venv-axolotl as this file's docstring says", file=sys.stderr)
         return 2
-    records = []
-    for i, shape in enumerate(args.shapes):
+
+    def record(i: int, shape: str) -> dict[str, Any]:
         config = write_shape(args.work / f"shape{i}", shape, args.tokenizer.resolve())
-        theirs = axolotl_rows(python, config)
-        records.append(compare(shape, theirs, *gradian_rows(config, args.tokenizer.resolve())))
-        print(json.dumps(records[-1]), flush=True)
-    (args.work / "results.json").write_text(json.dumps(records, indent=1))
-    print(table(records))
+        return compare(shape, axolotl_rows(python, config), *gradian_rows(config, args.tokenizer.resolve()))
+
+    return collect(args.work, (record(i, shape) for i, shape in enumerate(args.shapes)), table)
+
+
+def collect(work: Path, records: Iterable[dict[str, Any]], table: Callable[[list[dict[str, Any]]], str]) -> int:
+    """Each shape's record printed as it comes, then all of them to `work`/results.json and the table printed."""
+    kept = []
+    for one in records:
+        kept.append(one)
+        print(json.dumps(one), flush=True)
+    (work / "results.json").write_text(json.dumps(kept, indent=1))
+    print(table(kept))
     return 0
 
 

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.axolotl_conformance import CUT, Rows, chats, compare, gradian_rows
+from benchmarks.harness.axolotl_conformance import CUT, Rows, chats, collect, compare, gradian_rows, row_cells
 
 VERSION = "0.9.5"
 FILE = "train.jsonl"
@@ -107,11 +107,7 @@ def llamafactory_rows(config: Path) -> Rows:
 def table(records: list[dict[str, Any]]) -> str:
     lines = [f"| shape (LLaMA-Factory {VERSION}) | rows LLaMA-Factory trains | Gradian's rows matched (ids and loss "
              "positions) | cuts named | duplicate pairs named |", "|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['axolotl_rows']} | {r['matched']} / {r['axolotl_rows']} | "
-              f"{r['cuts_found']} / {r['cuts']}" + (f" (+{r['cut_false']} false)" if r["cut_false"] else "")
-              + f" | {r['duplicates_found']} / {r['duplicates']}"
-              + (f" (+{len(r['untrained_named'])} untrained row named)" if r["untrained_named"] else "") + " |"
-              for r in records]
+    lines += [f"| {r['shape']} | {row_cells(r)} |" for r in records]
     return "\n".join(lines)
 
 
@@ -122,17 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path.home() / ".cache" / "gradian" / "scenarios" / "smollm2-135m-instruct")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     args = parser.parse_args(argv)
-    records = []
-    for i, shape in enumerate(args.shapes):
+
+    def record(i: int, shape: str) -> dict[str, Any]:
         config = write_shape(args.work / f"shape{i}", shape, args.tokenizer.resolve())
-        theirs = llamafactory_rows(config)
         ours = gradian_rows(config, args.tokenizer.resolve(), config.parent / "data" / FILE)
         trained_cuts = tuple(i for i in CUT if i != 27) if SHAPES[shape][2].get("mask_history") else CUT
-        records.append(compare(shape, theirs, *ours, cut=trained_cuts))  # mask_history: row 27's cut turn untrained
-        print(json.dumps(records[-1]), flush=True)
-    (args.work / "results.json").write_text(json.dumps(records, indent=1))
-    print(table(records))
-    return 0
+        return compare(shape, llamafactory_rows(config), *ours, cut=trained_cuts)  # mask_history: 27's cut untrained
+
+    return collect(args.work, (record(i, shape) for i, shape in enumerate(args.shapes)), table)
 
 
 if __name__ == "__main__":
