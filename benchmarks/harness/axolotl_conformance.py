@@ -25,6 +25,10 @@ Run by Gradian's venv, it checks Gradian's port (`data.axolotl`: axolotl is not 
 axolotl venv with Gradian installed in it as well (`.venv-axolotl/bin/pip install --no-deps -e .` and Gradian's
 other dependencies), it checks what an axolotl user gets: Gradian calling axolotl's own config loader and prompt
 strategies (`data.axolotl_code`). The table's second column says which ran.
+
+With `--prompts` (in axolotl's venv) it compares, instead, each row's generation prompt and a scored answer as
+axolotl's own strategy tokenizes them (`AxolotlCode.answer`) with Gradian's port (`axolotl_answer`), and writes
+`WORK/prompts.json`.
 """
 
 from __future__ import annotations
@@ -203,16 +207,53 @@ def _by(prepared_by: str) -> str:
     return "axolotl's own code" if "own config loader" in prepared_by else "Gradian's port"
 
 
+def prompt_record(config: Path, tokenizer: Path, shape: str) -> dict[str, Any]:
+    """In axolotl's venv: each row read as an eval row, its generation prompt and a scored answer by axolotl's own
+    strategy (via Gradian's `AxolotlCode.answer`) against Gradian's port (`axolotl_answer`)."""
+    from gradian.data import trainer_code
+    from gradian.data.axolotl import axolotl_answer
+    from gradian.data.axolotl_code import AxolotlCode
+    from gradian.data.base_model import load_tokenizer, resolve_base_model
+    from gradian.data.examples import read_dataset
+    from gradian.data.render import axolotl_options
+    from gradian.data.run_folder import read_run
+
+    setup = read_run(None, config).setup
+    loaded = load_tokenizer(resolve_base_model(str(tokenizer)))
+    own = trainer_code.for_run(AxolotlCode, setup, loaded)
+    options = axolotl_options(setup)
+    counts = Counter()
+    for row in read_dataset(config.parent / "train.jsonl", eval_set=True):
+        prompt, answered = own.answer(row, None, 0), own.answer(row, "the answer", 0)
+        if prompt is None or answered is None:
+            continue
+        counts["own_code"] += 1
+        counts["prompts_equal"] += prompt[0] == axolotl_answer(row, None, loaded, options)[0]
+        port = axolotl_answer(row, "the answer", loaded, options)
+        counts["answers_equal"] += answered == port
+        counts["answers_equal_but_untrained_tail"] += answered[0] == port[0] and port[1][: len(answered[1])] == \
+            answered[1]
+    return {"shape": shape, **counts}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path, nargs="?")
     parser.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)  # in axolotl's venv
+    parser.add_argument("--prompts", action="store_true",
+                        help="run in axolotl's venv: generation prompts and scored answers, its code against the port")
     parser.add_argument("--tokenizer", type=Path,
                         default=Path.home() / ".cache" / "gradian" / "scenarios" / "smollm2-135m-instruct")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     args = parser.parse_args(argv)
     if args.prepare:
         _prepare(args.prepare)
+        return 0
+    if args.prompts:
+        records = [prompt_record(write_shape(args.work / f"shape{i}", shape, args.tokenizer.resolve()),
+                                 args.tokenizer.resolve(), shape) for i, shape in enumerate(args.shapes)]
+        (args.work / "prompts.json").write_text(json.dumps(records, indent=1))
+        print("\n".join(json.dumps(r) for r in records))
         return 0
     python = interpreter()
     if python is None:

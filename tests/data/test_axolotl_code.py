@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bad_inputs.fixtures import workspace  # noqa: F401
 from gradian.data.axolotl_code import _runs_code
 
 # type -> whether axolotl's loader imports a package outside axolotl.prompt_strategies for it
@@ -51,3 +52,26 @@ def test_the_rule_is_axolotls_loader(kind, monkeypatch):
         pass
     outside = any(not name.startswith("axolotl.") for name in imported)
     assert outside is _runs_code({"type": kind}), imported
+
+
+@pytest.mark.skipif(importlib.util.find_spec("axolotl") is None, reason="axolotl is not installed (a venv of its own)")
+@pytest.mark.parametrize("shape", ["alpaca", "chat_template chatml, ShareGPT"])
+def test_eval_prompts_and_answers_by_its_own_strategy(shape, workspace, tmp_path):  # noqa: F811
+    """An eval row in its entry's format is tokenized by the entry's own strategy: the prompt is the port's, and the
+    answer is what axolotl trains (the port's, less an untrained tail)."""
+    from benchmarks.harness.axolotl_conformance import write_shape
+    from gradian.data.axolotl import axolotl_answer
+    from gradian.data.base_model import load_tokenizer, resolve_base_model
+    from gradian.data.examples import read_dataset
+    from gradian.data.render import axolotl_options, render_prompt, render_with_answer
+    from gradian.data.run_folder import read_run
+
+    tokenizer_dir = workspace.model
+    config = write_shape(tmp_path, shape, tokenizer_dir)
+    setup, tokenizer = read_run(None, config).setup, load_tokenizer(resolve_base_model(str(tokenizer_dir)))
+    rows = read_dataset(config.parent / "train.jsonl", eval_set=True)[:4]
+    for row in rows:
+        port_prompt, port_answer = axolotl_answer(row, "the answer", tokenizer, axolotl_options(setup))
+        prompt, answer = render_with_answer(row, "the answer", tokenizer, setup)
+        assert render_prompt(row, tokenizer, setup) == prompt == port_prompt
+        assert answer and port_answer[: len(answer)] == answer

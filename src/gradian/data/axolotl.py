@@ -119,11 +119,6 @@ def render_axolotl(example: Example, tokenizer: Any, options: dict[str, Any],
                      options.get("config_path"))
 
 
-def axolotl_prompt(example: Example, tokenizer: Any, options: dict[str, Any]) -> list[int]:
-    """The prompt tokens a model is given at generation time, in the entry's own format (no answer needed)."""
-    return axolotl_answer(example, None, tokenizer, options)[0]
-
-
 def axolotl_answer(example: Example, answer: str | None, tokenizer: Any,
                    options: dict[str, Any]) -> tuple[list[int], list[int]]:
     """(prompt ids, answer ids) of `answer` after an eval row's prompt, as axolotl renders a trained response;

@@ -14,6 +14,7 @@ would import) goes to the port, and the report says why.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.metadata
 import importlib.util
 import io
@@ -23,11 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradian.data.axolotl import ALPACA_TYPES, DEFAULT_ROLES
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
 from gradian.errors import reason
 
 IGNORE = -100
+PLACEHOLDER = "the answer"  # a response to find where the prompt ends (an empty one trains no token to find)
 Prepared = tuple[list[int], list[int], int]  # input_ids, labels, prompt length: a row before the length strategy
 
 
@@ -79,17 +82,11 @@ class AxolotlCode:
         out or splits into pieces, which the port then renders); None when axolotl's code refuses the rows."""
         if self._cfg is None:
             return None
-        import datasets
-        from axolotl.utils.data.wrappers import get_dataset_wrapper
 
         entry = self._cfg.datasets[entry_index]
-        base, _, style = str(entry.type).partition(":")
 
         def wrap(raws: list[dict[str, Any]]) -> Any:
-            with _quiet():
-                wrapped, _ = get_dataset_wrapper(entry, self.tokenizer, self._cfg, base, datasets.Dataset.from_list(raws),
-                                                 style or None)
-            return wrapped
+            return self._wrap(entry, self._cfg, raws)
 
         raws = [dict(e.raw or {}) for e in examples]
         try:
@@ -101,6 +98,64 @@ class AxolotlCode:
             self.refused = f"axolotl {self.version}'s prompt strategy {entry.type!r} refused the rows ({reason(error)})"
             return None
         return [_prepared(one["input_ids"][0], one["labels"][0]) if len(one) == 1 else None for one in alone]
+
+
+    def answer(self, example: Example, answer: str | None, entry_index: int) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, answer ids) of an eval row with `answer` as its response, as the entry's prompt strategy
+        tokenizes it with train_on_inputs off: the prompt is every token before the last trained run, the answer
+        that run (`answer` None: the prompt alone, the generation prompt). None where the row is not in a shape the
+        strategy reads, or the strategy refuses it (the port renders it then)."""
+        if self._cfg is None:
+            return None
+        entry = self._cfg.datasets[entry_index]
+        raw = _with_answer(dict(example.raw or {}), entry, answer if answer is not None else PLACEHOLDER)
+        if raw is None:
+            return None
+        cfg = copy.deepcopy(self._cfg)
+        cfg.train_on_inputs = False  # the boundary between prompt and answer is where the loss starts
+        try:
+            wrapped = self._wrap(entry, cfg, [raw])
+        except Exception:  # noqa: BLE001 - a row its strategy refuses: the port's rendering
+            return None
+        if len(wrapped) != 1:
+            return None
+        ids, labels = list(map(int, wrapped["input_ids"][0])), list(wrapped["labels"][0])
+        trained = [i for i, label in enumerate(labels) if label != IGNORE]
+        if not trained:
+            return None
+        end = trained[-1] + 1
+        start = next(i for i in range(end, 0, -1) if labels[i - 1] == IGNORE) if IGNORE in labels[:end] else 0
+        return ids[:start], (ids[start:end] if answer is not None else [])
+
+    def _wrap(self, entry: Any, cfg: Any, raws: list[dict[str, Any]]) -> Any:
+        import datasets
+        from axolotl.utils.data.wrappers import get_dataset_wrapper
+
+        base, _, style = str(entry.type).partition(":")
+        with _quiet():
+            wrapped, _ = get_dataset_wrapper(entry, self.tokenizer, cfg, base, datasets.Dataset.from_list(raws),
+                                             style or None)
+        return wrapped
+
+
+def _with_answer(raw: dict[str, Any], entry: Any, answer: str) -> dict[str, Any] | None:
+    """The eval row in the entry's own format with `answer` as its response (its reference replaced), or None where
+    the row is not in that format."""
+    base = str(entry.type).partition(":")[0]
+    if base in ALPACA_TYPES:
+        return {**raw, "output": answer} if isinstance(raw.get("instruction"), str) else None
+    if base != "chat_template":
+        return None
+    field = entry.get("field_messages") or "messages"
+    mapping = entry.get("message_property_mappings") or {}
+    role, content = mapping.get("role", "role"), mapping.get("content", "content")
+    turns = raw.get(field)
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, dict) for t in turns):
+        return None
+    last = turns[-1]
+    answered = DEFAULT_ROLES.get(str(last.get(role))) == "assistant"
+    reply = {role: last.get(role) if answered else "assistant", content: answer}
+    return {**raw, field: [*(turns[:-1] if answered else turns), reply]}
 
 
 def _prepared(ids: list[int], labels: list[int]) -> Prepared:

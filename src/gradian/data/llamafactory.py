@@ -14,6 +14,8 @@ writes there (`training_args.yaml` / `llamaboard_config.yaml` from its web UI, `
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,16 @@ TRAINER_LOG = "trainer_log.jsonl"  # its LogCallback's progress log: {"current_s
 SOURCE_KEYS = ("file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 
 
+def installed_version() -> str | None:
+    """LLaMA-Factory's version where it is installed here, else None."""
+    try:
+        if importlib.util.find_spec("llamafactory") is None:
+            return None
+        return importlib.metadata.version("llamafactory")
+    except (ValueError, ImportError):  # a module of that name with no spec or no distribution: not the package
+        return None
+
+
 def llamafactory_config(config: dict[str, Any]) -> bool:
     """The config is a LLaMA-Factory training YAML (or the web UI's training_args.yaml)."""
     keys = set(config)
@@ -41,8 +53,6 @@ def llamafactory_config(config: dict[str, Any]) -> bool:
 
 def refuse(where: str | Path, what: str) -> InputError:
     """The one sentence for a LLaMA-Factory run Gradian cannot prepare: `what` says how Gradian recognised it."""
-    from gradian.data.llamafactory_code import installed_version
-
     if installed_version() is not None:  # its code is here, but not the YAML that says how the run used it
         return InputError(f"{what}; pass the run's LLaMA-Factory YAML with --config, so LLaMA-Factory's own code "
                           "prepares the rows as the run did.", where)
@@ -56,8 +66,6 @@ def check_run(config: dict[str, Any], config_path: Path | None, training_args: d
     """Raise `InputError` (`refuse`) when the run is LLaMA-Factory's (its config, its training_args.bin or the files
     it writes into the run folder) and Gradian cannot prepare its rows: LLaMA-Factory is not installed, or no
     LLaMA-Factory config came with the run to say how it prepared them."""
-    from gradian.data.llamafactory_code import installed_version
-
     if config and llamafactory_config(config):
         if installed_version() is None:
             raise refuse(config_path or "the config", "this is a LLaMA-Factory config")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.metadata
-import importlib.util
 import io
 import json
 import logging
@@ -25,22 +23,13 @@ from typing import Any
 
 from gradian.data import rows_cache
 from gradian.data.examples import Example
+from gradian.data.llamafactory import installed_version
 from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError, reason
 
 IGNORE = -100
 INFO_FILE = "dataset_info.json"
 Encoded = tuple[list[int], list[int], int]  # input_ids, labels, full length (cutoff_len not applied)
-
-
-def installed_version() -> str | None:
-    """LLaMA-Factory's version where it is installed here, else None."""
-    try:
-        if importlib.util.find_spec("llamafactory") is None:
-            return None
-        return importlib.metadata.version("llamafactory")
-    except (ValueError, ImportError):  # a module of that name with no spec or no distribution: not the package
-        return None
 
 
 class LlamaFactoryCode:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradian.data import openai_format, trainer_code
-from gradian.data.axolotl import axolotl_answer, axolotl_prompt, entry_for, render_axolotl
+from gradian.data.axolotl import axolotl_answer, entry_for, render_axolotl
 from gradian.data.axolotl_code import AxolotlCode
 from gradian.data.examples import Example
 from gradian.data.llamafactory_code import LlamaFactoryCode
@@ -417,7 +417,7 @@ def axolotl_options(setup: TrainingSetup) -> dict[str, Any]:
 def render_prompt(example: Example, tokenizer: Any, setup: TrainingSetup) -> list[int]:
     """The prompt tokens a model is given at generation time (generation prompt added for chats)."""
     if setup.framework == "axolotl":
-        return axolotl_prompt(example, tokenizer, axolotl_options(setup))
+        return _axolotl_answer(example, None, tokenizer, setup)[0]
     if setup.framework == "llamafactory":
         return trainer_code.for_run(LlamaFactoryCode, setup, tokenizer).prompt(example)
     prompt = example.prompt
@@ -434,7 +434,7 @@ def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: Tra
     """(prompt ids, answer ids) of `answer` rendered after `example`'s prompt exactly as training renders completions
     (no truncation: the answer is scored whole)."""
     if setup.framework == "axolotl":
-        return axolotl_answer(example, answer, tokenizer, axolotl_options(setup))
+        return _axolotl_answer(example, answer, tokenizer, setup)
     if setup.framework == "llamafactory":
         return trainer_code.for_run(LlamaFactoryCode, setup, tokenizer).with_answer(example, answer)
     prompt = example.prompt
@@ -448,6 +448,18 @@ def render_with_answer(example: Example, answer: str, tokenizer: Any, setup: Tra
                                    "collator_masks_pad": False})
     rendered = render_example(Example(example.id, example.line, fields, raw=raw), tokenizer, untruncated)
     return rendered.input_ids[: rendered.prompt_length], rendered.input_ids[rendered.prompt_length:]
+
+
+def _axolotl_answer(example: Example, answer: str | None, tokenizer: Any,
+                    setup: TrainingSetup) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of an eval row of an axolotl run: by its entry's own prompt strategy where axolotl
+    runs here and the row is in the entry's format, else by Gradian's port."""
+    options = axolotl_options(setup)
+    entry = entry_for(example, options, training=False)
+    index = next((k for k, e in enumerate(options.get("datasets") or []) if e is entry), None)
+    own = trainer_code.for_run(AxolotlCode, setup, tokenizer) if index is not None else None
+    pair = own.answer(example, answer, index) if own is not None and index is not None else None
+    return pair if pair is not None else axolotl_answer(example, answer, tokenizer, options)
 
 
 def render_answer(prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], list[int]]:
