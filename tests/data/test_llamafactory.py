@@ -130,11 +130,12 @@ def test_dataset_info_json_is_named_as_the_registry(indent, flag, workspace, gra
 def test_a_llamafactory_config_is_read_by_its_own_names():
     from gradian.data.config_fields import detect_framework, setup_fields
 
-    config = {**LLAMAFACTORY_SFT, "train_on_prompt": True, "cutoff_len": 300}
+    config = {**LLAMAFACTORY_SFT, "train_on_prompt": True, "cutoff_len": 300, "hf_hub_token": "hf_secret"}
     assert detect_framework(config) == "llamafactory"
     fields = setup_fields(config, "llamafactory")
     assert fields["max_length"] == 300 and fields["completion_only_loss"] is False
     assert fields["llamafactory"]["template"] == "llama3"  # the whole YAML, for its own DataArguments
+    assert "hf_hub_token" not in fields["llamafactory"]  # never written into a report
 
 
 def test_verify_refuses_to_retrain_a_llamafactory_run(tmp_path):

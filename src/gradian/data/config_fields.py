@@ -128,7 +128,8 @@ def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
 def _llamafactory_fields(config: dict[str, Any]) -> dict[str, Any]:
     """What the report shows of a LLaMA-Factory YAML; its rows are prepared from the whole YAML by its own
     `DataArguments` (`data.llamafactory_code`)."""
-    out: dict[str, Any] = {"llamafactory": dict(config)}
+    # the YAML but its hub tokens (hf_hub_token...): it is shown in the report
+    out: dict[str, Any] = {"llamafactory": {key: value for key, value in config.items() if not key.endswith("_token")}}
     if "cutoff_len" in config:
         out["max_length"] = _int_or_none(config["cutoff_len"])
     if "train_on_prompt" in config:
