@@ -13,12 +13,9 @@ would import) goes to the port, and the report says why.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.metadata
 import importlib.util
-import io
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Any
 from gradian.data.axolotl import ALPACA_TYPES, DEFAULT_ROLES
 from gradian.data.examples import Example
 from gradian.data.setup import TrainingSetup
+from gradian.data.trainer_code import quiet
 from gradian.errors import reason
 
 IGNORE = -100
@@ -67,7 +65,7 @@ class AxolotlCode:
         os.environ.setdefault("DO_NOT_TRACK", "1")
         self._scratch = tempfile.TemporaryDirectory(prefix="gradian-axolotl-")  # its output folders: never the user's
         try:
-            with _quiet():
+            with quiet():
                 from axolotl.cli.config import load_cfg
                 from axolotl.loaders import load_tokenizer
 
@@ -132,7 +130,7 @@ class AxolotlCode:
         from axolotl.utils.data.wrappers import get_dataset_wrapper
 
         base, _, style = str(entry.type).partition(":")
-        with _quiet():
+        with quiet():
             wrapped, _ = get_dataset_wrapper(entry, self.tokenizer, cfg, base, datasets.Dataset.from_list(raws),
                                              style or None)
         return wrapped
@@ -174,14 +172,3 @@ def _runs_code(entry: Any) -> bool:
     name = kind.partition(":")[0]
     last = name.rpartition(".")[2]
     return "." in name and not (last == "load" or last.startswith("load_"))
-
-
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """axolotl logs and prints as it loads: none of it reaches the user's terminal."""
-    logging.disable(logging.WARNING)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logging.disable(logging.NOTSET)

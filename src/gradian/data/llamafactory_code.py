@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from gradian.data import rows_cache
 from gradian.data.examples import Example
 from gradian.data.llamafactory import installed_version
 from gradian.data.setup import TrainingSetup
+from gradian.data.trainer_code import quiet
 from gradian.errors import InputError, reason
 
 IGNORE = -100
@@ -41,6 +40,7 @@ class LlamaFactoryCode:
         self.where = setup.source or "the LLaMA-Factory config"
         self.notes: list[str] = []
         self.cached_rows = 0  # rows read back from `data.rows_cache`, over every pass
+        os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # its import-time check of the packages around it
         try:
             with quiet():
                 from llamafactory.data.processor import SupervisedDatasetProcessor
@@ -228,15 +228,3 @@ def _from_fields(example: Example) -> dict[str, Any]:
     rest = [{"role": "assistant" if t.get("role") == "assistant" else "user", "content": str(t.get("content") or "")}
             for t in turns if t.get("role") != "system"]
     return {"_prompt": rest, "_response": [_assistant(example.completion_text)], "_system": system, "_tools": ""}
-
-
-@contextlib.contextmanager
-def quiet() -> Any:
-    """LLaMA-Factory logs and prints as it loads and converts: none of it reaches the user's terminal."""
-    logging.disable(logging.WARNING)
-    os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # its import-time check of the packages around it
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logging.disable(logging.NOTSET)

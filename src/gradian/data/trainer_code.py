@@ -4,8 +4,11 @@ every prompt rendered for it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gradian.data.setup import TrainingSetup
@@ -23,3 +26,14 @@ def for_run(kind: Callable[[TrainingSetup, Any], T], setup: TrainingSetup, token
             _BUILT.clear()
         _BUILT[key] = (tokenizer, kind(setup, tokenizer))
     return _BUILT[key][1]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """A trainer's code logs and prints as it loads and prepares: none of it reaches the user's terminal."""
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
