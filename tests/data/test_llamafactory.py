@@ -243,3 +243,18 @@ def test_the_web_uis_training_args_yaml_is_the_runs_config(tmp_path):
     setup = read_run(run / "checkpoint-4").setup
     assert setup.framework == "llamafactory" and setup.source == str(run.resolve() / "training_args.yaml")
     assert setup.max_length == 2048 and setup.llamafactory["template"] == "llama3"
+
+
+@needs_llamafactory
+@pytest.mark.parametrize(("keys", "says"), [({"template": "no_such_template"}, "Template no_such_template does not exist"),
+                                            ({"template": "default", "mask_history": True, "train_on_prompt": True},
+                                             "`mask_history` is incompatible with `train_on_prompt`")])
+def test_a_config_its_own_checks_refuse_is_one_sentence(keys, says, workspace, gradian, tmp_path):  # noqa: F811
+    """What LLaMA-Factory's own DataArguments or template set-up refuses is exit 2 with its reason, not a traceback."""
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps([{"instruction": "json for my order", "input": "", "output": "{}"}]), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump({"stage": "sft", "dataset": "x", **keys}), encoding="utf-8")
+    result = gradian(diagnose_args(workspace, data, "--config", config))
+    assert_one_line_error(result, "sft.yaml")
+    assert says in error_line(result) and "refused the config" in error_line(result)

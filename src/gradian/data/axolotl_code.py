@@ -14,6 +14,7 @@ would import) goes to the port, and the report says why.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -75,6 +76,14 @@ class AxolotlCode:
         except Exception as error:  # noqa: BLE001 - whatever its validation raises is a reason to use the port
             self.refused = f"axolotl {self.version}'s config loader refused the config ({reason(error)})"
 
+    @functools.cached_property
+    def _prompt_cfg(self) -> Any:
+        """The run's config with train_on_inputs off: the boundary between prompt and answer is where the loss
+        starts."""
+        cfg = copy.deepcopy(self._cfg)
+        cfg.train_on_inputs = False
+        return cfg
+
     def rows(self, examples: list[Example], entry_index: int) -> list[Prepared | None] | None:
         """Each row of one `datasets:` entry as its prompt strategy tokenizes it (None: a row the strategy filters
         out or splits into pieces, which the port then renders); None when axolotl's code refuses the rows."""
@@ -109,10 +118,8 @@ class AxolotlCode:
         raw = _with_answer(dict(example.raw or {}), entry, answer if answer is not None else PLACEHOLDER)
         if raw is None:
             return None
-        cfg = copy.deepcopy(self._cfg)
-        cfg.train_on_inputs = False  # the boundary between prompt and answer is where the loss starts
         try:
-            wrapped = self._wrap(entry, cfg, [raw])
+            wrapped = self._wrap(entry, self._prompt_cfg, [raw])
         except Exception:  # noqa: BLE001 - a row its strategy refuses: the port's rendering
             return None
         if len(wrapped) != 1:

@@ -41,13 +41,16 @@ class LlamaFactoryCode:
         self.notes: list[str] = []
         self.cached_rows = 0  # rows read back from `data.rows_cache`, over every pass
         os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # its import-time check of the packages around it
+        import jinja2
+        from transformers import HfArgumentParser
+
+        with quiet():  # its import prints and warns
+            from llamafactory.data.processor import SupervisedDatasetProcessor
+            from llamafactory.data.template import get_template_and_fix_tokenizer
+            from llamafactory.hparams import DataArguments
+
         try:
             with quiet():
-                from llamafactory.data.processor import SupervisedDatasetProcessor
-                from llamafactory.data.template import get_template_and_fix_tokenizer
-                from llamafactory.hparams import DataArguments
-                from transformers import HfArgumentParser
-
                 (self.args,) = HfArgumentParser(DataArguments).parse_dict(self.config, allow_extra_keys=True)
                 self.tokenizer = copy.deepcopy(tokenizer)  # LLaMA-Factory adds its template's tokens to it
                 self.template = get_template_and_fix_tokenizer(self.tokenizer, self.args)
@@ -57,7 +60,7 @@ class LlamaFactoryCode:
                                                        processor=None, data_args=self.args)
                 self._whole = SupervisedDatasetProcessor(template=self.template, tokenizer=self.tokenizer,
                                                          processor=None, data_args=whole)
-        except Exception as error:  # noqa: BLE001 - its validation's message is the user's answer
+        except (ValueError, TypeError, NotImplementedError, jinja2.TemplateError) as error:  # its refusals of a config
             raise InputError(f"LLaMA-Factory {self.version} refused the config ({reason(error)}); fix it as "
                              "llamafactory-cli train would ask.", self.where) from None
         self._converters: dict[str, Any] = {}
