@@ -101,6 +101,11 @@ def test_cut_in_data_reads_every_trained_answer_not_only_the_last(tiny_tokenizer
     finding = fired(run_checks(context(tiny_tokenizer, rows), only=["cut_in_data"]), "cut_in_data")
     assert finding.example_ids == ["2", "3"]
     assert finding.values["reasons"]["2"].startswith("assistant turn 1 of 2: ")
+    # the length limit also cuts row 3 inside its (already cut) last turn: the turn it trained is still read
+    limit = context(tiny_tokenizer, rows).rendered[2].full_length - 3
+    cut_short = context(tiny_tokenizer, rows, TrainingSetup(max_length=limit))
+    assert cut_short.rendered[2].truncated_tokens == 3
+    assert fired(run_checks(cut_short, only=["cut_in_data"]), "cut_in_data").example_ids == ["2", "3"]
     finding = fired(run_checks(context(tiny_tokenizer, text_rows), only=["cut_in_data"]), "cut_in_data")
     assert finding.example_ids == ["2"]
 

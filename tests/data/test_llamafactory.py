@@ -147,20 +147,29 @@ def test_verify_refuses_to_retrain_a_llamafactory_run(tmp_path):
         read_recipe(run)
 
 
-def test_alpaca_history_is_read_as_the_conversation_it_trains(tmp_path):
-    """LLaMA-Factory's Alpaca rows carry earlier turns in `history`: a cut in one of them is a cut trained."""
+def test_alpaca_history_is_read_as_the_conversation_it_trains(tmp_path, tiny_tokenizer):
+    """LLaMA-Factory's Alpaca rows carry earlier turns in `history`: a cut in one of them is a cut trained, unless
+    the row's labels say the turn carries no loss (`mask_history` trains the last turn only)."""
     from gradian.audit.truncation import trained_answers
     from gradian.data.examples import read_dataset
-    from gradian.data.setup import TrainingSetup
+    from gradian.data.render import IGNORE, Rendered
 
     row = {"instruction": "and the next", "input": "", "output": '{"a": 2}', "history": [["first", '{"a": 1, "b']]}
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     (example,) = read_dataset(path)
     assert example.shape == "messages"
-    assert trained_answers(example, TrainingSetup()) == ['{"a": 1, "b', '{"a": 2}']
-    masked = TrainingSetup(framework="llamafactory", llamafactory={"mask_history": True})
-    assert trained_answers(example, masked) == ['{"a": 2}']  # mask_history trains the last turn only
+    assert trained_answers(example) == ['{"a": 1, "b', '{"a": 2}']
+    pieces = [tiny_tokenizer.encode(text, add_special_tokens=False)
+              for text in ("first\n", '{"a": 1, "b', "\nand the next\n", '{"a": 2}')]
+    ids = [i for piece in pieces for i in piece]
+
+    def rendered(trained: set[int]) -> Rendered:
+        labels = [i if n in trained else IGNORE for n, piece in enumerate(pieces) for i in piece]
+        return Rendered("0", ids, labels, len(ids), len(pieces[0]))
+
+    assert trained_answers(example, rendered({1, 3}), tiny_tokenizer) == ['{"a": 1, "b', '{"a": 2}']
+    assert trained_answers(example, rendered({3}), tiny_tokenizer) == ['{"a": 2}']  # mask_history's labels
 
 
 @needs_llamafactory

@@ -129,3 +129,24 @@ def test_offsets_that_disagree_fall_back_to_trl_way(tiny_tokenizer, monkeypatch)
     rendered = render.render_dataset(rows, tiny_tokenizer, TrainingSetup(), tally)
     assert all(r.prompt_length > 0 for r in rendered)
     assert tally.trainer_rows == len(rows) and tally.checked_rows == 0  # TRL's own code took every row
+
+
+@pytest.mark.skipif(trl_masks_prompt_alone(), reason="TRL before 1.0 counts the prompt alone: no offsets are read")
+def test_the_check_skips_huge_rows_and_a_fallback_keeps_row_order(tiny_tokenizer, monkeypatch):
+    """The fast path is checked on rows of at most VERIFY_CHARS characters (a huge row would cost the check what TRL's
+    way costs); where the check fails, TRL's rows of the sample and of the rest come back in dataset order."""
+    from gradian.data import render
+
+    monkeypatch.setattr(render, "VERIFY_CHARS", 200)
+    rows = [{"prompt": "my order is", "completion": " late" * 60}] + PLAIN * 3  # row 0: over 200 characters
+    checked: list[int] = []
+    real = render.trl_rows
+    monkeypatch.setattr(render, "trl_rows", lambda ex, *a: checked.append(len(ex)) or real(ex, *a))
+    tally = Preparation()
+    assert len(render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup(), tally)) == len(rows)
+    assert checked == [len(rows) - 1] and tally.checked_rows == len(rows)  # the huge row: not in the sample
+
+    monkeypatch.setattr(render, "_prompt_end", lambda spans, chars: 0)  # offsets that mislead: the check fails
+    fallback = render.render_dataset(_examples(rows), tiny_tokenizer, TrainingSetup(), Preparation())
+    assert [(r.input_ids, r.labels, r.prompt_length) for r in fallback] == real(_examples(rows), tiny_tokenizer,
+                                                                               TrainingSetup())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -16,10 +17,8 @@ from gradian.audit.finding import Finding
 from gradian.audit.registry import check
 from gradian.audit.wording import id_list, p99, share
 from gradian.capabilities.json_text import json_depth
-from gradian.data import openai_format
 from gradian.data.examples import Example
-from gradian.data.render import eos_token_of
-from gradian.data.setup import TrainingSetup
+from gradian.data.render import IGNORE, Rendered, eos_token_of
 
 CRITICAL_SHARE = 0.05  # a cut affecting ≥ 5% of rows is a run-wide problem
 SHORT_RATIO = 0.5  # "much shorter than its cluster": ≤ half the median of rows sharing its key prompt word
@@ -117,8 +116,10 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"
     completions = [_completion_string(e).strip().removesuffix(eos) for e in ctx.examples]
     reasons: dict[str, str] = {}
-    for example in ctx.trained():
-        answers = [text.strip().removesuffix(eos) for text in trained_answers(example, ctx.setup)]
+    for example, rendered in ctx.rows:
+        if rendered.dropped:
+            continue
+        answers = [text.strip().removesuffix(eos) for text in trained_answers(example, rendered, ctx.tokenizer)]
         for turn, text in enumerate(answers, start=1):
             reason = json_cut(text) if text[:1] in ("{", "[", "`") else None
             if reason:
@@ -136,17 +137,16 @@ def cut_in_data(ctx: AuditContext) -> list[Finding]:
     return [Finding("cut_in_data", _severity(len(ids), len(ctx.examples)), title, fix, ids, {"reasons": reasons})]
 
 
-def trained_answers(example: Example, setup: TrainingSetup) -> list[str]:
-    """Every answer a row trains, to check for a cut: each assistant turn of a conversation (not only the last;
-    under OpenAI's fine-tuning not those of `weight: 0`; under LLaMA-Factory's `mask_history` only the last), a
-    completion, or a text row's structured tail (from its first `{`, `[` or code fence: the prompt before it is
-    plain words)."""
+def trained_answers(example: Example, rendered: Rendered | None = None, tokenizer: Any = None) -> list[str]:
+    """Every answer a row trains, to check for a cut: each assistant turn of a conversation whose text carries loss
+    in `rendered` (not only the last; whatever the trainer's rule: OpenAI's `weight: 0`, LLaMA-Factory's
+    `mask_history`, assistant-only loss), a completion, or a text row's structured tail (from its first `{`, `[` or
+    code fence: the prompt before it is plain words)."""
     if example.shape == "messages":
-        skip = setup.framework == openai_format.FRAMEWORK
-        answers = [str(m.get("content") or "") for m in example.fields["messages"]
-                   if m.get("role") == "assistant" and not (skip and m.get(openai_format.WEIGHT) == 0)]
-        return answers[-1:] if setup.framework == "llamafactory" and setup.llamafactory.get("mask_history") \
-            else answers
+        answers = [str(m.get("content") or "") for m in example.fields["messages"] if m.get("role") == "assistant"]
+        if len(answers) < 2 or rendered is None or tokenizer is None:
+            return answers
+        return _trained_turns(answers, rendered, tokenizer)
     completion = example.completion
     if isinstance(completion, list):
         return [str(m.get("content") or "") for m in completion if m.get("role") == "assistant"]
@@ -155,6 +155,35 @@ def trained_answers(example: Example, setup: TrainingSetup) -> list[str]:
         starts = [i for i in (text.find("{"), text.find("["), text.find("```")) if i >= 0]
         return [text[min(starts):]] if starts else []
     return [completion or ""]
+
+
+def _trained_turns(answers: list[str], rendered: Rendered, tokenizer: Any) -> list[str]:
+    """The turns among `answers` whose text carries loss: each found in turn order in the row as decoded (the last
+    may run to where the length limit cut the row), and kept when its first character is in a trained stretch."""
+    text, trained = "", list[bool]()
+    for carries_loss, run in itertools.groupby(range(len(rendered.labels)), key=lambda i: rendered.labels[i] != IGNORE):
+        piece = _squeezed(tokenizer.decode([rendered.input_ids[i] for i in run]))
+        text, trained = text + piece, trained + [carries_loss] * len(piece)
+    kept, cursor = [], 0
+    for answer in answers:
+        turn = _as_decoded(answer, tokenizer)
+        at = text.find(turn, cursor) if turn else -1
+        if at < 0 and rendered.truncated_tokens > 0:  # cut by the length limit: the row ends inside it
+            at = next((i for i in range(max(cursor, len(text) - len(turn)), len(text)) if turn.startswith(text[i:])), -1)
+        if at >= 0:
+            if trained[at]:
+                kept.append(answer)
+            cursor = at + min(len(turn), len(text) - at)
+    return kept
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _as_decoded(text: str, tokenizer: Any) -> str:
+    """`text` as the tokenizer decodes it back (a token it cannot spell comes back as its unknown token)."""
+    return _squeezed(tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)))
 
 
 def _completion_string(example: Example) -> str:

@@ -43,6 +43,7 @@ from gradian.errors import InputError, reason
 
 BATCH = 4096
 VERIFY_ROWS = 512  # rows on which the fast path is checked against TRL's way before it is trusted
+VERIFY_CHARS = 100_000  # ...of at most this many characters: a huge row would cost the check as much as TRL's way
 
 
 @dataclass
@@ -216,8 +217,9 @@ def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted
           tally: Preparation) -> list[Prepared] | None:
     """String rows by the Rust tokenizer in one batch, the prompt length read from the full row's character offsets
     (TRL tokenizes every row and prompt alone, in Python: ~6x slower at 10^5 rows). The first VERIFY_ROWS rows of each
-    shape are compared with TRL's own code, ids and labels; where they differ, TRL's code prepares the rows (its rows
-    for the sample are kept). None where the fast path cannot run or is not trusted."""
+    shape (of at most VERIFY_CHARS characters) are compared with TRL's own code, ids and labels; where they differ,
+    TRL's code prepares the rows (its rows for the sample are kept). None where the fast path cannot run or is not
+    trusted."""
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     shape = examples[0].shape
     if backend is None or trusted.get(shape) is False:
@@ -237,18 +239,20 @@ def _fast(examples: list[Example], tokenizer: Any, setup: TrainingSetup, trusted
     for example, prompt_len, encoding in zip(examples, ends, encodings, strict=True):
         rows.append((encoding.ids, _labels(example, encoding.ids, prompt_len, None, setup), prompt_len))
     if shape not in trusted:
-        sample = examples[:VERIFY_ROWS]
+        picked = [i for i, full in enumerate(fulls) if len(full) <= VERIFY_CHARS][:VERIFY_ROWS]
         try:
-            reference = trl_rows(sample, tokenizer, setup)
+            reference = trl_rows([examples[i] for i in picked], tokenizer, setup) if picked else None
         except TrlCannotPrepare:
             reference = None
-        trusted[shape] = reference == [(list(ids), labels, n) for ids, labels, n in rows[: len(sample)]]
+        trusted[shape] = reference == [(list(rows[i][0]), *rows[i][1:]) for i in picked]
         if not trusted[shape]:
             if reference is None:
                 return None
-            tally.trainer_rows += len(sample)  # TRL's own rows for the sample are kept, not prepared again
-            return reference + (_by_trl(examples[len(sample):], tokenizer, setup, tally) if examples[len(sample):]
-                                else [])
+            tally.trainer_rows += len(picked)  # TRL's own rows for the sample are kept, not prepared again
+            kept = dict(zip(picked, reference, strict=True))
+            rest = iter(_by_trl([e for i, e in enumerate(examples) if i not in kept], tokenizer, setup, tally)
+                        if len(kept) < len(examples) else [])
+            return [kept[i] if i in kept else next(rest) for i in range(len(examples))]
     tally.checked_rows += len(rows)
     return [(list(ids), labels, n) for ids, labels, n in rows]
 
