@@ -45,6 +45,18 @@ def test_unknown_option_is_a_usage_error(cli_runner):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("missing", ["--dataset", "--base-model", "--adapter", "--eval-dataset", "--capability"])
+def test_a_missing_required_option_is_a_usage_error_before_any_work(cli_runner, missing, tmp_path):
+    """Every required setting is asked for up front (click >= 8.3 read an explicit `default=None` as a value, so
+    `attribute` without --capability generated answers and then failed with an internal error)."""
+    given = {"--dataset": "train.jsonl", "--base-model": "base", "--adapter": "run", "--eval-dataset": "eval.jsonl",
+             "--capability": "json_formatting"}
+    args = [part for flag, value in given.items() if flag != missing for part in (flag, value)]
+    result = cli_runner.invoke(cli, ["attribute", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and f"Missing option '{missing}'" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_demo_reuses_the_scenario_it_built_and_runs_twice(cli_runner, scenario, tmp_path):
     """A second `gradian demo --out` the same folder runs again instead of refusing the folder it wrote."""

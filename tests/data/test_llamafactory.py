@@ -138,12 +138,26 @@ def test_a_llamafactory_config_is_read_by_its_own_names():
     assert "hf_hub_token" not in fields["llamafactory"]  # never written into a report
 
 
-def test_verify_refuses_to_retrain_a_llamafactory_run(tmp_path):
+@without_llamafactory
+def test_verify_without_llamafactory_refuses_its_run(tmp_path):
+    """verify retrains a LLaMA-Factory run on the rows its own code prepares: without it, one sentence."""
     from gradian.data.run_folder import RunInfo
     from gradian.verify.recipe import read_recipe
 
     run = RunInfo(path=None, config=dict(LLAMAFACTORY_SFT), config_path=tmp_path / "sft.yaml")
-    with pytest.raises(InputError, match="is a LLaMA-Factory run; verify retrains with TRL's SFTTrainer or axolotl"):
+    with pytest.raises(InputError) as refused:
+        read_recipe(run)
+    assert str(refused.value) == f"{tmp_path / 'sft.yaml'}: this is a LLaMA-Factory run{REFUSAL}"
+
+
+@needs_llamafactory
+@pytest.mark.parametrize("keys", [{"stage": "dpo"}, {"finetuning_type": "freeze"}])
+def test_verify_refuses_what_is_not_a_supervised_lora_run(keys, tmp_path):
+    from gradian.data.run_folder import RunInfo
+    from gradian.verify.recipe import read_recipe
+
+    run = RunInfo(path=None, config={**LLAMAFACTORY_SFT, **keys}, config_path=tmp_path / "sft.yaml")
+    with pytest.raises(InputError, match="Gradian retrains supervised LoRA runs only"):
         read_recipe(run)
 
 
@@ -267,3 +281,45 @@ def test_a_config_its_own_checks_refuse_is_one_sentence(keys, says, workspace, g
     result = gradian(diagnose_args(workspace, data, "--config", config))
     assert_one_line_error(result, "sft.yaml")
     assert says in error_line(result) and "refused the config" in error_line(result)
+
+
+@needs_llamafactory
+def test_verify_retrains_on_the_rows_its_own_code_prepares(workspace, tmp_path):  # noqa: F811
+    """A LLaMA-Factory run's retrain trains on the rows `get_dataset` gives (its template, cutoff_len, max_samples),
+    with its YAML's training settings, transformers' own defaults where it is silent and its LoRA defaults."""
+    from benchmarks.harness.llamafactory_conformance import llamafactory_rows
+    from gradian.data.base_model import resolve_base_model
+    from gradian.data.examples import read_dataset
+    from gradian.scenarios.base import one_thread
+    from gradian.verify.recipe import read_recipe, training_kwargs
+    from gradian.verify.retrain import Retrain, build_trainer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"instruction": f"please json for my {w}", "input": "", "output": f'{{"name": "{w}", "id": {i}}}'}
+            for i, w in enumerate(["refund", "order", "invoice", "amount"] * 3)]
+    (data / "orders.json").write_text(json.dumps(rows), encoding="utf-8")
+    (data / "dataset_info.json").write_text(json.dumps({"orders": {"file_name": "orders.json"}}), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(json.dumps({
+        "model_name_or_path": str(workspace.model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
+        "lora_rank": 4, "dataset": "orders", "dataset_dir": str(data), "template": "default", "cutoff_len": 24,
+        "max_samples": 10, "learning_rate": 1e-3, "quantization_bit": 4, "output_dir": str(tmp_path / "out"),
+        "overwrite_cache": True, "report_to": "none"}), encoding="utf-8")
+    recipe = read_recipe(read_run(None, config))
+    assert recipe.lora == {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear"}
+    settings = training_kwargs(recipe)
+    assert settings["learning_rate"] == 1e-3 and settings["bf16"] is False  # SFTConfig's own default differs
+    assert recipe.unmapped == ["quantization_bit"]
+    assert "packing" not in recipe.defaults and "max_length" not in recipe.defaults  # its own code prepares rows
+    examples = read_dataset(data / "orders.json")
+    job = Retrain("zero", examples, recipe.seed, zero_ids=frozenset({examples[1].id}))
+    theirs = sorted(llamafactory_rows(config))  # first: its argument parser resets accelerate's state
+    with one_thread():
+        trainer = build_trainer(job, recipe, resolve_base_model(str(workspace.model)), tmp_path / "retrain",
+                                max_steps=1)
+        ours = sorted((tuple(r["input_ids"]), tuple(i for i, m in enumerate(r["completion_mask"]) if m))
+                      for r in trainer.train_dataset)
+        assert ours == theirs and len(ours) == 10  # max_samples: the first 10 rows
+        assert trainer.zero_rows == frozenset({1})
+        assert trainer.train().training_loss > 0

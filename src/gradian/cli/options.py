@@ -24,9 +24,10 @@ def settings_options(command: typing.Callable, cls: type = AttributeSettings) ->
             command = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=spec.default, show_default=True,
                                    help=helptext)(command)
             continue
+        default = {} if required else {"default": spec.default}  # click >= 8.3 takes an explicit None as a value
         command = click.option(flag, spec.name, type=option_type(cls, spec, hints[spec.name]), required=required,
-                               default=None if required else spec.default,
-                               show_default=not required and spec.default is not None, help=helptext)(command)
+                               show_default=not required and spec.default is not None, help=helptext,
+                               **default)(command)
     return command
 
 

@@ -1,7 +1,8 @@
 """The run's recipe, read back: the LoRA config, the training settings and the seed `verify` retrains with.
 
-Sources, highest first: the training config (a TRL `SFTConfig` YAML/JSON as passed to `trl sft --config`, or an
-axolotl YAML mapped to the same SFTConfig names), the fields of `training_args.bin` read without running code
+Sources, highest first: the training config (a TRL `SFTConfig` YAML/JSON as passed to `trl sft --config`, an
+axolotl YAML mapped to the same SFTConfig names, or a LLaMA-Factory YAML's transformers `TrainingArguments`, whose
+rows its own code prepares), the fields of `training_args.bin` read without running code
 (`data/training_args.py`), `trainer_state.json`, and SFTConfig's own defaults. The LoRA settings come from the
 adapter's `adapter_config.json` (what PEFT actually built), else from the config. Every field the run did not
 record is named in `defaults` with the value used instead; axolotl keys Gradian cannot map are listed in
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gradian.data.config_fields import detect_framework, setup_fields
+from gradian.data.llamafactory import installed_version, refuse
 from gradian.data.run_folder import RunInfo
+from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 
 # SFTConfig fields read from training_args.bin (which records every field, derived ones included, so only the ones
@@ -66,6 +69,17 @@ LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules", "rank_patter
                "init_lora_weights")
 # Config keys of a user's own tokenization that no SFTConfig field holds and retrains replay (`retrain.tokenized_as_run`).
 REPLAYED = {"add_eos_token"}
+# transformers' TrainingArguments among TRAINING_FIELDS (the rest are SFTConfig's own: how TRL prepares rows), less
+# gradient_checkpointing, which never changes the weights.
+TRAINER_FIELDS = (
+    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay", "max_grad_norm",
+    "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "bf16", "fp16", "neftune_noise_alpha",
+    "label_smoothing_factor")
+# LLaMA-Factory keys its retrains follow beside DataArguments and TrainingArguments, or that never change the weights.
+LLAMAFACTORY_APPLIED = {"model_name_or_path", "stage", "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout",
+                        "lora_target", "trust_remote_code", "plot_loss", "cache_dir", "include_effective_tokens_per_second",
+                        "print_param_status", "infer_backend"}
 SFT_TRAINERS = ("SFTConfig", "TrainingArguments", "Seq2SeqTrainingArguments")
 DEFAULT_SEED = 42  # transformers' TrainingArguments.seed
 
@@ -84,6 +98,8 @@ class Recipe:
     unmapped: list[str] = field(default_factory=list, metadata={"help": "config keys Gradian could not map"})
     eos_after_truncation: bool = field(default=False, metadata={
         "help": "the run tokenized its rows itself, cutting at max_length and then appending EOS (add_eos_token)"})
+    setup: TrainingSetup | None = field(default=None, metadata={
+        "help": "a LLaMA-Factory run's settings: its own code prepares the retrains' rows (`retrain.prepared_rows`)"})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,14 +111,17 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     config = run.config or {}
     framework = detect_framework(config) if config else "trl"
     config_name = str(run.config_path) if run.config_path else "config"
-    if framework == "llamafactory":
-        raise InputError("is a LLaMA-Factory run; verify retrains with TRL's SFTTrainer or axolotl and cannot yet "
-                         "retrain as LLaMA-Factory does, so verify by retraining with llamafactory-cli yourself "
-                         "(the report's verify plan lists the rows to drop).", config_name)
+    if framework == "llamafactory" and installed_version() is None:  # its own code prepares the retrains' rows
+        raise refuse(config_name, "this is a LLaMA-Factory run")
+    if framework == "llamafactory" and (config.get("stage", "sft"), config.get("finetuning_type", "lora")) != ("sft", "lora"):
+        raise InputError(f"a LLaMA-Factory run with stage {config.get('stage')!r} and finetuning_type "
+                         f"{config.get('finetuning_type', 'lora')!r}; Gradian retrains supervised LoRA runs only "
+                         "(stage: sft, finetuning_type: lora).", config_name)
+    readers = {"axolotl": _axolotl_training, "llamafactory": _llamafactory_training}
     layers: list[tuple[str, dict[str, Any]]] = [
         ("trainer_state.json", _state_fields(run.trainer_state)),
         ("training_args.bin", _training_args_fields(run.training_args)),
-        (config_name, _axolotl_training(config) if framework == "axolotl" else _trl_training(config, run.config_path)),
+        (config_name, readers[framework](config) if framework in readers else _trl_training(config, run.config_path)),
     ]
     training: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -120,7 +139,7 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     eos_after_cut = framework == "trl" and bool(setup_fields(config, "trl").get("eos_after_truncation"))
     return Recipe(training={**training}, lora=lora, seed=seed, collator=_collator(config), framework=framework,
                   sources=sources, defaults=defaults, unmapped=_unmapped(config, framework),
-                  eos_after_truncation=eos_after_cut)
+                  eos_after_truncation=eos_after_cut, setup=run.setup if framework == "llamafactory" else None)
 
 
 def with_report_evidence(recipe: Recipe, report: dict[str, Any]) -> tuple[Recipe, str | None]:
@@ -188,6 +207,15 @@ def _axolotl_training(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _llamafactory_training(config: dict[str, Any]) -> dict[str, Any]:
+    """A LLaMA-Factory YAML's training settings: transformers' TrainingArguments names, as SFTConfig spells them.
+    Its cutoff_len and train_on_prompt shape the rows its own code prepares, not the trainer's settings."""
+    from transformers import TrainingArguments
+
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return {key: value for key, value in config.items() if key in known and not _run_only(key)}
+
+
 def _run_only(key: str) -> bool:
     return key in RUN_ONLY or key.startswith(RUN_ONLY_PREFIXES)
 
@@ -216,6 +244,12 @@ def _lora(adapter: dict[str, Any], config: dict[str, Any], framework: str, confi
         if str(config.get("adapter", "lora")).lower() != "lora":
             raise InputError(f"adapter: {config.get('adapter')} is not plain LoRA; Gradian retrains LoRA runs only.",
                              config_name)
+    elif framework == "llamafactory":  # its FinetuningArguments: rank 8, alpha twice the rank, every linear layer
+        rank, target = config.get("lora_rank", 8), str(config.get("lora_target", "all"))
+        return {"r": rank, "lora_alpha": config.get("lora_alpha") or 2 * rank,
+                "lora_dropout": config.get("lora_dropout", 0.0),
+                "target_modules": "all-linear" if target == "all" else sorted(t.strip() for t in target.split(","))
+                }, config_name
     else:
         targets = config.get("lora_target_modules")
     lora = {"r": config.get("lora_r"), "lora_alpha": config.get("lora_alpha"),
@@ -235,18 +269,24 @@ def _collator(config: dict[str, Any]) -> str | None:
 
 
 def _defaults(training: dict[str, Any], framework: str) -> dict[str, Any]:
-    """The recipe fields the run left unset, with the value training will use (SFTConfig's default)."""
+    """The recipe fields the run left unset, with the value training will use (SFTConfig's default; a
+    LLaMA-Factory run's trainer is transformers' own, so TrainingArguments' defaults there)."""
+    from transformers import TrainingArguments
     from trl import SFTConfig
 
-    defaults = {f.name: f.default for f in dataclasses.fields(SFTConfig) if f.name in TRAINING_FIELDS}
+    arguments = TrainingArguments if framework == "llamafactory" else SFTConfig
+    defaults = {f.name: f.default for f in dataclasses.fields(arguments) if f.name in TRAINING_FIELDS}
     if framework == "axolotl":
         defaults.update(max_length=512, completion_only_loss=True)  # axolotl's own: sequence_len 512, no input loss
-    missing = {name: defaults.get(name) for name in TRAINING_FIELDS if name not in training}
+    names = TRAINER_FIELDS if framework == "llamafactory" else TRAINING_FIELDS  # its own code prepares the rows
+    missing = {name: defaults.get(name) for name in names if name not in training}
     return {name: value for name, value in missing.items() if value is not dataclasses.MISSING}
 
 
 def _unmapped(config: dict[str, Any], framework: str) -> list[str]:
     """Config keys that may change training but have no SFTConfig equivalent Gradian applies."""
+    if framework == "llamafactory":
+        return _llamafactory_unmapped(config)
     if framework == "axolotl":
         known = AXOLOTL_SHARED | set(AXOLOTL_NAMES) | AXOLOTL_IGNORED
         keys = sorted(key for key in config if key not in known and not key.startswith(AXOLOTL_IGNORED_PREFIXES))
@@ -259,7 +299,23 @@ def _unmapped(config: dict[str, Any], framework: str) -> list[str]:
     return sorted(key for key in config if key not in known)
 
 
+def _llamafactory_unmapped(config: dict[str, Any]) -> list[str]:
+    """A LLaMA-Factory YAML's keys that neither its own data code (DataArguments: the retrains' rows), transformers'
+    TrainingArguments nor the LoRA settings apply: its model and fine-tuning options (quantization, DoRA, PiSSA,
+    LoRA+...) and keys it does not know."""
+    from llamafactory.hparams import DataArguments
+    from transformers import TrainingArguments
+
+    applied = {f.name for arguments in (DataArguments, TrainingArguments) for f in dataclasses.fields(arguments)}
+    return sorted(key for key in config if key not in applied | LLAMAFACTORY_APPLIED and not _run_only(key))
+
+
 def training_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """SFTConfig keyword arguments: the recorded fields, plus axolotl's defaults where an axolotl run was silent."""
-    extra = {k: v for k, v in recipe.defaults.items() if k in ("max_length", "completion_only_loss")}
-    return {**(extra if recipe.framework == "axolotl" else {}), **recipe.training}
+    """SFTConfig keyword arguments: the recorded fields, plus axolotl's defaults where an axolotl run was silent, and
+    every TrainingArguments default where a LLaMA-Factory run was (SFTConfig's own differ: learning rate, bf16)."""
+    extra: dict[str, Any] = {}
+    if recipe.framework == "axolotl":
+        extra = {k: v for k, v in recipe.defaults.items() if k in ("max_length", "completion_only_loss")}
+    elif recipe.framework == "llamafactory":
+        extra = {k: v for k, v in recipe.defaults.items() if k in TRAINER_FIELDS}  # not the seed: set apart
+    return {**extra, **recipe.training}

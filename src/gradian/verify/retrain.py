@@ -3,7 +3,8 @@
 A retrain either trains on fewer rows (`rows`, what a user who drops them will see) or on every row with some of them
 at zero loss weight (`zero_ids`: the run's seed, data order and step count kept, see `weighting`), optionally
 replaying an explicit order (`order`: row indices per optimizer step). A run that tokenized its rows itself with EOS
-appended after the cut (`add_eos_token`, which no SFTConfig field says) is retrained on its rows tokenized that way.
+appended after the cut (`add_eos_token`, which no SFTConfig field says) is retrained on its rows tokenized that way;
+a LLaMA-Factory run on its rows as LLaMA-Factory's own code prepares them (`prepared_rows`).
 
     DIR/verify/<name>/            adapter_model.safetensors, adapter_config.json, tokenizer files, trainer_state.json,
                                   order.json (the row indices of every optimizer step, as trained)
@@ -23,7 +24,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,8 @@ class Retrain:
                 "max_steps": max_steps, "version": RETRAIN_VERSION}
         if recipe.eos_after_truncation:
             spec["tokenized"] = "EOS after the cut"
+        if recipe.setup is not None:
+            spec["prepared"] = recipe.setup.llamafactory
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -155,6 +158,8 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
     rows = [trl_columns(e, text_field)[0] for e in job.rows]  # the file's own columns: roles, tools, as the run
     if recipe.eos_after_truncation:
         rows, settings = tokenized_as_run(job.rows, tokenizer, settings)
+    if recipe.setup is not None:  # a LLaMA-Factory run: its own code prepares the rows
+        job, rows, settings = prepared_rows(job, recipe.setup, tokenizer, settings)
     try:
         config = SFTConfig(output_dir=str(out / "trainer"), report_to="none", save_strategy="no", logging_steps=5,
                            seed=job.seed, use_cpu=device == "cpu", disable_tqdm=True, dataloader_num_workers=0,
@@ -188,6 +193,23 @@ def tokenized_as_run(examples: list[Example], tokenizer: Any,
     rows = [{"input_ids": r.input_ids, "completion_mask": [int(label != IGNORE) for label in r.labels]}
             for r in render_dataset(examples, tokenizer, setup)]
     return rows, {**settings, "completion_only_loss": True, "assistant_only_loss": False}  # the mask holds the loss
+
+
+def prepared_rows(job: Retrain, setup: TrainingSetup, tokenizer: Any, settings: dict[str, Any]
+                  ) -> tuple[Retrain, list[dict[str, Any]], dict[str, Any]]:
+    """A LLaMA-Factory run's retrain on its rows as its own code prepares them (`data.llamafactory_code`: template,
+    cutoff_len, train_on_prompt, and the rows max_samples and val_size leave out of this retrain's file), with the
+    settings to train them as given. The job keeps only the rows it trains, so zero-weight ids still name them.
+    A fix's max_length is the run's cutoff_len."""
+    settings = dict(settings)
+    cutoff = settings.pop("max_length", None)
+    if "max_length" in job.changes:
+        setup = replace(setup, llamafactory={**setup.llamafactory, "cutoff_len": cutoff}, max_length=cutoff)
+    prepared = render_dataset(job.rows, tokenizer, setup)
+    kept = [(e, r) for e, r in zip(job.rows, prepared, strict=True) if not r.dropped]
+    rows = [{"input_ids": r.input_ids, "completion_mask": [int(label != IGNORE) for label in r.labels]} for _, r in kept]
+    settings.update(completion_only_loss=True, assistant_only_loss=False, max_length=None, packing=False)
+    return replace(job, rows=[e for e, _ in kept]), rows, settings
 
 
 def _recorded(staging: Path, steps: Steps | None) -> Steps:
