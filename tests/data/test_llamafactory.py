@@ -186,6 +186,23 @@ def test_alpaca_history_is_read_as_the_conversation_it_trains(tmp_path, tiny_tok
     assert trained_answers(example, rendered({3}), tiny_tokenizer) == ['{"a": 2}']  # mask_history's labels
 
 
+def orders_run(model, tmp_path, **keys):
+    """A LLaMA-Factory run of 12 Alpaca rows registered in a dataset_info.json, cut at 24 tokens: (its YAML, the
+    data folder); `keys` join the YAML."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"instruction": f"please json for my {w}", "input": "", "output": f'{{"name": "{w}", "id": {i}}}'}
+            for i, w in enumerate(["refund", "order", "invoice", "amount"] * 3)]
+    (data / "orders.json").write_text(json.dumps(rows), encoding="utf-8")
+    (data / "dataset_info.json").write_text(json.dumps({"orders": {"file_name": "orders.json"}}), encoding="utf-8")
+    config = tmp_path / "sft.yaml"
+    config.write_text(json.dumps({
+        "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
+        "dataset": "orders", "dataset_dir": str(data), "template": "default", "cutoff_len": 24,
+        "output_dir": str(tmp_path / "out"), "overwrite_cache": True, "report_to": "none", **keys}), encoding="utf-8")
+    return config, data
+
+
 @needs_llamafactory
 @pytest.mark.parametrize(("template", "check"), [("default", "truncated_completion"), ("falcon", "eos_after_cut")])
 def test_its_own_code_prepares_the_rows_diagnose_reads(template, check, workspace, gradian, tmp_path):  # noqa: F811
@@ -195,17 +212,8 @@ def test_its_own_code_prepares_the_rows_diagnose_reads(template, check, workspac
     from benchmarks.harness.axolotl_conformance import gradian_rows
     from benchmarks.harness.llamafactory_conformance import llamafactory_rows
 
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"instruction": f"please json for my {w}", "input": "", "output": f'{{"name": "{w}", "id": {i}}}'}
-            for i, w in enumerate(["refund", "order", "invoice", "amount"] * 3)]
-    (data / "orders.json").write_text(json.dumps(rows), encoding="utf-8")
-    (data / "dataset_info.json").write_text(json.dumps({"orders": {"file_name": "orders.json"}}), encoding="utf-8")
-    config = tmp_path / "sft.yaml"
-    config.write_text(json.dumps({
-        "model_name_or_path": str(workspace.model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
-        "dataset": "orders", "dataset_dir": str(data), "template": template, "cutoff_len": 24,
-        "output_dir": str(tmp_path / "out"), "overwrite_cache": True, "report_to": "none"}), encoding="utf-8")
+    config, data = orders_run(workspace.model, tmp_path, template=template)
+    rows = json.loads((data / "orders.json").read_text())
     result = gradian(diagnose_args(workspace, data / "orders.json", "--config", config))
     assert result.exit_code in (0, 1), result.output[-3000:]
     report = json.loads(result.stdout)
@@ -294,18 +302,8 @@ def test_verify_retrains_on_the_rows_its_own_code_prepares(workspace, tmp_path):
     from gradian.verify.recipe import read_recipe, training_kwargs
     from gradian.verify.retrain import Retrain, build_trainer
 
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"instruction": f"please json for my {w}", "input": "", "output": f'{{"name": "{w}", "id": {i}}}'}
-            for i, w in enumerate(["refund", "order", "invoice", "amount"] * 3)]
-    (data / "orders.json").write_text(json.dumps(rows), encoding="utf-8")
-    (data / "dataset_info.json").write_text(json.dumps({"orders": {"file_name": "orders.json"}}), encoding="utf-8")
-    config = tmp_path / "sft.yaml"
-    config.write_text(json.dumps({
-        "model_name_or_path": str(workspace.model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
-        "lora_rank": 4, "dataset": "orders", "dataset_dir": str(data), "template": "default", "cutoff_len": 24,
-        "max_samples": 10, "learning_rate": 1e-3, "quantization_bit": 4, "output_dir": str(tmp_path / "out"),
-        "overwrite_cache": True, "report_to": "none"}), encoding="utf-8")
+    config, data = orders_run(workspace.model, tmp_path, lora_rank=4, max_samples=10, learning_rate=1e-3,
+                              quantization_bit=4)
     recipe = read_recipe(read_run(None, config))
     assert recipe.lora == {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear"}
     settings = training_kwargs(recipe)
