@@ -154,12 +154,12 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
         settings["max_steps"] = max_steps
     if device == "cpu":
         settings["fp16"] = False  # fp16 mixed precision needs a GPU; bf16 runs on CPU as the run recorded it
-    text_field = str(settings.get("dataset_text_field") or "text")
-    rows = [trl_columns(e, text_field)[0] for e in job.rows]  # the file's own columns: roles, tools, as the run
-    if recipe.eos_after_truncation:
-        rows, settings = tokenized_as_run(job.rows, tokenizer, settings)
     if recipe.setup is not None:  # a LLaMA-Factory run: its own code prepares the rows
         job, rows, settings = prepared_rows(job, recipe.setup, tokenizer, settings)
+    elif recipe.eos_after_truncation:
+        rows, settings = tokenized_as_run(job.rows, tokenizer, settings)
+    else:  # the file's own columns (roles, tools), as the run gave them to TRL
+        rows = [trl_columns(e, str(settings.get("dataset_text_field") or "text"))[0] for e in job.rows]
     try:
         config = SFTConfig(output_dir=str(out / "trainer"), report_to="none", save_strategy="no", logging_steps=5,
                            seed=job.seed, use_cpu=device == "cpu", disable_tqdm=True, dataloader_num_workers=0,
