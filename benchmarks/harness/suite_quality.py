@@ -542,6 +542,21 @@ def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
                                     -ranked[n]["dev"]["mean"]))
 
 
+def rule_over_all(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
+    """The rule over all of the product's rankings (issue 47): `dev_rule`'s gradient choice against `--rank
+    activation`, the one without gradients. The activation difference is chosen when its mean dev AUPRC beats the
+    gradient choice's by more than `margin`, or is within `margin` of it at a lower median ÷ epoch (its generation of
+    the base's answers counted); otherwise the gradient choice stays. Both must have run on every dev family."""
+    gradient, activation = dev_rule(means, margin), means.get("activation", {})
+    dev = activation.get("dev")
+    if not dev or dev["families"] != dev["of"]:
+        return gradient
+    chosen = means[gradient]
+    cheaper = (activation["epochs_worth"] or np.inf) < (chosen["epochs_worth"] or np.inf)
+    ahead = dev["mean"] - chosen["dev"]["mean"]
+    return "activation" if ahead > margin or (ahead >= -margin and cheaper) else gradient
+
+
 def means_table(records: list[dict[str, Any]]) -> list[str]:
     """The means over families beside each other, best dev first, and the dev rule's choice."""
     means = family_means(records)
@@ -561,7 +576,8 @@ def means_table(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {name} | {cell(m, 'dev', 'mean')} | {cell(m, 'dev', 'worst')} | {cell(m, 'test', 'mean')} | "
                      f"{cell(m, 'test', 'worst')} | {m['derivative_rows']:.0f} | {worth} |")
     if any("dev" in m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))):
-        lines += ["", f"The dev rule's choice: **{dev_rule(means)}**.", ""]
+        lines += ["", f"The dev rule's choice: **{dev_rule(means)}**; over all methods, the activation difference "
+                  f"included: **{rule_over_all(means)}**.", ""]
     return lines
 
 

@@ -129,3 +129,21 @@ def test_dev_rule_counts_forward_mode_passes_then_the_epochs_worth(harness):
                             "combined · x · raw · final · positions": (0.89, 0, 0.4)}) for family in ("a", "b")]
     assert harness.dev_rule(harness.family_means(both)) == "combined · x · raw · final · positions"  # ÷ epoch
     assert harness.dev_rule(harness.family_means(both), margin=0.0) == "combined · x · raw · final · tokens"
+
+
+def test_the_rule_over_all_methods_takes_the_activation_difference_only_ahead_or_cheaper(harness):
+    """`--rank activation` replaces the gradient choice when it beats it by more than the margin, or is within the
+    margin at a lower ÷ epoch; where it did not run on every dev family the gradient choice stays."""
+    def means(activation, worth, families=("a", "b")):
+        records = [{"split": "dev", "family": family, "seed": 0, "methods": {
+            "gradient · x · raw · final · positions": {"auprc": 0.90, "backward_rows": 400, "epochs_worth": 1.0},
+            **({"activation": {"auprc": activation, "backward_rows": 0, "epochs_worth": worth}}
+               if family in families else {})}} for family in ("a", "b")]
+        return harness.family_means(records)
+
+    gradient = "gradient · x · raw · final · positions"
+    assert harness.rule_over_all(means(0.95, 2.0)) == "activation"  # ahead by more than 0.02, though dearer
+    assert harness.rule_over_all(means(0.91, 2.0)) == gradient  # within 0.02 and dearer
+    assert harness.rule_over_all(means(0.89, 0.5)) == "activation"  # within 0.02 and cheaper
+    assert harness.rule_over_all(means(0.85, 0.5)) == gradient  # cheaper, but behind by more than the margin
+    assert harness.rule_over_all(means(1.0, 0.5, families=("a",))) == gradient  # not on every dev family
