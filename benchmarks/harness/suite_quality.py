@@ -530,31 +530,36 @@ def family_means(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def on_every_dev_family(method: dict[str, Any]) -> bool:
+    dev = method.get("dev")
+    return bool(dev) and dev["families"] == dev["of"]
+
+
+def cheapest_near_best(ranked: dict[str, dict[str, Any]], margin: float, cost: Any) -> str:
+    """The highest mean dev AUPRC; among those within `margin` of it, the lowest `cost(method)` (a tuple), then
+    the higher mean."""
+    best = max(m["dev"]["mean"] for m in ranked.values())
+    near = [n for n, m in ranked.items() if m["dev"]["mean"] >= best - margin]
+    return min(near, key=lambda n: (*cost(ranked[n]), -ranked[n]["dev"]["mean"]))
+
+
 def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
     """BENCHMARKS.md's rule for defaults: among the gradient-based rankings run on every dev family, the highest
     mean dev AUPRC; one within `margin` of it that costs less wins (the cheapest such): fewer passes over the rows
     that take a derivative (backward or forward-mode), then the lower median ÷ epoch."""
-    ranked = {n: m for n, m in means.items() if n.startswith(("gradient ·", "combined ·"))
-              and m.get("dev", {}).get("families") == m.get("dev", {}).get("of")}
-    best = max(m["dev"]["mean"] for m in ranked.values())
-    near = [n for n, m in ranked.items() if m["dev"]["mean"] >= best - margin]
-    return min(near, key=lambda n: (ranked[n]["derivative_rows"], ranked[n]["epochs_worth"] or 0.0,
-                                    -ranked[n]["dev"]["mean"]))
+    ranked = {n: m for n, m in means.items() if n.startswith(("gradient ·", "combined ·")) and on_every_dev_family(m)}
+    return cheapest_near_best(ranked, margin, lambda m: (m["derivative_rows"], m["epochs_worth"] or 0.0))
 
 
 def rule_over_all(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
     """The rule over all of the product's rankings (issue 47): `dev_rule`'s gradient choice against `--rank
-    activation`, the one without gradients. The activation difference is chosen when its mean dev AUPRC beats the
-    gradient choice's by more than `margin`, or is within `margin` of it at a lower median ÷ epoch (its generation of
-    the base's answers counted); otherwise the gradient choice stays. Both must have run on every dev family."""
-    gradient, activation = dev_rule(means, margin), means.get("activation", {})
-    dev = activation.get("dev")
-    if not dev or dev["families"] != dev["of"]:
-        return gradient
-    chosen = means[gradient]
-    cheaper = (activation["epochs_worth"] or np.inf) < (chosen["epochs_worth"] or np.inf)
-    ahead = dev["mean"] - chosen["dev"]["mean"]
-    return "activation" if ahead > margin or (ahead >= -margin and cheaper) else gradient
+    activation`, the one without gradients, by the same rule with the median ÷ epoch as the cost (the activation
+    difference's generation of the base's answers counted): it wins when ahead by more than `margin`, or within
+    `margin` at a lower ÷ epoch. Where it did not run on every dev family the gradient choice stays."""
+    gradient = dev_rule(means, margin)
+    ranked = {n: means[n] for n in (gradient, "activation") if n in means and on_every_dev_family(means[n])}
+    return cheapest_near_best(ranked, margin,
+                              lambda m: (np.inf if m["epochs_worth"] is None else m["epochs_worth"],))
 
 
 def means_table(records: list[dict[str, Any]]) -> list[str]:

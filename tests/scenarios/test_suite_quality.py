@@ -145,5 +145,6 @@ def test_the_rule_over_all_methods_takes_the_activation_difference_only_ahead_or
     assert harness.rule_over_all(means(0.95, 2.0)) == "activation"  # ahead by more than 0.02, though dearer
     assert harness.rule_over_all(means(0.91, 2.0)) == gradient  # within 0.02 and dearer
     assert harness.rule_over_all(means(0.89, 0.5)) == "activation"  # within 0.02 and cheaper
+    assert harness.rule_over_all(means(0.89, 0.0)) == "activation"  # a cost of 0 is the cheapest, not unmeasured
     assert harness.rule_over_all(means(0.85, 0.5)) == gradient  # cheaper, but behind by more than the margin
     assert harness.rule_over_all(means(1.0, 0.5, families=("a",))) == gradient  # not on every dev family
