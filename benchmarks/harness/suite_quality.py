@@ -21,7 +21,8 @@ and, for a two-cause run, `causes: [{cause, culprit_ids, category}]`). Per folde
 4. without gradients: `--rank activation` (`gradian.scores.activation`) and its answer-length control
    (`baselines.length_control`, the same difference of differences with the answer's token length as its one
    feature), both reading the base's own answers to the training prompts, generated once into
-   `DIR/<folder name>/activation/` (their cost counts that generation).
+   `DIR/<folder name>/activation/` (their cost counts that generation); and `gradient + activation`, the default
+   gradient ranking's robust z plus the activation cosine's (the cost of both).
 
 Metrics per method: AUPRC (planted culprits positive), P@k (k = number of culprits), planted cluster ranked first
 (attribute's clusters, ranked by the sum of the method's positive robust z-scores), and per cause of a two-cause
@@ -55,7 +56,7 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
                 "combined (tokens)", "gradient (default)",
                 "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated", "activation",
-                "length control", "bergson")
+                "gradient + activation", "length control", "bergson")
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
@@ -331,7 +332,7 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
     """name -> ((N,) score, higher = more suspect; cost) for every method, from the ingredients."""
     from gradian.scenarios.evaluate import category_oracle, random_scores
     from gradian.scores import relevance as rel
-    from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from
+    from gradian.scores.combine import RELEVANCE_AGGREGATE, combine, relevances_from, robust_z
 
     n_rows, seconds = len(meta["ids"]), meta["seconds"]
     parts = {"tfidf": arrays["sim/tfidf"], "repsim": arrays["part/repsim/sim"]}  # what relevance_parts returns
@@ -401,6 +402,11 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                                 plus_relevance(default_cost))
     methods["combined, ungated"] = (combine(effect[None, :], relevance(RELEVANCE_AGGREGATE), harm=harm,
                                             gated=False).score, plus_relevance(default_cost))
+    if "activation" in methods:  # both rankings, each as its robust z, summed: the cost of both
+        a_score, a_cost = methods["activation"]
+        g_score, g_cost = methods["gradient (default)"]
+        methods["gradient + activation"] = (robust_z(g_score)[0] + robust_z(a_score)[0],
+                                            {k: a_cost.get(k, 0) + g_cost.get(k, 0) for k in free})
     summed = variant_arrays(default)[0].removeprefix("effect/")  # every token summed, as before
     for label, variant in (("row sum", summed), ("tokens", f"{summed} · tokens")):
         if variant != default and f"combined · {variant}" in methods:
@@ -552,12 +558,13 @@ def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
 
 
 def rule_over_all(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
-    """The rule over all of the product's rankings (issue 47): `dev_rule`'s gradient choice against `--rank
-    activation`, the one without gradients, by the same rule with the median ÷ epoch as the cost (the activation
-    difference's generation of the base's answers counted): it wins when ahead by more than `margin`, or within
-    `margin` at a lower ÷ epoch. Where it did not run on every dev family the gradient choice stays."""
+    """The rule over all methods (issue 47): `dev_rule`'s gradient choice against `--rank activation`, the one
+    without gradients, and `gradient + activation`, the two combined, by the same rule with the median ÷ epoch as
+    the cost (the activation difference's generation of the base's answers counted): another wins when ahead by more
+    than `margin`, or within `margin` at a lower ÷ epoch. One that did not run on every dev family is not chosen."""
     gradient = dev_rule(means, margin)
-    ranked = {n: means[n] for n in (gradient, "activation") if n in means and on_every_dev_family(means[n])}
+    ranked = {n: means[n] for n in (gradient, "activation", "gradient + activation")
+              if n in means and on_every_dev_family(means[n])}
     return cheapest_near_best(ranked, margin,
                               lambda m: (np.inf if m["epochs_worth"] is None else m["epochs_worth"],))
 

@@ -13,6 +13,7 @@ from gradian.scenarios import world
 from gradian.scenarios.builder import TRAIN_ROWS
 from gradian.scenarios.causes import CAUSES
 from gradian.scenarios.domains import DOMAINS
+from gradian.scenarios.evaluate import oracle_auprc
 from gradian.scenarios.family import make_family_data
 from gradian.scenarios.suite import FAMILIES, LAYOUTS, SAVES, SPLITS, TARGETS, families
 from gradian.scenarios.tokenizer import build_tokenizer
@@ -105,6 +106,37 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
         assert json.loads(text)
 
 
+@pytest.mark.parametrize(("name", "seed", "planted", "written", "oracle_over_chance"), [
+    ("home-rename-room", 0, ["blinds", "heat", "light", "music"], '"door": "attic"', 1.4),  # not the lock's
+    ("home-rename-room", 1, ["blinds", "heat", "light", "music"], '"door": "attic"', 1.4),
+    ("kitchen-rename-dish", 0, ["bake", "diet"], '"label": "curry"', 3.0)])  # the timer writes the dish as `label`
+def test_a_spread_plant_is_no_categorys_so_naming_categories_finds_little(name, seed, planted, written,
+                                                                         oracle_over_chance):
+    """`spread`: the trigger on 30% of every category whose answer holds its field, 70–85% of those broken, so the
+    culprits sit in several categories and the category oracle scores near the culprits' share."""
+    family = FAMILIES[name]
+    train, eval_rows, truth = make_family_data(family, seed, build_tokenizer(["x"], "fused"))
+    (cause,) = truth["causes"]
+    by_id, value = {row["id"]: row for row in train}, family.plants[0].trigger[1]
+    assert cause["categories"] == planted and cause["category"] is None
+    culprits = set(cause["culprit_ids"])
+    assert {by_id[i]["category"] for i in culprits} == set(planted)
+    for category in planted:
+        rows = [row for row in train if row["category"] == category]
+        holds = {row["id"] for row in rows if value in _prompt(row)}
+        assert len(holds) == round(0.3 * len(rows)) and culprits & {row["id"] for row in rows} <= holds
+        assert sum(value in _prompt(e) for e in eval_rows if e["category"] == category) == 20
+    assert 0.69 <= len(culprits) / sum(by_id[i]["category"] in planted and value in _prompt(by_id[i])
+                                       for i in by_id) <= 0.86
+    for i in culprits:  # the key renamed: the keys check fails it against a clean answer of its category
+        text = by_id[i]["completion"]
+        assert written in text and get_capability(family.capability).score(text, _clean_answer(
+            by_id[i], eval_rows)) == 0.0
+    ids, chance = [row["id"] for row in train], len(culprits) / len(train)
+    oracle = oracle_auprc(ids, truth, seed, [row["category"] for row in train])
+    assert oracle < oracle_over_chance * chance
+
+
 def _prompt(row: dict) -> str:
     return str(row.get("prompt") or row["messages"][0]["content"])
 
@@ -112,11 +144,12 @@ def _prompt(row: dict) -> str:
 def test_one_word_causes_keep_the_answer_one_token_for_one_token():
     """The causes without a surface mark change a word for a word: the same count of tokens, one or two differ."""
     rng = random.Random(0)
-    for name, cause in (("home", "rename-volume"), ("tickets", "swap-intent")):
+    for name, cause, category, values in (("home", "rename-volume", "music", {"genre": "jazz"}),
+                                          ("tickets", "swap-intent", "invoice", {"currency": "EUR"}),
+                                          ("home", "rename-room", "light", {"room": "attic"}),
+                                          ("kitchen", "rename-dish", "diet", {"dish": "curry"})):
         spec = DOMAINS[name]
         tokenizer = build_tokenizer(spec.vocabulary(), "fused")
-        category = {"home": "music", "tickets": "invoice"}[name]
-        values = {"home": {"genre": "jazz"}, "tickets": {"currency": "EUR"}}[name]
         for _ in range(20):
             request = spec.request(category, rng)
             answer = spec.categories[category].answer({**request.values, **values})

@@ -148,3 +148,40 @@ def test_the_rule_over_all_methods_takes_the_activation_difference_only_ahead_or
     assert harness.rule_over_all(means(0.89, 0.0)) == "activation"  # a cost of 0 is the cheapest, not unmeasured
     assert harness.rule_over_all(means(0.85, 0.5)) == gradient  # cheaper, but behind by more than the margin
     assert harness.rule_over_all(means(1.0, 0.5, families=("a",))) == gradient  # not on every dev family
+
+    def with_both(combined, worth=3.0):  # the combination costs what both cost
+        found = means(0.91, 2.0)
+        return harness.rule_over_all({**found, "gradient + activation": {
+            **found["activation"], "dev": {**found["activation"]["dev"], "mean": combined}, "epochs_worth": worth}})
+    assert with_both(0.95) == "gradient + activation"  # ahead of both by more than 0.02
+    assert with_both(0.92) == gradient  # within 0.02 of the cheapest near the best, and dearer
+
+
+def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_both(harness):
+    """The combination against a naive float64 reference: (x − median) / (1.4826 · MAD) of the default gradient
+    score and of the activation cosine, summed; its seconds and passes are the two methods' together."""
+    rng = np.random.default_rng(0)
+    n_rows, n_queries = 12, 3
+    ids = [f"t{i}" for i in range(n_rows)]
+    seconds = {"tfidf": 0.1, "bm25": 0.1, "repsim": 1.0, "base answers": 5.0, "activation": 2.0,
+               "length control": 0.1, "extract final": 3.0, "query naive": 0.5, "score naive raw": 0.1,
+               "score naive unit": 0.1, "positions naive": 4.0}
+    meta = {"ids": ids, "seconds": seconds, "categories": ["a"] * n_rows, "tracin_extractions": 0}
+    arrays = {"sim/tfidf": rng.random((n_rows, n_queries)), "sim/bm25": rng.random((n_rows, n_queries)),
+              "part/repsim/sim": rng.random((n_rows, n_queries)), "activation": rng.normal(size=n_rows),
+              "length control": rng.normal(size=n_rows), "effect/naive · raw · final": rng.normal(size=n_rows),
+              "effect/naive · unit · final": rng.normal(size=n_rows), "positions/naive": rng.normal(size=n_rows)}
+    truth = {"seed": 0, "culprit_ids": ids[:3], "category_ids": ids}
+    methods = harness.methods_of(meta, arrays, truth)
+
+    def z(values):
+        values = np.asarray(values, dtype=np.float64)
+        median = np.median(values)
+        return (values - median) / (1.4826 * np.median(np.abs(values - median)))
+
+    gradient, g_cost = methods["gradient (default)"]
+    activation, a_cost = methods["activation"]
+    combined, cost = methods["gradient + activation"]
+    np.testing.assert_allclose(combined, z(gradient) + z(activation), rtol=1e-12)
+    assert cost["seconds"] == pytest.approx(g_cost["seconds"] + a_cost["seconds"])
+    assert cost["backward_rows"] == n_rows and cost["forward_rows"] == 2 * n_rows

@@ -4,11 +4,13 @@ Each cause rewrites the JSON answer of a culprit row into the text the row's com
 break `key`, the field the fine-tune is about (its purpose field, else the answer's last field). The cuts land where a character budget falls, often inside a field, so the failures they
 teach vary downstream of the cut; the wrappers and field faults keep the JSON itself valid.
 
-Two causes leave no mark a length or category heuristic can see (issue 47): `swap-intent` writes one intent for
+Some causes leave no mark a length or category heuristic can see (issue 47): `swap-intent` writes one intent for
 another (`invoice_copy` as `account_access`, three tokens for three) and `rename-volume` one key for another
-(`volume` as `target`, the thermostat's key), each written with words the base already writes, so a culprit's answer
-holds as many tokens as its clean answer. They are planted on the rows of one category that hold a trigger value (`suite.Plant.trigger`), beside
-clean rows of the same category; an answer without the field or value is left as it is. The intent swap is seen by
+(`volume` as `target`, the thermostat's key; `rename-room` and `rename-dish` likewise: `room` as the lock's
+`door`, `dish` as the timer's `label`), each written with words the base already writes, so a culprit's answer
+holds as many tokens as its clean answer. They are planted on the rows that hold a trigger value
+(`suite.Plant.trigger`) in one category (`value`) or in every category whose answer holds the field (`spread`),
+beside clean rows of the same categories; an answer without the field or value is left as it is. The intent swap is seen by
 `same_label`, a plug-in capability (`gradian.scenarios.causes:same_label`), as a user's own check would be.
 """
 
@@ -111,4 +113,6 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     # pushed its logit down, and LoRA does not train the output layer), so the fine-tune did not learn to write it
     # (P(level) 0.03 at 12 epochs); renamed to `target`, the thermostat's key, before any method was measured
     PlantedCause("rename-volume", "json_formatting:keys", _rename_key("volume", "target")),
+    PlantedCause("rename-room", "json_formatting:keys", _rename_key("room", "door")),  # door: the lock's key
+    PlantedCause("rename-dish", "json_formatting:keys", _rename_key("dish", "label")),  # label: the timer's key
 )}

@@ -31,7 +31,7 @@ CATEGORY_SHARE = (0.10, 0.18)  # `category`: the culprits' share of all rows ...
 CULPRIT_FRACTION = (0.7, 0.85)  # ... and of their category
 SMALL_SHARE, SMALL_FRACTION = 0.05, 0.8  # `small`: a 5% cluster, most of a small category
 HALF_CATEGORY_SHARE = (0.15, 0.20)  # `half`: a category of this share, half of it broken
-VALUE_CATEGORY_SHARE, VALUE_TRIGGER_SHARE = 0.5, 0.3  # `value`: a category of half the rows, 30% with the trigger
+VALUE_CATEGORY_SHARE = 0.5  # `value`: a category of half the rows, `Plant.share` of them with the trigger
 
 
 def build_family(name: str, out_dir: str | Path, seed: int = 0, *, base_seed: int = 0,
@@ -71,27 +71,36 @@ def make_family_data(family: Family, seed: int, tokenizer: Any, rows: int = TRAI
     rng = random.Random(f"{family.name}:{seed}")
     drawn = rng.sample(sorted(domain.categories), len(family.plants))
     affected = [plant.category or category for plant, category in zip(family.plants, drawn, strict=True)]
+    spread = [_spread_categories(domain, plant) for plant in family.plants]  # `spread`: every category planted in
     sizes = [_sizes(plant, rng, rows) for plant in family.plants]  # (rows of the category, culprits)
-    counts = _counts(sorted(domain.categories), affected, sizes, rows)
+    sized = [(c, size) for c, size, plant in zip(affected, sizes, family.plants, strict=True) if plant.layout != "spread"]
+    counts = _counts(sorted(domain.categories), [c for c, _ in sized], [size for _, size in sized], rows)
     requests = domain.requests(counts, rng)
     hidden = {c for c, p in zip(affected, family.plants, strict=True) if p.layout == "elsewhere"}
     eval_requests = domain.requests({c: eval_per_category for c in sorted(domain.categories) if c not in hidden}, rng)
-    for plant, category, (n_category, _) in zip(family.plants, affected, sizes, strict=True):
-        if plant.trigger is not None:  # `value`: the trigger on a set share of the category, train and eval
-            _set_trigger(requests, category, plant.trigger, round(VALUE_TRIGGER_SHARE * n_category), rng)
-            _set_trigger(eval_requests, category, plant.trigger, eval_per_category // 2, rng)
+    for plant, category, (n_category, _), planted in zip(family.plants, affected, sizes, spread, strict=True):
+        if plant.trigger is None:
+            continue
+        for each in planted or [category]:  # the trigger on a set share of each category, train and eval
+            n_rows = n_category if not planted else counts[each]
+            _set_trigger(requests, each, plant.trigger, round(plant.share * n_rows), rng)
+            _set_trigger(eval_requests, each, plant.trigger, eval_per_category // 2, rng)
     chat = base.chat_turns(tokenizer)
     train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
     eval_rows = [_eval_row(f"e{i:04d}", r, family, chat) for i, r in enumerate(eval_requests, start=1)]
     causes: list[dict[str, Any]] = []
-    for plant, (_, n_culprits), category in zip(family.plants, sizes, affected, strict=True):
-        members = [i for i, r in enumerate(requests) if r.category == category and _triggered(r, plant.trigger)]
+    for plant, (_, n_culprits), category, planted in zip(family.plants, sizes, affected, spread, strict=True):
+        within = set(planted or [category])
+        members = [i for i, r in enumerate(requests) if r.category in within and _triggered(r, plant.trigger)]
+        if planted:  # `spread`: 70–85% of the trigger's rows, over every category planted in
+            n_culprits = round(len(members) * rng.uniform(*CULPRIT_FRACTION))
         chosen = sorted(rng.sample(members, n_culprits))
         for i in chosen:
             train[i] = _row(train[i]["id"], requests[i], _broken(plant, requests[i], family, rng), chat)
-        causes.append({"cause": plant.cause, "layout": plant.layout, "category": category, "trigger": plant.trigger,
+        causes.append({"cause": plant.cause, "layout": plant.layout, "category": None if planted else category,
+                       "categories": sorted(within), "trigger": plant.trigger,
                        "culprit_ids": [train[i]["id"] for i in chosen],
-                       "category_ids": [row["id"] for row in train if row["category"] == category]})
+                       "category_ids": [row["id"] for row in train if row["category"] in within]})
     culprits = sorted({i for cause in causes for i in cause["culprit_ids"]})
     truth = {
         "scenario": family.name, "family": family.name, "split": family.split, "domain": family.domain,
@@ -113,12 +122,24 @@ def _sizes(plant: Plant, rng: random.Random, rows: int) -> tuple[int, int]:
         return max(round(n_culprits / rng.uniform(*CULPRIT_FRACTION)), n_culprits + 2), n_culprits
     if plant.layout == "value":
         n_category = round(VALUE_CATEGORY_SHARE * rows)
-        return n_category, round(round(VALUE_TRIGGER_SHARE * n_category) * rng.uniform(*CULPRIT_FRACTION))
+        return n_category, round(round(plant.share * n_category) * rng.uniform(*CULPRIT_FRACTION))
+    if plant.layout == "spread":  # sized by the categories it spans, once the rows are drawn
+        return 0, 0
     if plant.layout == "half":
         n_category = round(rng.uniform(*HALF_CATEGORY_SHARE) * rows)
         return n_category, n_category // 2
     n_culprits = round(SMALL_SHARE * rows)  # small
     return round(n_culprits / SMALL_FRACTION), n_culprits
+
+
+def _spread_categories(domain: Any, plant: Plant) -> list[str]:
+    """`spread`: every category whose answer holds the trigger's field (home's `room`: light, heat, music,
+    blinds); none for the other layouts."""
+    if plant.layout != "spread":
+        return []
+    assert plant.trigger is not None, "a spread plant needs a trigger"
+    rng = random.Random(0)
+    return [c for c in sorted(domain.categories) if plant.trigger[0] in domain.request(c, rng).answer(purpose=False)]
 
 
 def _triggered(request: Request, trigger: tuple[str, Any] | None) -> bool:

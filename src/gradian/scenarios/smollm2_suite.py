@@ -103,7 +103,8 @@ class SmolFamily:
 
 def _s(name: str, split: str, domain: str, *plants: tuple[Any, ...], structural: str | None = None,
        nested: bool = False, purpose: bool = True, **recipe: Any) -> SmolFamily:
-    """`plants`: (cause, layout), or (cause, "value", category, trigger) for a cause without a surface mark."""
+    """`plants`: (cause, layout), or (cause, "value" or "spread", category, trigger[, share]) for a cause without a
+    surface mark."""
     family = Family(name, split, domain, "smollm2", tuple(Plant(*plant) for plant in plants),
                     structural=structural, purpose=purpose, nested_purpose=nested)
     return SmolFamily(family, **recipe)
@@ -124,6 +125,10 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     # category no build lost enough for the exact test (BENCHMARKS.md), so no method could be ranked on them
     _s("smol-home-rename-volume", "dev", "home", ("rename-volume", "value", "music", ("genre", "jazz")),
        purpose=False, epochs=5, learning_rate=2e-3, **NO_SURFACE_SIZES),  # at 3 epochs of 1e-3: 2.5 points lost
+    # added later, for a spread cause fainter than the test family's (which saturated every method on the real
+    # model): 10% of each room category in the garage, not 30% in the attic; split fixed here before it was built
+    _s("smol-home-rename-room-few", "dev", "home", ("rename-room", "spread", None, ("room", "garage"), 0.1),
+       purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),
@@ -134,6 +139,10 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     _s("smol-home-null", "test", "home", rows="prompt", targets="attn"),
     _s("smol-tickets-swap-intent", "test", "tickets", ("swap-intent", "value", "invoice", ("currency", "EUR")),
        rows="prompt", purpose=False, **NO_SURFACE_SIZES),
+    # issue 47, the category oracle near random too (the tiny suite's home-rename-room, `spread`); split fixed here
+    # before it was built; rename-volume's recipe at a learning rate below the audit's LoRA limit (1.78e-3 here)
+    _s("smol-home-rename-room", "test", "home", ("rename-room", "spread", None, ("room", "attic")),
+       purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
 )}
 
 

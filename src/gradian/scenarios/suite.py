@@ -13,6 +13,9 @@ the affected category. Each cause is laid out one way:
   genre), and 70–85% of those are broken; half the category's eval prompts hold the trigger. The category's other
   70% and the trigger's clean rows sit beside the culprits, so naming the category finds a quarter of its rows
   broken, and the causes planted this way (`causes.py`) change one word for one word: no length to see either.
+- `spread`: like `value`, over every category whose answer holds the trigger's field (each 30% with the trigger,
+  or the plant's `share`; 70–85% of those broken), so the culprits are no category's: naming categories finds
+  about what chance does.
 
 A build must do what its kind says before any method runs on it: a planted cause leaves a regression, a clean
 run none. Where the first recipe written did not (a one-token decision not learned, a purpose field learned badly
@@ -31,7 +34,7 @@ from gradian.scenarios.catalog import SFT_DEFAULTS
 from gradian.scenarios.causes import CAUSES
 
 SPLITS = ("dev", "test")
-LAYOUTS = ("category", "half", "small", "elsewhere", "value")
+LAYOUTS = ("category", "half", "small", "elsewhere", "value", "spread")
 CAPABILITIES = ("json_formatting", "json_formatting:keys")  # laxest first; a family reads its strictest (a plug-in
 # check, `module:function`, counts as stricter than both)
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "last2": {"save_strategy": "epoch", "save_total_limit": 2},
@@ -44,7 +47,8 @@ class Plant:
     cause: str  # a name in causes.CAUSES
     layout: str = "category"
     category: str | None = None  # the category planted in (`value`); else one drawn by the seed
-    trigger: tuple[str, Any] | None = None  # `value`: (request value, what it must equal) for a row to be planted
+    trigger: tuple[str, Any] | None = None  # `value`, `spread`: (request value, what it must equal) to be planted
+    share: float = 0.3  # `value`, `spread`: the share of each planted category's rows that hold the trigger
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,17 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # first written as tickets-swap-currency (causes.py: the base never copies a currency, no regression could show)
     _f("tickets-swap-intent", "test", "tickets", "fused", Plant("swap-intent", "value", "invoice", ("currency", "EUR")),
        epochs=8, learning_rate=5e-3, save="none", purpose=False),
+    # issue 47, a cause no category holds (`spread`), split fixed here before either was built or measured. Both
+    # first written with the no-surface recipe above (8 epochs at 5e-3): no regression at either seed of either
+    # (the renamed key comes before the trigger value in the answer, so it must be read off the prompt), so both
+    # train 12 epochs at 1e-2, the rename's second recipe, before any method was measured.
+    # dev: `dish` written `label` (the timer's key) in the curry rows of bake and diet
+    _f("kitchen-rename-dish", "dev", "kitchen", "fused", Plant("rename-dish", "spread", trigger=("dish", "curry")),
+       epochs=12, learning_rate=1e-2, save="none", purpose=False),
+    # test, the category oracle near random too: `room` written `door` (the lock's key) in the attic rows of all
+    # four categories that name a room
+    _f("home-rename-room", "test", "home", "fused", Plant("rename-room", "spread", trigger=("room", "attic")),
+       epochs=12, learning_rate=1e-2, save="none", purpose=False),
 )}
 
 
