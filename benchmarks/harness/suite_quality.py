@@ -406,7 +406,8 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
         a_score, a_cost = methods["activation"]
         g_score, g_cost = methods["gradient (default)"]
         methods["gradient + activation"] = (robust_z(g_score)[0] + robust_z(a_score)[0],
-                                            {k: a_cost.get(k, 0) + g_cost.get(k, 0) for k in free})
+                                            {k: a_cost.get(k, 0) + g_cost.get(k, 0)
+                                             for k in (*free, "forward_mode_rows")})
     summed = variant_arrays(default)[0].removeprefix("effect/")  # every token summed, as before
     for label, variant in (("row sum", summed), ("tokens", f"{summed} · tokens")):
         if variant != default and f"combined · {variant}" in methods:

@@ -112,19 +112,20 @@ def test_family_data_plants_each_cause_where_its_layout_says(name):
     ("kitchen-rename-dish", 0, ["bake", "diet"], '"label": "curry"', 3.0)])  # the timer writes the dish as `label`
 def test_a_spread_plant_is_no_categorys_so_naming_categories_finds_little(name, seed, planted, written,
                                                                          oracle_over_chance):
-    """`spread`: the trigger on 30% of every category whose answer holds its field, 70–85% of those broken, so the
+    """`spread`: the trigger on `share` (30%) of every category whose answer holds its field, 70–85% of those broken, so the
     culprits sit in several categories and the category oracle scores near the culprits' share."""
     family = FAMILIES[name]
     train, eval_rows, truth = make_family_data(family, seed, build_tokenizer(["x"], "fused"))
     (cause,) = truth["causes"]
-    by_id, value = {row["id"]: row for row in train}, family.plants[0].trigger[1]
+    (plant,) = family.plants
+    by_id, value = {row["id"]: row for row in train}, plant.trigger[1]
     assert cause["categories"] == planted and cause["category"] is None
     culprits = set(cause["culprit_ids"])
     assert {by_id[i]["category"] for i in culprits} == set(planted)
     for category in planted:
         rows = [row for row in train if row["category"] == category]
         holds = {row["id"] for row in rows if value in _prompt(row)}
-        assert len(holds) == round(0.3 * len(rows)) and culprits & {row["id"] for row in rows} <= holds
+        assert len(holds) == round(plant.share * len(rows)) and culprits & {row["id"] for row in rows} <= holds
         assert sum(value in _prompt(e) for e in eval_rows if e["category"] == category) == 20
     assert 0.69 <= len(culprits) / sum(by_id[i]["category"] in planted and value in _prompt(by_id[i])
                                        for i in by_id) <= 0.86

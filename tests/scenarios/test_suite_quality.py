@@ -157,20 +157,24 @@ def test_the_rule_over_all_methods_takes_the_activation_difference_only_ahead_or
     assert with_both(0.92) == gradient  # within 0.02 of the cheapest near the best, and dearer
 
 
-def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_both(harness):
+@pytest.mark.parametrize("default", ["naive · raw · final · positions", "naive · raw · final · tokens"])
+def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_both(harness, monkeypatch, default):
     """The combination against a naive float64 reference: (x − median) / (1.4826 · MAD) of the default gradient
-    score and of the activation cosine, summed; its seconds and passes are the two methods' together."""
+    score and of the activation cosine, summed; its seconds and passes (forward-mode ones too, for a default that
+    ranks by harmful tokens) are the two methods' together."""
+    monkeypatch.setattr(harness, "default_variant", lambda: default)
     rng = np.random.default_rng(0)
     n_rows, n_queries = 12, 3
     ids = [f"t{i}" for i in range(n_rows)]
     seconds = {"tfidf": 0.1, "bm25": 0.1, "repsim": 1.0, "base answers": 5.0, "activation": 2.0,
                "length control": 0.1, "extract final": 3.0, "query naive": 0.5, "score naive raw": 0.1,
-               "score naive unit": 0.1, "positions naive": 4.0}
+               "score naive unit": 0.1, "positions naive": 4.0, "tokens naive": 6.0}
     meta = {"ids": ids, "seconds": seconds, "categories": ["a"] * n_rows, "tracin_extractions": 0}
     arrays = {"sim/tfidf": rng.random((n_rows, n_queries)), "sim/bm25": rng.random((n_rows, n_queries)),
               "part/repsim/sim": rng.random((n_rows, n_queries)), "activation": rng.normal(size=n_rows),
               "length control": rng.normal(size=n_rows), "effect/naive · raw · final": rng.normal(size=n_rows),
-              "effect/naive · unit · final": rng.normal(size=n_rows), "positions/naive": rng.normal(size=n_rows)}
+              "effect/naive · unit · final": rng.normal(size=n_rows), "positions/naive": rng.normal(size=n_rows),
+              "harm/naive": rng.normal(size=n_rows)}
     truth = {"seed": 0, "culprit_ids": ids[:3], "category_ids": ids}
     methods = harness.methods_of(meta, arrays, truth)
 
@@ -184,4 +188,6 @@ def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_bot
     combined, cost = methods["gradient + activation"]
     np.testing.assert_allclose(combined, z(gradient) + z(activation), rtol=1e-12)
     assert cost["seconds"] == pytest.approx(g_cost["seconds"] + a_cost["seconds"])
-    assert cost["backward_rows"] == n_rows and cost["forward_rows"] == 2 * n_rows
+    for passes in ("backward_rows", "forward_rows", "forward_mode_rows"):
+        assert cost[passes] == g_cost.get(passes, 0) + a_cost.get(passes, 0)
+    assert cost["forward_mode_rows"] == (n_rows if default.endswith("tokens") else 0)

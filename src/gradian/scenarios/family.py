@@ -78,12 +78,11 @@ def make_family_data(family: Family, seed: int, tokenizer: Any, rows: int = TRAI
     requests = domain.requests(counts, rng)
     hidden = {c for c, p in zip(affected, family.plants, strict=True) if p.layout == "elsewhere"}
     eval_requests = domain.requests({c: eval_per_category for c in sorted(domain.categories) if c not in hidden}, rng)
-    for plant, category, (n_category, _), planted in zip(family.plants, affected, sizes, spread, strict=True):
+    for plant, category, planted in zip(family.plants, affected, spread, strict=True):
         if plant.trigger is None:
             continue
         for each in planted or [category]:  # the trigger on a set share of each category, train and eval
-            n_rows = n_category if not planted else counts[each]
-            _set_trigger(requests, each, plant.trigger, round(plant.share * n_rows), rng)
+            _set_trigger(requests, each, plant.trigger, round(plant.share * counts[each]), rng)
             _set_trigger(eval_requests, each, plant.trigger, eval_per_category // 2, rng)
     chat = base.chat_turns(tokenizer)
     train = [_row(f"t{i:04d}", r, world.dump(_answer(r, family)), chat) for i, r in enumerate(requests, start=1)]
