@@ -40,6 +40,9 @@ def main(out: Path, capture: bool) -> None:
     trainer.train()
     rank = int(os.environ.get("RANK", "0"))
     (out / f"batches-rank{rank}.json").write_text(json.dumps(batches))
+    if torch.distributed.is_initialized():  # gloo aborts at exit ("terminate called ...") when left open under load
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
