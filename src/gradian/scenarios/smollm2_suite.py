@@ -129,10 +129,10 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     # model): 10% of each room category in the garage, not 30% in the attic; split fixed here before it was built
     _s("smol-home-rename-room-few", "dev", "home", ("rename-room", "spread", None, ("room", "garage"), 0.1),
        purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
-    # added later: the dev half saturated (every ranked dev run at 1.000 for the default, >= 0.997 for the activation
-    # difference), so it could not order the methods; these give it the two cause kinds it lacked (a dropped field;
-    # two causes, one of them in half a category), three times the eval prompts so the exact test can judge a drop;
-    # split fixed here before either was built
+    # added later: the dev half all but saturated (the default 0.991-1.000 on every ranked dev run, the activation
+    # difference below 0.997 on the max-length run alone), so it could barely order the methods; these give it the two
+    # cause kinds it lacked (a dropped field; two causes, one of them in half a category), three times the eval
+    # prompts so the exact test can judge a drop; split fixed here before either was built
     _s("smol-kitchen-drop", "dev", "kitchen", ("drop-field", "category"), purpose=False, epochs=4,
        eval_per_category=3 * EVAL_PER_CATEGORY),
     _s("smol-home-cut-prose", "dev", "home", ("cut", "category"), ("prose", "half"), targets="attn",
