@@ -635,32 +635,16 @@ def markdown(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def merged(paths: Sequence[Path], ranked: set[str]) -> list[dict[str, Any]]:
-    """The records of earlier results files, each run once (the first file that holds it), none already `ranked`."""
-    out: list[dict[str, Any]] = []
-    for path in paths:
-        for record in json.loads(path.read_text()):
-            if record["folder"] not in ranked:
-                ranked.add(record["folder"])
-                out.append(record)
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--work", type=Path, required=True, help="one sub-folder per scenario folder, resumable")
     parser.add_argument("--results", type=Path, help="JSON of every record (default: WORK/results.json)")
     parser.add_argument("--markdown", type=Path, help="the tables (default: WORK/results.md)")
     parser.add_argument("--kinds", nargs="+", default=list(QUERY_KINDS), choices=QUERY_KINDS,
                         help="query kinds of the variants (each raw and unit, final adapter and TracIn-CP)")
     parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="folders at once (default: CPUs)")
-    parser.add_argument("--merge", nargs="+", type=Path, default=[],
-                        help="results JSON of runs ranked before (their folders gone): their records join the tables "
-                             "and the rules; a run in both is taken from the folders")
     args = parser.parse_args(argv)
-    if not args.folders and not args.merge:
-        parser.error("give scenario folders, --merge results, or both")
 
     def done(record: dict[str, Any]) -> None:
         print(json.dumps({k: record[k] for k in ("scenario", "seed", "verdict")} | {
@@ -669,7 +653,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     records = jobs.run_jobs(folder_record, [(f.resolve(), args.work / f.resolve().name, tuple(args.kinds))
                                             for f in args.folders], args.jobs, done)
-    records += merged(args.merge, {r["folder"] for r in records})
     (args.results or args.work / "results.json").write_text(json.dumps(records, indent=1, default=float))
     (args.markdown or args.work / "results.md").write_text(markdown(records) + "\n")
     print(markdown(records))

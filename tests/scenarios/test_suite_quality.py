@@ -192,12 +192,3 @@ def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_bot
         assert cost[passes] == g_cost.get(passes, 0) + a_cost.get(passes, 0)
     assert cost["forward_mode_rows"] == (n_rows if default.endswith("tokens") else 0)
 
-
-def test_merge_takes_each_earlier_run_once_and_none_ranked_now(harness, tmp_path):
-    first, second = tmp_path / "a.json", tmp_path / "b.json"
-    first.write_text(json.dumps([{"folder": "/runs/x", "from": "a"}, {"folder": "/runs/y", "from": "a"}]))
-    second.write_text(json.dumps([{"folder": "/runs/y", "from": "b"}, {"folder": "/runs/z", "from": "b"}]))
-    out = harness.merged([first, second], {"/runs/x"})
-    assert [(r["folder"], r["from"]) for r in out] == [("/runs/y", "a"), ("/runs/z", "b")]
-    with pytest.raises(SystemExit):
-        harness.main(["--work", str(tmp_path)])  # neither folders nor --merge
