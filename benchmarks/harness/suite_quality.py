@@ -18,8 +18,9 @@ and, for a two-cause run, `causes: [{cause, culprit_ids, category}]`). Per folde
    `gradian attribute` takes them, with RepSim from its forward: `extract_train_features(direction=,
    representations=)`, timed as a whole extraction) and by their harmful tokens (`· tokens`,
    `gradian.scores.token_harm.row_harms`, one more forward-mode pass);
-4. without gradients: `--rank activation` (`gradian.scores.activation`) and its answer-length control
-   (`baselines.length_control`, the same difference of differences with the answer's token length as its one
+4. without gradients: `--rank activation` (`gradian.scores.activation`), the same read from where each pair of
+   answers departs (`activation (from departure)`, `activation_scores(from_departure=True)`), and its answer-length
+   control (`baselines.length_control`, the same difference of differences with the answer's token length as its one
    feature), both reading the base's own answers to the training prompts, generated once into
    `DIR/<folder name>/activation/` (their cost counts that generation); and `gradient + activation`, the default
    gradient ranking's robust z plus the activation cosine's (the cost of both).
@@ -56,7 +57,8 @@ MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "B
                 "combined (tokens)", "gradient (default)",
                 "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated", "activation",
-                "gradient + activation", "length control", "bergson")
+                "activation (from departure)", "gradient + activation", "length control", "bergson")
+DEPARTED = "activation (from departure)"  # the activation difference averaged from where the answers depart
 
 
 # ---- metrics (tests/test_suite_quality.py) ----
@@ -267,6 +269,16 @@ class _GradientRun:
         self.clock.seconds["base answers"] = found.generation_seconds
         arrays["length control"] = self.clock.timed("length control", length_control, self.model, self.tokenizer,
                                                     self.audit, failing, where, batch_size=batch)
+        self.departed_activation(failing, arrays)
+
+    def departed_activation(self, failing: list[Any], arrays: dict[str, np.ndarray]) -> None:
+        """`--rank activation`'s cosines with each difference read from where its two answers depart."""
+        from gradian.scores.activation import activation_scores
+
+        found = self.clock.timed(DEPARTED, activation_scores, self.model, self.tokenizer, self.audit, failing,
+                                 self.work / "activation", batch_size=self.settings.batch_size, from_departure=True)
+        arrays[DEPARTED] = found.cosine
+        self.clock.seconds[DEPARTED] -= found.generation_seconds  # the base's answers: generated once, kept
 
     def bergson(self, arrays: dict[str, np.ndarray]) -> None:
         """bergson's own scores (`baselines` row `bergson`, `bergson_baseline`): the rows as trained against the mean
@@ -356,6 +368,9 @@ def methods_of(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[
                                                         "seconds": seconds["activation"] + generation})
         methods["length control"] = (arrays["length control"], {**free, "seconds": seconds["length control"]
                                                                 + generation})
+    if DEPARTED in arrays:
+        methods[DEPARTED] = (arrays[DEPARTED], {**free, "forward_rows": 2 * n_rows,
+                                                "seconds": seconds[DEPARTED] + seconds["base answers"]})
     if "bergson" in arrays:  # its own backward over every row and the failing answers, in its own venv
         methods["bergson"] = (arrays["bergson"], {**free, "backward_rows": n_rows, "seconds": seconds["bergson"]})
     first_tracin = next((name for name in seconds if name.startswith("tracin ")), "")  # it extracted the stores
@@ -466,14 +481,17 @@ def folder_record(folder: Path, work: Path, kinds: Sequence[str] = QUERY_KINDS) 
         no_harms = [k for k in kinds if meta["attributed"]
                     and any(key.format(kind=k) not in arrays for key in HARM_ARRAYS.values())]
         no_activation = meta["attributed"] and "activation" not in arrays
+        no_departed = meta["attributed"] and not no_activation and DEPARTED not in arrays
         no_bergson = meta["attributed"] and "bergson" not in arrays and bergson_baseline.interpreter() is not None
-        if missing or no_harms or no_activation or no_bergson:  # what this folder's ingredients lack: only that is computed, then kept
+        if missing or no_harms or no_activation or no_departed or no_bergson:  # what this folder's ingredients lack: only that is computed, then kept
             clock = Clock()
             run = _GradientRun(_settings(folder, work), work, clock)
             run.effects(missing, arrays)
             run.row_harms(no_harms, arrays)
             if no_activation:
                 run.without_gradients(run.failing(), arrays)
+            if no_departed:
+                run.departed_activation(run.failing(), arrays)
             if no_bergson:
                 run.bergson(arrays)
             meta["seconds"] |= {k: v for k, v in clock.seconds.items() if k != "extract final"}
@@ -560,11 +578,12 @@ def dev_rule(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
 
 def rule_over_all(means: dict[str, dict[str, Any]], margin: float = 0.02) -> str:
     """The rule over all methods (issue 47): `dev_rule`'s gradient choice against `--rank activation`, the one
-    without gradients, and `gradient + activation`, the two combined, by the same rule with the median ÷ epoch as
-    the cost (the activation difference's generation of the base's answers counted): another wins when ahead by more
-    than `margin`, or within `margin` at a lower ÷ epoch. One that did not run on every dev family is not chosen."""
+    without gradients (over whole answers, and from where they depart), and `gradient + activation`, the two
+    combined, by the same rule with the median ÷ epoch as the cost (the activation difference's generation of the
+    base's answers counted): another wins when ahead by more than `margin`, or within `margin` at a lower ÷ epoch.
+    One that did not run on every dev family is not chosen."""
     gradient = dev_rule(means, margin)
-    ranked = {n: means[n] for n in (gradient, "activation", "gradient + activation")
+    ranked = {n: means[n] for n in (gradient, "activation", DEPARTED, "gradient + activation")
               if n in means and on_every_dev_family(means[n])}
     return cheapest_near_best(ranked, margin,
                               lambda m: (np.inf if m["epochs_worth"] is None else m["epochs_worth"],))

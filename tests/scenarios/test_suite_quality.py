@@ -156,6 +156,10 @@ def test_the_rule_over_all_methods_takes_the_activation_difference_only_ahead_or
     assert with_both(0.95) == "gradient + activation"  # ahead of both by more than 0.02
     assert with_both(0.92) == gradient  # within 0.02 of the cheapest near the best, and dearer
 
+    found = means(0.91, 2.0)  # the activation difference read from where the answers depart is weighed as well
+    departed = {**found["activation"], "dev": {**found["activation"]["dev"], "mean": 0.95}}
+    assert harness.rule_over_all({**found, harness.DEPARTED: departed}) == harness.DEPARTED
+
 
 @pytest.mark.parametrize("default", ["naive · raw · final · positions", "naive · raw · final · tokens"])
 def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_both(harness, monkeypatch, default):

@@ -63,6 +63,32 @@ def test_hidden_states_averaged_over_the_answer_tokens_at_a_layer(tiny_tokenizer
         np.testing.assert_allclose(got, np.stack(expected), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize(("one", "other", "kept_one", "kept_other"), [
+    ([1, 2, 3, 4, 5], [1, 2, 3, 9, 9, 9], [3, 4], [3, 4, 5]),  # departs at the answer's second token
+    ([1, 2, 3, 4], [1, 2, 3, 4, 7, 8], [3], [4, 5]),  # one stops where the other goes on: its last token kept
+    ([1, 2, 3, 4], [1, 2, 3, 4], [3], [3]),  # the same answer: each keeps its last token
+    ([1, 5, 3, 4], [1, 2, 3, 4], [2, 3], [2, 3]),  # prompts differ (another rendering): the whole answers
+])
+def test_the_differences_read_from_where_the_answers_depart(one, other, kept_one, kept_other):
+    """Two sequences whose answers start at token 2: each keeps its answer tokens from the first token where the two
+    differ, and a side with none there keeps its last answer token."""
+    def answer(ids):
+        return ids, [t >= 2 for t in range(len(ids))]
+
+    def naive(ids, with_ids):
+        first = len(ids)
+        for t in range(len(ids)):
+            if t >= len(with_ids) or ids[t] != with_ids[t]:
+                first = t
+                break
+        kept = [t for t in range(2, len(ids)) if t >= first]
+        return kept or [len(ids) - 1]
+
+    (_, a), (_, b) = act.departed(answer(one), answer(other))
+    assert [t for t, flag in enumerate(a) if flag] == kept_one == naive(one, other)
+    assert [t for t, flag in enumerate(b) if flag] == kept_other == naive(other, one)
+
+
 def test_the_layer_is_the_middle_one(tiny_tokenizer):
     assert act.activation_layer(make_tiny_model(tiny_tokenizer, num_hidden_layers=4)) == 2
     assert act.activation_layer(make_tiny_model(tiny_tokenizer, num_hidden_layers=5)) == 2

@@ -124,6 +124,22 @@ def answer_sequence(prompt: Sequence[int], answer: Sequence[int]) -> Sequenced:
     return list(prompt) + list(answer), [False] * len(prompt) + [True] * len(answer)
 
 
+def departed(one: Sequenced, other: Sequenced) -> tuple[Sequenced, Sequenced]:
+    """The pair with its common answer start unflagged: each side's answer tokens from the first token where the two
+    sequences differ. A causal model's states are equal up to there, so they only dilute a difference of means (by
+    each side's length, not its content). A side with no token left keeps its last answer token: where it stopped."""
+    (a, a_flags), (b, b_flags) = one, other
+    start = next((t for t, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+    def cut(flags: list[bool]) -> list[bool]:
+        kept = [flag and t >= start for t, flag in enumerate(flags)]
+        if not any(kept) and any(flags):
+            kept[max(t for t, flag in enumerate(flags) if flag)] = True
+        return kept
+
+    return (a, cut(a_flags)), (b, cut(b_flags))
+
+
 def base_states(model: Any, sequences: Sequence[Sequenced], layer: int, batch_size: int) -> np.ndarray:
     """(n, d) the base model's hidden states after `layer`, averaged over each sequence's answer tokens."""
     if not sequences:
@@ -169,14 +185,16 @@ def check_inputs(failing: Sequence[Any]) -> None:
 
 
 def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path, *,
-                      max_new_tokens: int | None = None, batch_size: int = 16,
+                      max_new_tokens: int | None = None, batch_size: int = 16, from_departure: bool = False,
                       progress: Callable[[int], Callable[[int], Any]] | None = None) -> ActivationScores:
     """Each training row's cos(d_i, v) (module docstring); the base's answers to the training prompts are kept in
     `out_dir` (`regression.base_answers`); `progress(total)`, called once before generating (never when the answers
-    are kept), gives the callable that gets the count of each batch generated."""
+    are kept), gives the callable that gets the count of each batch generated. `from_departure`: each side of each
+    difference averaged from where the two answers depart (`departed`), not over its whole answer."""
     check_inputs(failing)
     layer = activation_layer(model)
     pairs = intended_pairs(failing, audit.eval_examples or [], tokenizer, audit.setup)
+    pairs = [departed(*pair) for pair in pairs] if from_departure else pairs
     rows = answerable(audit.examples, audit.rendered)
     if not rows:
         raise InputError("--rank activation compares each training row's completion with the base model's own "
@@ -195,8 +213,11 @@ def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[
     failing_states = base_states(model, [f for f, _ in pairs], layer, batch_size)  # (Q, d)
     intended_states = base_states(model, [r for _, r in pairs], layer, batch_size)  # (Q, d)
     direction = behaviour_direction(failing_states, intended_states)  # (d,)
-    own = base_states(model, [answer_sequence(p, a.ids) for p, a in zip(prompts, answers, strict=True)], layer,
-                      batch_size)  # (n, d)
+    own_answers = [answer_sequence(p, a.ids) for p, a in zip(prompts, answers, strict=True)]
+    if from_departure:
+        trained, own_answers = map(list, zip(*(departed(t, o) for t, o in zip(trained, own_answers, strict=True)),
+                                             strict=True))
+    own = base_states(model, own_answers, layer, batch_size)  # (n, d)
     scores = np.zeros(len(audit.rendered))  # (N,) the rows with nothing to compare stay at 0
     scores[rows] = difference_cosines(base_states(model, trained, layer, batch_size), own, direction)
     return ActivationScores(scores, layer, len(pairs), len(rows), generated, time.perf_counter() - start, cached)
