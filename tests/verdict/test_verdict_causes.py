@@ -93,6 +93,7 @@ def test_two_data_causes_are_each_named_with_their_rows_symptom_and_harm():
     assert "30.0% of the failing answers are wrapped in fences or prose" in verdict.summary
     assert verdict.next_action.startswith("drop these 60 rows: culprits.jsonl")
     assert verdict.evidence["n_culprits"] == 60
+    assert verdict.evidence["latent_rows"] == 0 and "look at the" not in verdict.next_action  # every failing row named
 
 
 def test_a_single_cause_run_grows_no_second_cause():
@@ -104,6 +105,12 @@ def test_a_single_cause_run_grows_no_second_cause():
     cut_alone = symptoms_of({"stops-early": 20})
     verdict = verdict_for([CUT_FINDING, FAILS], effects(TWO_CAUSES), cut_alone, {"cut_in_data": 0.6})
     assert [c.name for c in verdict.causes] == ["cut_in_data"]
+    # ... but the fenced rows fail the capability themselves: the next action points at them after the named rows
+    # (on two SmolLM2 runs, removing the cut rows alone let such rows fail the model)
+    assert verdict.evidence["latent_rows"] == len(FENCED)
+    assert verdict.next_action.endswith(f"then look at the {len(FENCED)} other training rows whose own answers fail "
+                                        "the capability (findings.json, fails_capability): no failing answer shows "
+                                        "them yet, but with these rows gone they can teach the next failure")
     # a share of wrapped answers, but without attribution: no evidence on the gradients' side
     groups = [dataclasses.replace(g, harm_share=None, harm_share_ci=None, lift=None)
               for g in groups_for([CUT_FINDING, FAILS], cut_only, {"cut_in_data": 0.6})]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gradian.verify.measure import Original, recovery
-from gradian.verify.verification import status
+from gradian.verify.verification import answers_moved, status
 
 
 def original(base, finetuned) -> Original:
@@ -87,3 +87,31 @@ def test_no_regression_report_status():
     assert status({**quiet, "reseeded_regression": {"significant": True}})[0] == "not-confirmed"
     moved = {**quiet, "retrains": [{"name": "control-1", "beyond_seed_noise": True}]}
     assert status(moved)[0] == "inconclusive"
+
+
+def test_answers_moved_counts_each_prompt_as_a_naive_loop_does():
+    """Of the answers the fine-tune broke, those the retrain fixes; of those it got right, those that now fail."""
+    rng = np.random.default_rng(3)
+    base, finetuned, after = ((rng.random(300) > share).astype(float) for share in (0.1, 0.3, 0.3))
+    fixed = broken = newly = 0
+    for b, f, a in zip(base, finetuned, after, strict=True):
+        broken += b == 1 and f == 0
+        fixed += b == 1 and f == 0 and a == 1
+        newly += f == 1 and a == 0
+    assert answers_moved(after, original(base, finetuned)) == {"broken_by_finetune": broken, "fixed": fixed,
+                                                               "newly_failing": newly}
+    assert 0 < fixed < broken and newly > 0
+
+
+def test_a_removal_that_fixes_its_failures_but_uncovers_others_says_so():
+    """Measured on a SmolLM2 run with two causes: removing the named rows fixed all 11 failing answers and broke 10
+    of another category; the net rate is no better than random, and the reason says what moved."""
+    moved = {"broken_by_finetune": 11, "fixed": 11, "newly_failing": 10}
+    v = {**removal_verification(0.82, [outcome("fine-tuned", False, 1.0)], (0.85, 0.85)), "answers": moved}
+    state, reason = status(v)
+    assert state == "not-confirmed"
+    assert reason.endswith("it fixes 11 of the 11 answers the fine-tune broke, and 10 answers the fine-tune got "
+                           "right now fail: another failure the removal uncovered (their outputs: "
+                           "verify/p/scores.json)")
+    quiet = status({**v, "answers": {**moved, "newly_failing": 0}})[1]
+    assert quiet == "removing the 10 rows answers no better than removing as many rows at random"

@@ -225,17 +225,20 @@ def split_sentence(causes: list[Cause]) -> str:
     return f" These rows hold {len(parts)} causes: {said}."
 
 
-def drop_action(n_rows: int, causes: list[Cause]) -> str:
+def drop_action(n_rows: int, causes: list[Cause], latent: int = 0) -> str:
     """The next action of a data-cluster verdict: a setting that cut the named rows as they were trained first (its
     one-line change, with the value that cuts no row, and why the rows hurt), then dropping the rows, or applying
-    each cause's fix."""
+    each cause's fix; then the `latent` rows no cause names whose own answers fail the capability."""
     drop = f"drop these {n_rows} rows: culprits.jsonl (train.cleaned.jsonl is the dataset without them)"
+    after = (f"; then look at the {latent} other training rows whose own answers fail the capability (findings.json, "
+             "fails_capability): no failing answer shows them yet, but with these rows gone they can teach the next "
+             "failure") if latent else ""
     settings = [f"{c.setting_fix}: {c.setting_finding.rstrip('.')}" for c in causes if c.setting_fix]
     if settings:
-        return f"{'; '.join(dict.fromkeys(settings))}; or {drop}"
+        return f"{'; '.join(dict.fromkeys(settings))}; or {drop}{after}"
     fixes = [c.fix for c in causes if c.fix]
     fix = f"; or fix them: {'; '.join(dict.fromkeys(fixes))}" if fixes else ""
-    return f"{drop}{fix}"
+    return f"{drop}{fix}{after}"
 
 
 def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list[Finding],

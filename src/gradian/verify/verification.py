@@ -36,7 +36,7 @@ from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
 from gradian.verify.recipe import Recipe
 
-VERIFICATION_VERSION = "2.0"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`
+VERIFICATION_VERSION = "2.1"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`; 2.1: `answers`
 FILE = "verification.json"
 STATUSES = ("confirmed", "not-confirmed", "inconclusive")
 TOP_LEVEL_KINDS = ("removal", "dropped", "control", "topic", "reseeded", "fix", "group")
@@ -87,6 +87,7 @@ def summarize(
         "fix_recovery": fixed["recovery"] if fixed else None,
         "fix_recovery_ci": fixed["recovery_ci"] if fixed else None,
         "primary": plan.primary,
+        "answers": answers_moved(scores[plan.primary], original) if plan.primary and binary else None,
         "groups": _groups(plan, by_name),
         "retrains": retrains,
         "curve": _curve(plan, scores, markers, original, band, seed, binary),
@@ -100,6 +101,16 @@ def summarize(
     out["reseeded_regression"] = _reseeded_regression(scores["reseeded"], original, report, seed)
     out["status"], out["status_reason"] = status(out)
     return jsonable(out)
+
+
+def answers_moved(after: np.ndarray, original: Original) -> dict[str, int]:
+    """Per prompt, what the answer's retrain (pass/fail scores, (n,)) changed: of the answers the fine-tune broke (the
+    base passed, it fails), how many pass again; of those it got right, how many now fail. A removal can fix every
+    failure it was named for and uncover another, which the net rate hides."""
+    broken = (original.base > original.finetuned)  # (n,)
+    right = original.finetuned > 0  # (n,)
+    return {"broken_by_finetune": int(broken.sum()), "fixed": int((broken & (after > original.finetuned)).sum()),
+            "newly_failing": int((right & (after < original.finetuned)).sum())}
 
 
 def _tests(primary: str | None, scores: dict[str, np.ndarray], original: Original, controls: list[str],
@@ -222,10 +233,15 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     what = "the fix" if primary["kind"] == "fix" else f"removing the {v['removed']} rows"
     controls = [r for r in v["retrains"] if r["kind"] == "control"]
     random_rate = float(np.mean([r["rate"] for r in controls])) if controls else None
+    moved = v.get("answers")
+    uncovered = "" if not moved or not moved["newly_failing"] else (
+        f"; it fixes {moved['fixed']} of the {moved['broken_by_finetune']} answers the fine-tune broke, and "
+        f"{moved['newly_failing']} answers the fine-tune got right now fail: another failure the removal uncovered "
+        f"(their outputs: verify/{v['primary']}/scores.json)")
     if primary["rate"] <= v["finetuned_rate"]:
-        return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts"
+        return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts{uncovered}"
     if random_rate is not None and primary["rate"] <= random_rate:
-        return "not-confirmed", f"{what} answers no better than removing as many rows at random"
+        return "not-confirmed", f"{what} answers no better than removing as many rows at random{uncovered}"
     lost = [t for t in v["tests"] if not t["beats"]]
     against = "the fine-tune" + (f" and each of the {len(controls)} random removals" if controls else "")
     if not lost:
@@ -234,7 +250,7 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
                             f"p ≤ {worst:.2g} after Holm)"
     names = ", ".join(f"{t['against']} (better on {t['better']}, worse on {t['worse']}, p = {t['p_holm']:.2g})"
                       for t in lost)
-    return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm"
+    return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm{uncovered}"
 
 
 def verification_schema() -> dict[str, Any]:
