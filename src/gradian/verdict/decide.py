@@ -190,11 +190,10 @@ def _cluster_verdict(summary: str, evidence: dict[str, Any], culprits: list[str]
     """A data-cluster verdict; its next action also points at the rows whose own answers fail the capability that
     no cause names (`evidence.latent_rows`): no failing answer shows them, but with the named rows gone they can (on
     two SmolLM2 runs they did, BENCHMARKS.md)."""
-    named = set(culprits)
-    latent = sorted({i for f in findings if f.check == "fails_capability" for i in f.example_ids} - named)
-    evidence["latent_rows"] = len(latent)
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, latent=len(latent)), evidence,
-                   culprits, causes)
+    latent = len({i for f in findings if f.check == "fails_capability" for i in f.example_ids} - set(culprits))
+    evidence["latent_rows"] = latent
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, latent), evidence, culprits,
+                   causes)
 
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,

@@ -11,12 +11,14 @@ otherwise):
 - `not-confirmed`: the answer's retrain does no better on average than the fine-tune, or than the random controls
   (their per-prompt mean): acting on it does no better than removing rows at random;
 - `inconclusive`: better on average, but not beyond every comparison; or nothing Gradian could retrain to test.
-The same-topic control (rows drawn from the named rows' own category or cluster) is tested and reported, not gated
-on: it says whether naming the rows beats naming their topic. Seed noise (the full data under the run's seed + 1)
-is measured and shown beside; it no longer gates a removal, because removals keep the seed. A report without a
-regression (nothing lost) is `confirmed` when the reseeded run shows no significant drop from the base either and no
-retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded run does drop significantly,
-`inconclusive` otherwise. Each field is documented in `verification.schema.json` (docs/verification-schema.md).
+A removal's net rate can hide two moves: `answers` counts, per prompt, the failing answers its retrain fixes and
+the right answers it breaks, and the status reason names the second when there are any (a removal that fixes what it
+was named for can uncover another failure). The same-topic control (rows drawn from the named rows' own category or
+cluster) is tested and reported, not gated on: it says whether naming the rows beats naming their topic. Seed noise
+(the full data under the run's seed + 1) is measured and shown beside; it no longer gates a removal, because removals
+keep the seed. A report without a regression (nothing lost) is `confirmed` when the reseeded run shows no significant
+drop from the base either and no retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded
+run does drop significantly, `inconclusive` otherwise. Each field is documented in `verification.schema.json` (docs/verification-schema.md).
 """
 
 from __future__ import annotations
