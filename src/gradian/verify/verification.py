@@ -235,10 +235,10 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     what = "the fix" if primary["kind"] == "fix" else f"removing the {v['removed']} rows"
     controls = [r for r in v["retrains"] if r["kind"] == "control"]
     random_rate = float(np.mean([r["rate"] for r in controls])) if controls else None
-    moved = v.get("answers")
-    uncovered = "" if not moved or not moved["newly_failing"] else (
-        f"; it fixes {moved['fixed']} of the {moved['broken_by_finetune']} answers the fine-tune broke, and "
-        f"{moved['newly_failing']} answers the fine-tune got right now fail: another failure the removal uncovered "
+    answers = v.get("answers")
+    uncovered = "" if not answers or not answers["newly_failing"] else (
+        f"; it fixes {answers['fixed']} of the {answers['broken_by_finetune']} answers the fine-tune broke, and "
+        f"{answers['newly_failing']} answers the fine-tune got right now fail: another failure the removal uncovered "
         f"(their outputs: verify/{v['primary']}/scores.json)")
     if primary["rate"] <= v["finetuned_rate"]:
         return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts{uncovered}"
