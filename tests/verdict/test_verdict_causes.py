@@ -108,9 +108,9 @@ def test_a_single_cause_run_grows_no_second_cause():
     # ... but the fenced rows fail the capability themselves: the next action points at them after the named rows
     # (on two SmolLM2 runs, removing the cut rows alone let such rows fail the model)
     assert verdict.evidence["latent_rows"] == len(FENCED)
-    assert verdict.next_action.endswith(f"then look at the {len(FENCED)} other training rows whose own answers fail "
-                                        "the capability (findings.json, fails_capability): no failing answer shows "
-                                        "them yet, but with these rows gone they can teach the next failure")
+    assert verdict.next_action.endswith(f"then look at the {len(FENCED)} other training rows that teach a failure "
+                                        "themselves (findings.json: fails_capability): no failing answer shows them "
+                                        "yet, but with these rows gone they can teach the next failure")
     # a share of wrapped answers, but without attribution: no evidence on the gradients' side
     groups = [dataclasses.replace(g, harm_share=None, harm_share_ci=None, lift=None)
               for g in groups_for([CUT_FINDING, FAILS], cut_only, {"cut_in_data": 0.6})]
@@ -277,6 +277,15 @@ def test_a_plugin_check_counts_by_its_category_like_a_built_in(plugin_check):
     verdict = verdict_for([half], effects({}), symptoms_of({"stops-early": 20}), {"half_answers": 0.6})
     assert verdict.kind == "data-cluster" and verdict.causes[0].name == "half_answers"
     assert verdict.causes[0].symptom == "stops-early"
+    # a second plug-in's rows no cause names are latent as a built-in's are; a duplicate teaches nothing, so not its
+    plugin_check("half_answers_elsewhere", "per-row", teaches=("stops-early",))
+    elsewhere = dataclasses.replace(half, check="half_answers_elsewhere", example_ids=ids_of([150, 151]))
+    twins = Finding("duplicate", "warning", "3 duplicated rows", "drop them", example_ids=ids_of([160, 161, 162]))
+    verdict = verdict_for([half, elsewhere, twins], effects({}), symptoms_of({"stops-early": 20}),
+                          {"half_answers": 0.6})
+    assert verdict.culprit_ids == ids_of(CUT) and verdict.evidence["latent_rows"] == 2
+    assert "then look at the 2 other training rows that teach a failure themselves (findings.json: " \
+           "half_answers_elsewhere)" in verdict.next_action
 
 
 def test_a_stop_check_teaches_never_stopping_unless_it_says_otherwise(plugin_check):

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import category_of
+from gradian.audit.registry import category_of, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -187,13 +187,18 @@ def _finding_cluster(regression: dict[str, Any], findings: list[Finding], group:
 
 def _cluster_verdict(summary: str, evidence: dict[str, Any], culprits: list[str], causes: list[Cause],
                      findings: list[Finding]) -> Verdict:
-    """A data-cluster verdict; its next action also points at the rows whose own answers fail the capability that
-    no cause names (`evidence.latent_rows`): no failing answer shows them, but with the named rows gone they can (on
-    two SmolLM2 runs they did, BENCHMARKS.md)."""
-    latent = len({i for f in findings if f.check == "fails_capability" for i in f.example_ids} - set(culprits))
-    evidence["latent_rows"] = latent
-    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, latent), evidence, culprits,
-                   causes)
+    """A data-cluster verdict; its next action also points at the rows no cause names that a per-row finding says
+    teach a failure (its check registered what they teach: `teaches`), `evidence.latent_rows` of them: no failing
+    answer shows them, but with the named rows gone they can (on two SmolLM2 runs they did, BENCHMARKS.md)."""
+    named, latent, checks = set(culprits), set(), []
+    for finding in findings:
+        unnamed = set(finding.example_ids) - named
+        if unnamed and category_of(finding) == "per-row" and teaches(finding.check):
+            latent |= unnamed
+            checks.append(finding.check)
+    evidence["latent_rows"] = len(latent)
+    return Verdict("data-cluster", summary, wording.drop_action(len(culprits), causes, len(latent), checks),
+                   evidence, culprits, causes)
 
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,

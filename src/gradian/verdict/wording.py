@@ -6,6 +6,7 @@ formatted by `gradian.report.wording` (`pct`, `number`) as the report formats th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gradian.audit.finding import Finding
@@ -225,14 +226,14 @@ def split_sentence(causes: list[Cause]) -> str:
     return f" These rows hold {len(parts)} causes: {said}."
 
 
-def drop_action(n_rows: int, causes: list[Cause], latent: int = 0) -> str:
+def drop_action(n_rows: int, causes: list[Cause], latent: int = 0, latent_checks: Sequence[str] = ()) -> str:
     """The next action of a data-cluster verdict: a setting that cut the named rows as they were trained first (its
     one-line change, with the value that cuts no row, and why the rows hurt), then dropping the rows, or applying
-    each cause's fix; then the `latent` rows no cause names whose own answers fail the capability."""
+    each cause's fix; then the `latent` rows no cause names that the findings `latent_checks` say teach a failure."""
     drop = f"drop these {n_rows} rows: culprits.jsonl (train.cleaned.jsonl is the dataset without them)"
-    after = (f"; then look at the {latent} other training rows whose own answers fail the capability (findings.json, "
-             "fails_capability): no failing answer shows them yet, but with these rows gone they can teach the next "
-             "failure") if latent else ""
+    after = (f"; then look at the {latent} other training rows that teach a failure themselves (findings.json: "
+             f"{', '.join(latent_checks)}): no failing answer shows them yet, but with these rows gone they can teach "
+             "the next failure") if latent else ""
     settings = [f"{c.setting_fix}: {c.setting_finding.rstrip('.')}" for c in causes if c.setting_fix]
     if settings:
         return f"{'; '.join(dict.fromkeys(settings))}; or {drop}{after}"
