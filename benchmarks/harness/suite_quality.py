@@ -52,13 +52,13 @@ from gradian.scenarios.evaluate import auprc  # the one AUPRC, the library's
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
+DEPARTED = "activation (from departure)"  # the activation difference averaged from where the answers depart
 MAIN_METHODS = ("random", "category oracle", "TF-IDF (max)", "TF-IDF (mean)", "BM25 (max)", "BM25 (mean)",
                 "RepSim (max)", "RepSim (mean)", "gradient (row sum)", "combined (row sum)", "gradient (tokens)",
                 "combined (tokens)", "gradient (default)",
                 "combined (default)",
                 "combined (max relevance)", "combined (mean relevance)", "combined, ungated", "activation",
-                "activation (from departure)", "gradient + activation", "length control", "bergson")
-DEPARTED = "activation (from departure)"  # the activation difference averaged from where the answers depart
+                DEPARTED, "gradient + activation", "length control", "bergson")
 
 
 # ---- metrics (tests/test_suite_quality.py) ----

@@ -35,7 +35,8 @@ def main() -> None:
     parser.add_argument("--named", action="store_true", help="also drop the verdict's named rows")
     parser.add_argument("--draws", type=int, nargs="*", default=[0, 1, 2])
     args = parser.parse_args()
-    used = json.loads((args.report / "report.json").read_text())["settings"]
+    report = json.loads((args.report / "report.json").read_text())
+    used, named = report["settings"], report["verdict"]["culprit_ids"]
     truth = json.loads((Path(used["dataset"]).parent / "truth.json").read_text())
     base, run = resolve_base_model(used["base_model"]), read_run(used["run"], used.get("config"))
     recipe = read_recipe(run, read_adapter_config(Path(used["adapter"])))
@@ -43,7 +44,6 @@ def main() -> None:
     clean = sorted(e.id for e in rows if e.id not in set(truth["culprit_ids"]))
     capability = get_capability(used.get("capability", "json_formatting"))
     original = read_original(args.report, capability)
-    named = json.loads((args.report / "report.json").read_text())["verdict"]["culprit_ids"]
     sets = ([("dropped-named", set(named))] if args.named else []) + [
         (f"dropped-random-{args.n}-{draw}", set(np.random.default_rng(draw).choice(clean, args.n, replace=False)))
         for draw in args.draws]

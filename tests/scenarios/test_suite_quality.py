@@ -195,4 +195,3 @@ def test_gradient_plus_activation_sums_each_rankings_robust_z_at_the_cost_of_bot
     for passes in ("backward_rows", "forward_rows", "forward_mode_rows"):
         assert cost[passes] == g_cost.get(passes, 0) + a_cost.get(passes, 0)
     assert cost["forward_mode_rows"] == (n_rows if default.endswith("tokens") else 0)
-

@@ -18,7 +18,8 @@ cluster) is tested and reported, not gated on: it says whether naming the rows b
 (the full data under the run's seed + 1) is measured and shown beside; it no longer gates a removal, because removals
 keep the seed. A report without a regression (nothing lost) is `confirmed` when the reseeded run shows no significant
 drop from the base either and no retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded
-run does drop significantly, `inconclusive` otherwise. Each field is documented in `verification.schema.json` (docs/verification-schema.md).
+run does drop significantly, `inconclusive` otherwise. Each field is documented in `verification.schema.json`
+(docs/verification-schema.md).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def answers_moved(after: np.ndarray, original: Original) -> dict[str, int]:
     """Per prompt, what the answer's retrain (pass/fail scores, (n,)) changed: of the answers the fine-tune broke (the
     base passed, it fails), how many pass again; of those it got right, how many now fail. A removal can fix every
     failure it was named for and uncover another, which the net rate hides."""
-    broken = (original.base > original.finetuned)  # (n,)
+    broken = original.base > original.finetuned  # (n,)
     right = original.finetuned > 0  # (n,)
     return {"broken_by_finetune": int(broken.sum()), "fixed": int((broken & (after > original.finetuned)).sum()),
             "newly_failing": int((right & (after < original.finetuned)).sum())}
