@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from gradian.capabilities import get_capability
-from gradian.scenarios import world
+from gradian.scenarios import base, causes, world
 from gradian.scenarios.builder import TRAIN_ROWS
 from gradian.scenarios.causes import CAUSES
 from gradian.scenarios.domains import DOMAINS
@@ -66,6 +66,16 @@ def test_bpe_tokenizer_renders_chat_turns_and_masks_the_assistant_turn():
     supervised = [i for i, m in zip(out["input_ids"], out["assistant_masks"], strict=True) if m]
     assert tokenizer.decode(supervised) == '{"action": "cancel"}<|im_end|>'
     assert tokenizer.pad_token != tokenizer.eos_token
+
+
+def test_a_cause_added_later_leaves_every_bpe_base_as_it_was(monkeypatch):
+    """The bpe tokenizer (and so the base pretrained on it) must not move when a cause joins the registry: two causes
+    once did, and the new bases broke on clean data under their families' recipes (kitchen-null-bpe lost 49.5
+    points where it had lost 1)."""
+    before = base.make_tokenizer("kitchen", "bpe").get_vocab()
+    added = causes.PlantedCause("added-later", "json_formatting", lambda answer, key, rng: "zq zq zq zq zq zq")
+    monkeypatch.setitem(CAUSES, added.name, added)
+    assert base.make_tokenizer("kitchen", "bpe").get_vocab() == before
 
 
 @pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-elsewhere", "kitchen-cut-small-bpe",

@@ -27,7 +27,12 @@ from gradian.scenarios.domains import DOMAINS, Domain, Request
 from gradian.scenarios.tokenizer import build_tokenizer
 
 VERSION = 3
-SUITE_VERSION = 2  # the suite domains' bases (vocabulary changes bump it; the world's base keeps VERSION)
+SUITE_VERSION = 3  # the suite domains' bases (vocabulary changes bump it; the world's base keeps VERSION); 3: the
+# bpe corpus back to `CORPUS_CAUSES` alone, so no base cached while it held later causes' texts is reused
+# The causes whose rewrites the BPE tokenizer is trained on, fixed: a cause added to `CAUSES` later must not move
+# any base (the merges, then every weight pretrained on them). Two causes once added here changed every bpe base,
+# and the new bases broke under their families' recipes on clean data (kitchen-null-bpe seed 0 lost 49.5 points).
+CORPUS_CAUSES = ("cut", "fence", "prose", "drop-field", "rename-field")
 MIN_VALIDITY = 0.9
 ROWS_PER_CATEGORY = 800
 HELD_OUT_PER_CATEGORY = 40
@@ -86,13 +91,13 @@ def make_tokenizer(domain: str = "tickets", kind: str = "fused") -> PreTrainedTo
 
 
 def _corpus(domain: Domain) -> list[str]:
-    """What the BPE tokenizer is trained on: requests, answers with and without the purpose, the causes' texts."""
+    """What the BPE tokenizer is trained on: requests, answers with and without the purpose, `CORPUS_CAUSES`' texts."""
     rng = random.Random(f"bpe:{domain.name}")
     texts = []
     for request in domain.requests(dict.fromkeys(domain.categories, 200), rng):
         answer = request.answer(purpose=rng.random() < 0.5)
         texts += [request.text, world.dump(answer)]
-        texts += [cause.rewrite(answer, domain.purpose_key, rng) for cause in CAUSES.values()]
+        texts += [CAUSES[name].rewrite(answer, domain.purpose_key, rng) for name in CORPUS_CAUSES]
     return texts
 
 

@@ -103,7 +103,8 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
     PlantedCause("drop-field", "json_formatting:keys", _drop),
     PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
-    # no words of their own: both write words the domains already have, so every base's vocabulary stays as it was
+    # no words of their own: both write words the domains already have, so every word-level vocabulary stays as it
+    # was; the bpe corpus reads `base.CORPUS_CAUSES` only, so no cause added here moves a bpe base either
     # first written as a currency swap (EUR written GBP): the tiny bases never copy a currency from the prompt
     # (5 of 40 invoice answers right at seed 0), so no regression could show; a constant the base always writes
     # right is swapped instead, before any method was measured
