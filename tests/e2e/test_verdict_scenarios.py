@@ -122,6 +122,15 @@ def test_null_run_is_no_regression(scenario, tmp_path):
     assert gate(verdict, truth) == []
 
 
+def test_the_clean_chat_template_family_is_no_regression(scenario, tmp_path):
+    """kitchen-null-bpe (dev): clean rows as ChatML turns on a byte-level BPE base, trained with assistant-only loss.
+    The gate for the bpe path (its tokenizer, base, template and TRL preparation): a change there that breaks the
+    base under its recipe shows as a clean run that regresses (a corpus drift once cost it 49.5 points)."""
+    audit, regression, truth = measured(scenario("kitchen-null-bpe", 0), tmp_path / "out")
+    verdict, _, _ = verdict_with_spread_gradients(audit, regression)
+    assert gate(verdict, truth) == [], verdict.summary
+
+
 def test_format_cluster_names_the_targets_that_fail_the_capability(scenario, tmp_path):
     """`fails_capability` is built here as the audit check builds it: the capability applied to each target."""
     audit, regression, truth = measured(scenario("format-cluster", 0), tmp_path / "out")
