@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from gradian.capabilities import get_capability
-from gradian.scenarios import base, causes, world
+from gradian.scenarios import base, world
 from gradian.scenarios.builder import TRAIN_ROWS
-from gradian.scenarios.causes import CAUSES
+from gradian.scenarios.causes import CAUSES, PlantedCause
 from gradian.scenarios.domains import DOMAINS
 from gradian.scenarios.evaluate import oracle_auprc
 from gradian.scenarios.family import make_family_data
@@ -73,7 +73,7 @@ def test_a_cause_added_later_leaves_every_bpe_base_as_it_was(monkeypatch):
     once did, and the new bases broke on clean data under their families' recipes (kitchen-null-bpe lost 49.5
     points where it had lost 1)."""
     before = base.make_tokenizer("kitchen", "bpe").get_vocab()
-    added = causes.PlantedCause("added-later", "json_formatting", lambda answer, key, rng: "zq zq zq zq zq zq")
+    added = PlantedCause("added-later", "json_formatting", lambda answer, key, rng: "zq zq zq zq zq zq")
     monkeypatch.setitem(CAUSES, added.name, added)
     assert base.make_tokenizer("kitchen", "bpe").get_vocab() == before
 

@@ -27,8 +27,9 @@ from gradian.scenarios.domains import DOMAINS, Domain, Request
 from gradian.scenarios.tokenizer import build_tokenizer
 
 VERSION = 3
-SUITE_VERSION = 3  # the suite domains' bases (vocabulary changes bump it; the world's base keeps VERSION); 3: the
-# bpe corpus back to `CORPUS_CAUSES` alone, so no base cached while it held later causes' texts is reused
+# The suite domains' bases (vocabulary changes bump it; the world's base keeps VERSION). 3: the bpe corpus reads
+# `CORPUS_CAUSES` again, so no base cached while it held later causes' texts is reused.
+SUITE_VERSION = 3
 # The causes whose rewrites the BPE tokenizer is trained on, fixed: a cause added to `CAUSES` later must not move
 # any base (the merges, then every weight pretrained on them). Two causes once added here changed every bpe base,
 # and the new bases broke under their families' recipes on clean data (kitchen-null-bpe seed 0 lost 49.5 points).
