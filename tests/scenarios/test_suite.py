@@ -78,6 +78,16 @@ def test_a_cause_added_later_leaves_every_bpe_base_as_it_was(monkeypatch):
     assert base.make_tokenizer("kitchen", "bpe").get_vocab() == before
 
 
+def test_a_cached_base_is_reused_only_with_the_tokenizer_it_was_pretrained_with(tmp_path, monkeypatch):
+    """A cause's word joining the vocabulary makes another base: the one cached before it is not reused."""
+    monkeypatch.setattr(base, "pretrain", lambda seed, out, *rest: (out / "gradian_base.json").write_text("{}"))
+    first = base.base_model(0, tmp_path, None, "home", "fused")
+    assert base.base_model(0, tmp_path, None, "home", "fused") == first
+    added = PlantedCause("added-later", "json_formatting:keys", lambda answer, key, rng: "", ("zqword",))
+    monkeypatch.setitem(CAUSES, added.name, added)
+    assert base.base_model(0, tmp_path, None, "home", "fused") != first
+
+
 @pytest.mark.parametrize("name", ["travel-cut-prose", "home-fence-elsewhere", "kitchen-cut-small-bpe",
                                   "tickets-drop-small-bpe", "kitchen-cut-half-spaced", "home-rename-volume",
                                   "tickets-swap-intent"])
