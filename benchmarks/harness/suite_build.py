@@ -2,7 +2,8 @@
 
     python -m benchmarks.harness.suite_build --out /tmp/suite --seeds 0 1 [--split dev] [--family NAME ...] [--jobs N]
 
-Resumable: a run whose truth.json and measured.json exist is kept. Prints one line per run (the capability's
+Resumable: a finished run is kept when today's code would make it again (`current`: its base's tokenizer, train
+rows, eval rows and truth), and built afresh otherwise. Prints one line per run (the capability's
 drop in points, overall and on the worst category) and writes `builds.json` beside the runs.
 """
 
@@ -14,17 +15,39 @@ import shutil
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
 from benchmarks.harness import jobs
 from gradian.scenarios import build, built_before
-from gradian.scenarios.base import base_model
-from gradian.scenarios.suite import families
+from gradian.scenarios.base import base_model, make_tokenizer
+from gradian.scenarios.family import make_family_data
+from gradian.scenarios.suite import FAMILIES, families
+
+
+def current(folder: Path, name: str, seed: int) -> bool:
+    """`folder` is a finished build of family `name` at `seed` that today's code would make again: its base's
+    tokenizer, its train rows, eval rows and truth all as they come out now. A build that predates a change to a
+    recipe, a cause or a vocabulary is then rebuilt, never measured stale (a stale base once moved home-rename-volume's
+    numbers)."""
+    if not built_before(folder, name, seed):
+        return False
+    family = FAMILIES[name]
+    now = make_tokenizer(family.domain, family.tokenizer).backend_tokenizer.to_str()
+    if Tokenizer.from_file(str(folder / "base" / "tokenizer.json")).to_str() != now:
+        return False
+    made = make_family_data(family, seed, AutoTokenizer.from_pretrained(folder / "base"))
+    found = [[json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()],
+             [json.loads(line) for line in (folder / "eval.jsonl").read_text().splitlines()],
+             json.loads((folder / "truth.json").read_text())]
+    return found == json.loads(json.dumps(made))
 
 
 def build_one(name: str, split: str, seed: int, out: Path) -> dict:
     """Build family `name` at `seed` into `out/runs/` unless built before; its line of builds.json."""
     folder = out / "runs" / f"{name}-seed{seed}"
     started = time.perf_counter()
-    if not built_before(folder, name, seed):
+    if not current(folder, name, seed):
         shutil.rmtree(folder, ignore_errors=True)
         build(name, folder, seed, cache_dir=out / "cache")
     measured = json.loads((folder / "measured.json").read_text())
