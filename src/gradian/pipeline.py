@@ -30,6 +30,7 @@ from gradian.stages import (
     score,
     served,
     served_inputs,
+    training_noise,
     weigh_renderings,
 )
 from gradian.stages.artifacts import Bar
@@ -64,8 +65,9 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         if not attributes(settings, measured, ranks):
             if not ranks.is_main:
                 return None
-            say("regression: inside the noise band, stopping here")
-            return report(settings, audit, measured, served=as_served)
+            say("regression: inside the noise band; measuring the run's earlier checkpoint beside it, then stopping")
+            noise = training_noise(settings, audit, measured, model, tokenizer) if measured is not None else None
+            return report(settings, audit, measured, served=as_served, training_noise=noise)
 
         query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
         say((f"gradients: the gradients GradianCallback captured in training, {len(audit.rendered)} training rows"

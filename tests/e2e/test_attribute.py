@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gradian import attribute
+from gradian.capabilities import get_capability
 from gradian.report.rows import read_examples
 from gradian.scenarios import attribute_settings
 from gradian.scenarios.evaluate import culprit_metrics
@@ -190,6 +191,16 @@ def test_null_run_is_refused(attributed):
     assert not report["clusters"]
     assert report["symptoms"]["n_failing"] == 0 and all(g["harm_share"] is None for g in report["groups"])
     assert (out / "report.html").exists()
+    # the run keeps a checkpoint per epoch: the refusal measures the one before the final adapter beside it
+    noise = report["regression"]["training_noise"]
+    assert noise["source"] == "checkpoint" and noise["step"] < noise["final_step"], noise
+    kept = json.loads((out / "training_noise.json").read_text())["outputs"]  # the checkpoint's answers
+    rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    score = get_capability(report["regression"]["capability"]).score
+    moved = np.mean([row["finetuned_score"] - score(text, row["reference"]) for row, text in zip(rows, kept, strict=True)],
+                    dtype=np.float64)
+    assert noise["moved"] == pytest.approx(moved, abs=1e-12) and noise["ci_low"] <= moved <= noise["ci_high"]
+    assert f"between {noise['checkpoint']} (step {noise['step']})" in report["verdict"]["summary"]
 
 
 def test_format_cluster_is_a_data_cluster(scenario, tmp_path):

@@ -17,7 +17,8 @@
                         served=as_served)  # report.json / .md / .html
 
 `gradian.attribute` calls exactly these, in this order (and stops after `regression` inside the noise band:
-`report(settings, audit, measured, served=as_served)`); run one by one they give the same report.
+`report(settings, audit, measured, served=as_served, training_noise=training_noise(settings, audit, measured, model,
+tokenizer))`, the run's earlier checkpoint measured beside the refusal); run one by one they give the same report.
 
 Under torch.distributed (`gradients.distributed`, the `ranks` argument) every process runs the audit and its shard
 of `extract`; `regression` and `queries` compute on rank 0 and share with the others what extraction needs; the
@@ -26,7 +27,15 @@ stages after `extract` run on rank 0 alone.
 
 from gradian.stages.artifacts import AttributeResult, Clusters, Extraction, Prepared, Scores
 from gradian.stages.extraction import captured_extraction, check_space, extract
-from gradian.stages.failures import ServedInputs, attributes, queries, regression, served, served_inputs
+from gradian.stages.failures import (
+    ServedInputs,
+    attributes,
+    queries,
+    regression,
+    served,
+    served_inputs,
+    training_noise,
+)
 from gradian.stages.ranking import harm_of_rows, rank, score
 from gradian.stages.reporting import cluster, harm_tokens, report
 from gradian.stages.run import (
@@ -44,4 +53,4 @@ from gradian.stages.run import (
 __all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "ServedInputs", "adapter_dir", "attributes",
            "captured_extraction", "check_space", "cluster", "extract", "harm_of_rows", "harm_tokens", "load",
            "output_folder", "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score",
-           "served", "served_inputs", "tokenizer_source", "tracin_checkpoints", "weigh_renderings"]
+           "served", "served_inputs", "tokenizer_source", "tracin_checkpoints", "training_noise", "weigh_renderings"]

@@ -18,6 +18,7 @@ from gradian.gradients.extract import GradientSettings, ParameterScale
 from gradian.gradients.store import FeatureStore
 from gradian.lock import LOCK_NAME
 from gradian.regression.measure import GENERATIONS, SETTINGS, SUMMARY
+from gradian.regression.training_noise import CACHE as TRAINING_NOISE
 from gradian.report.writers import REPORT_FILES
 from gradian.scores.queries import QueryPair
 from gradian.scores.tracin import Checkpoint
@@ -31,8 +32,8 @@ GRADIENTS, CHECKPOINT_GRADIENTS, CAPTURED_GRADIENTS = "gradients", "gradients-ch
 PROJECTION_SHARES = "projection-shares.json"
 SCORES, SCORES_INDEX, RANKING = "scores.npy", "scores.json", "ranking.json"
 EXTRACT_WRITES = (LOCK_NAME, f"{GRADIENTS}/", f"{CHECKPOINT_GRADIENTS}/", f"{CAPTURED_GRADIENTS}/", PROJECTION_SHARES)
-ATTRIBUTE_WRITES = (*EXTRACT_WRITES, FINDINGS, GENERATIONS, SETTINGS, SUMMARY, SCORES, SCORES_INDEX, RANKING,
-                    *REPORT_FILES)
+ATTRIBUTE_WRITES = (*EXTRACT_WRITES, FINDINGS, GENERATIONS, SETTINGS, SUMMARY, TRAINING_NOISE, SCORES, SCORES_INDEX,
+                    RANKING, *REPORT_FILES)
 
 
 class Prepared(NamedTuple):

@@ -4,6 +4,7 @@ whether attribution goes on, and the queries made from the failing rows.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,9 +13,10 @@ from gradian.capabilities import get_capability
 from gradian.errors import InputError
 from gradian.gradients.distributed import Ranks
 from gradian.regression.loading import pick_device_dtype
-from gradian.regression.measure import RegressionResult, measure_regression
+from gradian.regression.measure import SETTINGS, RegressionResult, measure_regression
 from gradian.regression.served import ServedAnswers, measure_served, read_served
 from gradian.regression.serving_diff import ServedExport, differences, read_export
+from gradian.regression.training_noise import checkpoint_band
 from gradian.scores.activation import check_inputs
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.queries import QueryPair
@@ -89,6 +91,15 @@ def served(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
                                  "fix": difference_fix({"rule": d.rule, "evidence": d.evidence})} for d in diffs]}
 
     return (ranks or Ranks()).main_only(measure)
+
+
+def training_noise(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult, model: Any,
+                   tokenizer: Any) -> dict[str, Any] | None:
+    """For a refusal: how far the capability moved from the run's last earlier checkpoint to the final adapter on the
+    same prompts (`regression.training_noise`); None when the run folder keeps no earlier checkpoint."""
+    limit = json.loads((settings.out_dir / SETTINGS).read_text(encoding="utf-8"))["max_new_tokens"]
+    return checkpoint_band(model, tokenizer, measured, get_capability(settings.capability), audit.run,
+                           settings.out_dir, max_new_tokens=limit, batch_size=settings.batch_size)
 
 
 def attributes(settings: AttributeSettings, measured: RegressionResult | None, ranks: Ranks | None = None) -> bool:

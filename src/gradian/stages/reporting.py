@@ -47,13 +47,15 @@ def cluster(settings: AttributeSettings, audit: DiagnoseResult, features: Featur
 def report(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult | None, *,
            query: Query | None = None, ranking: Ranking | None = None, clusters: Clusters | None = None,
            extraction: Extraction | None = None, model: Any = None, tokenizer: Any = None,
-           served: dict[str, Any] | None = None) -> AttributeResult:
+           served: dict[str, Any] | None = None, training_noise: dict[str, Any] | None = None) -> AttributeResult:
     """The verdict and the report files (report.json / .md / .html, examples.jsonl, culprits) of `attribute`:
-    the regression alone inside the noise band, else the ranking's effects, the clusters and, given the model and
-    its tokenizer, the token where each top row does most harm along `query.direction`; `served` is the served
+    the regression alone inside the noise band (with `training_noise`, `stages.failures.training_noise`, when the
+    run keeps an earlier checkpoint), else the ranking's effects, the clusters and, given the model and its
+    tokenizer, the token where each top row does most harm along `query.direction`; `served` is the served
     regression's block (`stages.failures.served`), which the verdict weighs first."""
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     summary = measured.summary.to_dict() if measured is not None else {}
+    summary |= {"training_noise": training_noise} if training_noise is not None else {}
     effects = ranking.effects if ranking is not None else None  # (Q, N)
     effect = None if ranking is None else ranking.effect  # (N,)
     labels = clusters.labels if clusters is not None else None

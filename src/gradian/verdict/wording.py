@@ -99,8 +99,20 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     else:
         reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
                   "training rows.")
-    return (f"{measured(regression)} {reason}", "Nothing to fix. To detect a smaller drop, measure on more eval "
-            "prompts, or rerun with --force to attribute anyway.")
+    return (f"{measured(regression)} {reason}{training_noise(regression)}", "Nothing to fix. To detect a smaller "
+            "drop, measure on more eval prompts, or rerun with --force to attribute anyway.")
+
+
+def training_noise(regression: dict[str, Any]) -> str:
+    """The run's own training noise beside the prompts' (`regression.training_noise`), as a sentence; "" without."""
+    band = regression.get("training_noise")
+    if not band:
+        return ""
+    final = f" (step {band['final_step']})" if band.get("final_step") is not None else ""
+    return (f" Training noise, from the run's own checkpoints: between {band['checkpoint']} (step {band['step']}) and "
+            f"the final adapter{final} the capability moved {pct(band['moved'], signed=True)} (95% CI "
+            f"{pct(band['ci_low'], signed=True)} to {pct(band['ci_high'], signed=True)}), a lower bound on how far "
+            "another run of the same recipe could land (`gradian verify` retrains with another seed).")
 
 
 def detectable(regression: dict[str, Any]) -> str:
