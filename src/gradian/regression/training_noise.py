@@ -44,11 +44,17 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def final_step(run: RunInfo | None) -> int | None:
+    """The final adapter's step: trainer_state.json's `global_step`, None when the run folder does not record it."""
+    step = (run.trainer_state or {}).get("global_step") if run is not None else None
+    return step if isinstance(step, int) else None
+
+
 def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
     """The newest saved checkpoint before the final adapter, and its step; None when the run keeps none."""
     if run is None or run.adapter_dir is None or not (run.adapter_dir / WEIGHTS).is_file():
         return None
-    final_step = (run.trainer_state or {}).get("global_step")
+    last = final_step(run)
     final = _sha256(run.adapter_dir / WEIGHTS)
     steps = []
     for folder in run.checkpoints:
@@ -56,7 +62,7 @@ def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
         if found and (folder / WEIGHTS).is_file():
             steps.append((int(found.group(1)), folder))
     for step, folder in sorted(steps, reverse=True):
-        if (not isinstance(final_step, int) or step < final_step) and _sha256(folder / WEIGHTS) != final:
+        if (last is None or step < last) and _sha256(folder / WEIGHTS) != final:
             return folder, step
     return None
 
@@ -85,9 +91,7 @@ def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capa
                        dtype=np.float64)  # (n,)
     final = np.array([row.finetuned_score for row in measured.rows], dtype=np.float64)  # (n,)
     evidence = paired_evidence(earlier, final, binary=scores_are_binary(capability, earlier, final))
-    final_step = (run.trainer_state or {}).get("global_step") if run is not None else None
-    return {"source": "checkpoint", "checkpoint": folder.name, "step": step,
-            "final_step": final_step if isinstance(final_step, int) else None,
+    return {"source": "checkpoint", "checkpoint": folder.name, "step": step, "final_step": final_step(run),
             "checkpoint_rate": float(earlier.mean()), "moved": float((final - earlier).mean()),
             "ci_low": evidence.ci_low, "ci_high": evidence.ci_high, "p_value": evidence.p_value}
 
