@@ -66,7 +66,8 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
             if not ranks.is_main:
                 return None
             say("regression: inside the noise band; measuring the run's earlier checkpoint beside it, then stopping")
-            noise = training_noise(settings, audit, measured, model, tokenizer) if measured is not None else None
+            noise = training_noise(settings, audit, measured, model, tokenizer, bar=bar) if measured is not None \
+                else None
             return report(settings, audit, measured, served=as_served, training_noise=noise)
 
         query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,12 @@ def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
 
 
 def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capability: Capability, run: RunInfo | None,
-                    out_dir: Path, *, max_new_tokens: int, batch_size: int = 16) -> dict[str, Any] | None:
+                    out_dir: Path, *, max_new_tokens: int, batch_size: int = 16,
+                    progress: Callable[[int], Callable[[int], Any]] | None = None) -> dict[str, Any] | None:
     """How far the capability moved from the run's earlier checkpoint to the final adapter (module docstring); None
-    when the run keeps no earlier checkpoint. `model` is the PeftModel with the final adapter active."""
+    when the run keeps no earlier checkpoint. `model` is the PeftModel with the final adapter active; `progress(total)`,
+    called once before generating (never when the answers are kept), gives the callable that gets the count of each
+    batch generated."""
     found = earlier_checkpoint(run)
     if found is None:
         return None
@@ -85,7 +89,8 @@ def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capa
     except (OSError, ValueError, KeyError, TypeError):
         texts = None
     if texts is None:
-        texts = [answer.text for answer in _answers(model, tokenizer, folder, prompts, max_new_tokens, batch_size)]
+        texts = [answer.text for answer in _answers(model, tokenizer, folder, prompts, max_new_tokens, batch_size,
+                                                    progress(len(prompts)) if progress is not None else None)]
         atomic_write(cache, json.dumps({"key": key, "outputs": texts}) + "\n")
     earlier = np.array([capability.score(text, row.reference) for text, row in zip(texts, measured.rows, strict=True)],
                        dtype=np.float64)  # (n,)
@@ -97,7 +102,7 @@ def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capa
 
 
 def _answers(model: Any, tokenizer: Any, folder: Path, prompts: list[list[int]], max_new_tokens: int,
-             batch_size: int) -> list[Any]:
+             batch_size: int, progress: Callable[[int], Any] | None = None) -> list[Any]:
     """The checkpoint's greedy answers, its adapter loaded beside the final one and removed after."""
     active = model.active_adapter
     try:
@@ -111,7 +116,8 @@ def _answers(model: Any, tokenizer: Any, folder: Path, prompts: list[list[int]],
                          "the run folder.", folder) from None
     try:
         model.set_adapter(ADAPTER)
-        return generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        return generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                        progress=progress)
     finally:
         model.set_adapter(active)
         model.delete_adapter(ADAPTER)

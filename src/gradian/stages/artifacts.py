@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -93,3 +94,28 @@ def write_json(path: Path, data: Any) -> None:
 
 def wrap(bar: Bar | None, label: str) -> Callable[[Iterable], Iterable] | None:
     return None if bar is None else (lambda items: bar(items, label))
+
+
+@contextmanager
+def late_bar(bar: Bar | None, label: str) -> Iterator[Callable[[int], Callable[[int], None]] | None]:
+    """For a step that learns its total late (and may find its work kept): `opened(total)` opens a bar of `label`
+    and gives the callable each batch calls with how many it finished; every bar opened closes on exit. None
+    without a bar."""
+    opened: list[Any] = []
+
+    def open_bar(total: int) -> Callable[[int], None]:
+        assert bar is not None
+        ticks = bar(range(total), label)
+        steps = iter(ticks)
+        opened.append(ticks)
+
+        def advance(n: int) -> None:
+            for _ in range(n):
+                next(steps, None)
+        return advance
+
+    try:
+        yield open_bar if bar is not None else None
+    finally:
+        for ticks in opened:
+            getattr(ticks, "close", lambda: None)()

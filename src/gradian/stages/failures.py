@@ -22,7 +22,7 @@ from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.queries import QueryPair
 from gradian.scores.query import Query, failing_queries, query_direction, query_states
 from gradian.settings import AttributeSettings, row_harm_of
-from gradian.stages.artifacts import Bar, Prepared
+from gradian.stages.artifacts import Bar, Prepared, late_bar
 from gradian.verdict.wording import difference_fix
 
 
@@ -94,12 +94,14 @@ def served(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
 
 
 def training_noise(settings: AttributeSettings, audit: DiagnoseResult, measured: RegressionResult, model: Any,
-                   tokenizer: Any) -> dict[str, Any] | None:
+                   tokenizer: Any, *, bar: Bar | None = None) -> dict[str, Any] | None:
     """For a refusal: how far the capability moved from the run's last earlier checkpoint to the final adapter on the
     same prompts (`regression.training_noise`); None when the run folder keeps no earlier checkpoint."""
     limit = json.loads((settings.out_dir / SETTINGS).read_text(encoding="utf-8"))["max_new_tokens"]
-    return checkpoint_band(model, tokenizer, measured, get_capability(settings.capability), audit.run,
-                           settings.out_dir, max_new_tokens=limit, batch_size=settings.batch_size)
+    with late_bar(bar, "answers of the earlier checkpoint") as progress:
+        return checkpoint_band(model, tokenizer, measured, get_capability(settings.capability), audit.run,
+                               settings.out_dir, max_new_tokens=limit, batch_size=settings.batch_size,
+                               progress=progress)
 
 
 def attributes(settings: AttributeSettings, measured: RegressionResult | None, ranks: Ranks | None = None) -> bool:

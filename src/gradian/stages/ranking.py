@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from gradian.stages.artifacts import (
     Bar,
     Extraction,
     Scores,
+    late_bar,
     wrap,
     write_json,
 )
@@ -78,26 +78,10 @@ def activation_of(settings: AttributeSettings, model: Any, tokenizer: Any, audit
                   bar: Bar | None = None) -> ActivationScores:
     """Each row's activation cosine, the base's answers to the training prompts generated under a bar labelled
     `base answers` (none when they are kept in the output folder)."""
-    opened: list[Any] = []
-
-    def counter(total: int) -> Callable[[int], None]:  # a bar over the prompts to answer, once their count is known
-        assert bar is not None
-        ticks = bar(range(total), "base answers")
-        steps = iter(ticks)
-        opened.append(ticks)
-
-        def advance(n: int) -> None:  # each batch says how many answers it finished
-            for _ in range(n):
-                next(steps, None)
-        return advance
-
-    try:
+    with late_bar(bar, "base answers") as progress:
         return activation_scores(model, tokenizer, audit, query.failing, settings.out_dir,
                                  max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                                 progress=counter if bar is not None else None)
-    finally:
-        for ticks in opened:
-            getattr(ticks, "close", lambda: None)()
+                                 progress=progress)
 
 
 def harm_of_rows(settings: AttributeSettings, query: Query, extraction: Extraction, model: Any,
