@@ -7,9 +7,10 @@ how far the capability moved over the run's last saved steps:
 
     moved = mean_q [ score_final(q) − score_checkpoint(q) ]        with the regression's paired test and interval
 
-A drop no larger than `moved` is as large as the run's own movement late in training. That movement is a lower
-bound on training noise: nearby steps of one run agree more than two seeds do. verify's reseeded retrain measures
-the seed's share.
+A drop no larger than `moved` is within the run's own movement over its last saved steps. That is not the seed's
+share of training noise, and bounds it neither way: on nine refused tiny runs a reseeded retrain moved the final
+capability more than the last epoch did on one run and less on three (BENCHMARKS.md). verify's reseeded retrain
+measures the seed's share.
 
 The checkpoint is the newest `checkpoint-N/` before the final step (trainer_state.json's `global_step`) whose
 adapter weights differ from the final adapter's. Its answers are kept in `training_noise.json`, keyed by its

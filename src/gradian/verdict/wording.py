@@ -111,8 +111,9 @@ def training_noise(regression: dict[str, Any]) -> str:
     final = f" (step {band['final_step']})" if band.get("final_step") is not None else ""
     return (f" Training noise, from the run's own checkpoints: between {band['checkpoint']} (step {band['step']}) and "
             f"the final adapter{final} the capability moved {pct(band['moved'], signed=True)} (95% CI "
-            f"{pct(band['ci_low'], signed=True)} to {pct(band['ci_high'], signed=True)}), a lower bound on how far "
-            "another run of the same recipe could land (`gradian verify` retrains with another seed).")
+            f"{pct(band['ci_low'], signed=True)} to {pct(band['ci_high'], signed=True)}): a drop no larger than that "
+            "is within the run's own movement late in training (`gradian verify` retrains with another seed for the "
+            "seed's share).")
 
 
 def detectable(regression: dict[str, Any]) -> str:
