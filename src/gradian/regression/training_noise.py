@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 from safetensors import SafetensorError
 
 from gradian.capabilities import Capability
+from gradian.data.checkpoints import CHECKPOINT
 from gradian.data.run_folder import RunInfo
 from gradian.errors import InputError
 from gradian.files import atomic_write
@@ -58,11 +58,8 @@ def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
         return None
     last = final_step(run)
     final = _sha256(run.adapter_dir / WEIGHTS)
-    steps = []
-    for folder in run.checkpoints:
-        found = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if found and (folder / WEIGHTS).is_file():
-            steps.append((int(found.group(1)), folder))
+    steps = [(int(found.group(1)), folder) for folder in run.checkpoints
+             if (found := CHECKPOINT.match(folder.name)) and (folder / WEIGHTS).is_file()]
     for step, folder in sorted(steps, reverse=True):
         if (last is None or step < last) and _sha256(folder / WEIGHTS) != final:
             return folder, step
