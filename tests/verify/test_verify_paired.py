@@ -10,7 +10,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from gradian.verify.measure import Original, change
+from gradian.regression.statistics import change
+from gradian.verify.measure import Original
 from gradian.verify.pages import curve_chart, render_page
 from gradian.verify.paired import ALPHA, holm, paired_test, with_holm
 from gradian.verify.plan import CurvePoint, Plan, Topic

@@ -334,3 +334,21 @@ def _no_stop_rate(stopped: Sequence[bool] | None) -> float | None:
     if stopped is None or len(stopped) == 0:
         return None
     return float(1.0 - np.mean(np.asarray(stopped, dtype=bool)))
+
+
+@dataclass
+class Change:
+    """A capability change on the eval prompts: the mean paired difference and its CI."""
+
+    delta: float
+    ci: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"delta": self.delta, "ci": list(self.ci)}
+
+
+def change(after: np.ndarray, before: np.ndarray, *, binary: bool) -> Change:
+    """Paired change after − before, with the regression's CI (its test inverted, so it agrees with that test)."""
+    diffs = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)  # (n,)
+    evidence = paired_evidence(before, after, binary=binary)
+    return Change(float(diffs.mean()), (evidence.ci_low, evidence.ci_high))

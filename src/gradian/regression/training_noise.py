@@ -35,7 +35,7 @@ from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.regression.generation import generate
 from gradian.regression.measure import RegressionResult, scores_are_binary
-from gradian.regression.statistics import paired_evidence
+from gradian.regression.statistics import change
 
 CACHE = "training_noise.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -93,10 +93,10 @@ def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capa
     earlier = np.array([capability.score(text, row.reference) for text, row in zip(texts, measured.rows, strict=True)],
                        dtype=np.float64)  # (n,)
     final = np.array([row.finetuned_score for row in measured.rows], dtype=np.float64)  # (n,)
-    evidence = paired_evidence(earlier, final, binary=scores_are_binary(capability, earlier, final))
+    moved = change(final, earlier, binary=scores_are_binary(capability, earlier, final))
     return {"source": "checkpoint", "checkpoint": folder.name, "step": step, "final_step": final_step(run),
-            "checkpoint_rate": float(earlier.mean()), "moved": float((final - earlier).mean()),
-            "ci_low": evidence.ci_low, "ci_high": evidence.ci_high, "p_value": evidence.p_value}
+            "checkpoint_rate": float(earlier.mean()), "moved": moved.delta, "ci_low": moved.ci[0],
+            "ci_high": moved.ci[1]}
 
 
 def _answers(model: Any, tokenizer: Any, folder: Path, prompts: list[list[int]], max_new_tokens: int,

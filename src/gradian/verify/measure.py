@@ -28,7 +28,7 @@ from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.regression.generation import generate
 from gradian.regression.measure import GENERATIONS, SETTINGS
-from gradian.regression.statistics import N_RESAMPLES, paired_evidence
+from gradian.regression.statistics import N_RESAMPLES
 
 SCORES = "scores.json"
 
@@ -43,17 +43,6 @@ class Original:
     base: np.ndarray  # (n,) base scores
     finetuned: np.ndarray  # (n,) fine-tuned scores
     max_new_tokens: int
-
-
-@dataclass
-class Change:
-    """A capability change on the eval prompts: the mean paired difference and its CI."""
-
-    delta: float
-    ci: tuple[float, float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"delta": self.delta, "ci": list(self.ci)}
 
 
 def read_original(report_dir: Path, capability: Capability) -> Original:
@@ -127,13 +116,6 @@ def measure_adapter(
     scores = [capability.score(a.text, ref) for a, ref in zip(answers, original.references, strict=True)]
     atomic_write(cache, json.dumps({"key": key, "scores": scores, "outputs": [a.text for a in answers]}) + "\n")
     return np.array(scores, dtype=np.float64)
-
-
-def change(after: np.ndarray, before: np.ndarray, *, binary: bool) -> Change:
-    """Paired change after − before, with the regression's CI (its test inverted, so it agrees with that test)."""
-    diffs = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)  # (n,)
-    evidence = paired_evidence(before, after, binary=binary)
-    return Change(float(diffs.mean()), (evidence.ci_low, evidence.ci_high))
 
 
 @dataclass
