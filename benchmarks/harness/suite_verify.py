@@ -37,8 +37,10 @@ PLANTED = "without-planted"
 CAUSAL = 0.8  # the planted rows are the regression's cause where removing them recovers this much
 
 
-def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
-    """Retrain without the planted culprit rows (zero weight, the run's own recipe and seed) and measure its recovery."""
+def report_retrain(out: Path, name: str, rows: list[Any] | None = None, zero_ids: frozenset[str] = frozenset()
+                   ) -> dict[str, Any]:
+    """Retrain the run of the report in `out` with its own recipe and seed (`rows` in place of its dataset, `zero_ids`
+    at zero weight) into `out/verify/<name>`, and measure its recovery on the report's eval prompts."""
     from gradian.data.base_model import resolve_base_model
     from gradian.data.run_folder import read_run
     from gradian.regression.loading import read_adapter_config
@@ -46,15 +48,19 @@ def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
     used = json.loads((out / "report.json").read_text())["settings"]
     base, run = resolve_base_model(used["base_model"]), read_run(used["run"], used.get("config"))
     recipe = read_recipe(run, read_adapter_config(Path(used["adapter"])))
-    planted = frozenset(truth["culprit_ids"])  # at zero weight under the run's seed and order, as verify removes
-    rows = read_dataset(used["dataset"])
-    folder, marker = retrain(Retrain(PLANTED, rows, recipe.seed, zero_ids=planted), recipe, base, out / "verify",
+    rows = read_dataset(used["dataset"]) if rows is None else rows
+    folder, marker = retrain(Retrain(name, rows, recipe.seed, zero_ids=zero_ids), recipe, base, out / "verify",
                              device="cpu")
     capability = get_capability(used.get("capability", "json_formatting"))
     original = read_original(out, capability)
     got = recovery(measure_adapter(folder, base, original, capability, device="cpu"), original)
-    return {"removed": len(planted), "recovery": got.value, "recovery_ci": list(got.ci) if got.ci else None,
+    return {"removed": len(zero_ids), "recovery": got.value, "recovery_ci": list(got.ci) if got.ci else None,
             "wall_s": marker["wall_s"], "reused": marker["reused"]}
+
+
+def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
+    """Retrain without the planted culprit rows (zero weight, the run's own recipe and seed) and measure its recovery."""
+    return report_retrain(out, PLANTED, zero_ids=frozenset(truth["culprit_ids"]))
 
 
 def run_record(work: Path, groups: int) -> dict[str, Any]:

@@ -18,14 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gradian.capabilities import get_capability
-from gradian.data.base_model import resolve_base_model
+from benchmarks.harness.suite_verify import report_retrain
 from gradian.data.examples import read_dataset
-from gradian.data.run_folder import read_run
-from gradian.regression.loading import read_adapter_config
-from gradian.verify.measure import measure_adapter, read_original, recovery
-from gradian.verify.recipe import read_recipe
-from gradian.verify.retrain import Retrain, retrain
 
 
 def main() -> None:
@@ -38,22 +32,16 @@ def main() -> None:
     report = json.loads((args.report / "report.json").read_text())
     used, named = report["settings"], report["verdict"]["culprit_ids"]
     truth = json.loads((Path(used["dataset"]).parent / "truth.json").read_text())
-    base, run = resolve_base_model(used["base_model"]), read_run(used["run"], used.get("config"))
-    recipe = read_recipe(run, read_adapter_config(Path(used["adapter"])))
     rows = read_dataset(used["dataset"])
     clean = sorted(e.id for e in rows if e.id not in set(truth["culprit_ids"]))
-    capability = get_capability(used.get("capability", "json_formatting"))
-    original = read_original(args.report, capability)
     sets = ([("dropped-named", set(named))] if args.named else []) + [
         (f"dropped-random-{args.n}-{draw}", set(np.random.default_rng(draw).choice(clean, args.n, replace=False)))
         for draw in args.draws]
     result = {}
     for name, drop in sets:
-        folder, marker = retrain(Retrain(name, [e for e in rows if e.id not in drop], recipe.seed), recipe, base,
-                                 args.report / "verify", device="cpu")
-        got = recovery(measure_adapter(folder, base, original, capability, device="cpu"), original)
-        result[name] = {"dropped": len(drop), "recovery": got.value, "ci": list(got.ci) if got.ci else None,
-                        "wall_s": marker["wall_s"]}
+        got = report_retrain(args.report, name, [e for e in rows if e.id not in drop])
+        result[name] = {"dropped": len(drop), "recovery": got["recovery"], "ci": got["recovery_ci"],
+                        "wall_s": got["wall_s"]}
         print(name, json.dumps(result[name]), flush=True)
     (args.report / f"dropped-rows-{args.n}.json").write_text(json.dumps(result, indent=1) + "\n")
 
