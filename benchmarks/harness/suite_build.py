@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 
 from benchmarks.harness import jobs
 from gradian.scenarios import build, built_before
-from gradian.scenarios.base import base_model, make_tokenizer
+from gradian.scenarios.base import base_model, tokenizer_text
 from gradian.scenarios.family import make_family_data
 from gradian.scenarios.suite import FAMILIES, families
 
@@ -33,8 +33,8 @@ def current(folder: Path, name: str, seed: int) -> bool:
     if not built_before(folder, name, seed):
         return False
     family = FAMILIES[name]
-    now = make_tokenizer(family.domain, family.tokenizer).backend_tokenizer.to_str()
-    if Tokenizer.from_file(str(folder / "base" / "tokenizer.json")).to_str() != now:
+    saved = Tokenizer.from_file(str(folder / "base" / "tokenizer.json")).to_str()
+    if saved != tokenizer_text(family.domain, family.tokenizer):
         return False
     made = make_family_data(family, seed, AutoTokenizer.from_pretrained(folder / "base"))
     found = [[json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()],

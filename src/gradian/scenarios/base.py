@@ -89,7 +89,12 @@ def tokenizer_key(domain: str = "tickets", kind: str = "fused") -> str:
     only with the vocabulary (and merges) the code gives now. A cause's word once joined the home vocabulary and left
     it, and the base cached with it kept being reused: home-rename-volume seed 0 lost 18 points on that stale base
     and 3.5 on a fresh one."""
-    return hashlib.sha256(make_tokenizer(domain, kind).backend_tokenizer.to_str().encode()).hexdigest()[:12]
+    return hashlib.sha256(tokenizer_text(domain, kind).encode()).hexdigest()[:12]
+
+
+def tokenizer_text(domain: str = "tickets", kind: str = "fused") -> str:
+    """The tokenizer a base is pretrained with, serialised as its tokenizer.json holds it."""
+    return str(make_tokenizer(domain, kind).backend_tokenizer.to_str())
 
 
 def make_tokenizer(domain: str = "tickets", kind: str = "fused") -> PreTrainedTokenizerFast:
