@@ -91,6 +91,23 @@ def test_no_dominant_symptom_below_half_and_nothing_failing():
     assert empty.n_failing == 0 and empty.dominant is None and empty.examples == {}
 
 
+def test_never_stops_is_said_as_the_answers_show_it_to_the_limit_or_stopped_after_more_text():
+    """An answer closed by another template's end marker (`</s>` as text) stops, after a complete answer: the
+    sentence must not say it ran to the token limit."""
+    from gradian.verdict.wording import symptom_sentence
+
+    marked = [row(i, REFERENCE + "</s>") for i in range(4)]
+    limit = [row(10 + i, REFERENCE + " and more", stopped=False) for i in range(2)]
+    assert classify_failures(marked, JSON).ran_to_limit == 0
+    assert "each writes more text after a complete answer, then stops" in symptom_sentence(
+        classify_failures(marked, JSON))
+    assert "never stop (they run on to the token limit)" in symptom_sentence(classify_failures(limit, JSON))
+    both = classify_failures(marked + limit, JSON)
+    assert both.ran_to_limit == 2 and both.to_dict()["ran_to_limit"] == 2
+    assert "(2 run on to the token limit, 4 write more text after a complete answer, then stop)" in \
+        symptom_sentence(both)
+
+
 RUN_ON = " The customer asks for a refund of order 6911. The customer asks for a refund of order 6911. The"
 
 

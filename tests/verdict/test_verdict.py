@@ -233,7 +233,8 @@ def test_answers_that_run_on_after_a_valid_object_with_pad_eos_are_setup_however
     assert verdict.kind == "setup" and verdict.next_action == PAD_UNKNOWN.fix
     assert verdict.evidence["finding"]["check"] == "pad_eos_masking"
     assert "DataCollatorForLanguageModeling" in verdict.summary
-    assert "100.0% of the 79 failing answers never stop" in verdict.summary
+    assert ("100.0% of the 79 failing answers do not stop where the answer ends (35 run on to the token limit, 44 "
+            "write more text after a complete answer, then stop)") in verdict.summary
 
 
 def test_a_stop_fault_needs_running_on_to_lead_not_to_cover_half():
@@ -321,6 +322,28 @@ def test_targets_failing_the_capability_where_the_failures_sit_are_named(counts)
     assert "completions that fail the capability themselves" in verdict.summary
     assert joined(SIGNIFICANT, [fails], spread_effects(), symptoms_of(NEVER_STOPS), {"fails_capability": 0.6}).kind \
         == "diffuse"
+
+
+def test_answers_closed_by_another_templates_marker_are_named_with_the_fix_that_keeps_them():
+    """smol-home-foreign-eos: right answers then `</s>`, each stopped after it. Where the gradients are spread, the
+    rows that fail the capability alone teach no one symptom, so they are not named; the marker's rows teach text
+    after a complete answer and are, with the fix that keeps them."""
+    rows = [IDS[i] for i in ELSEWHERE]
+    fails = Finding("fails_capability", "critical", "20 of 100 training completions fail json_formatting.",
+                    "fix or drop them", example_ids=rows)
+    marker = Finding("foreign_turn_marker", "critical", "20 of 100 rows (20.0%) have trained answers that close with "
+                     "another chat template's turn marker", "remove `</s>` from the answers of rows ...",
+                     example_ids=rows, values={"markers": {"</s>": 20}})
+    stopped_after = Symptoms(20, {s: 20 if s == "never-stops" else 0 for s in SYMPTOMS},
+                             {s: 1.0 if s == "never-stops" else 0.0 for s in SYMPTOMS}, ran_to_limit=0)
+    failure = {"fails_capability": 0.6, "foreign_turn_marker": 0.6}
+    assert joined(SIGNIFICANT, [fails], spread_effects(), stopped_after, failure).kind == "diffuse"
+    verdict = joined(SIGNIFICANT, [fails, marker], spread_effects(), stopped_after, failure)
+    assert verdict.kind == "data-cluster" and verdict.culprit_ids == rows
+    assert verdict.evidence["group"] == "foreign_turn_marker"
+    assert "another chat template's turn marker as plain text" in verdict.summary
+    assert "each writes more text after a complete answer, then stops" in verdict.summary
+    assert "remove `</s>`" in verdict.next_action
 
 
 def test_gradients_that_agree_and_that_disagree_with_the_audit_are_said_so():

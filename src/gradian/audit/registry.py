@@ -41,11 +41,12 @@ CATEGORIES: dict[str, str] = {}
 TEACHES: dict[str, tuple[str, ...]] = {}
 CAUSE_FROM: dict[str, str] = {}
 BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter",
-            "capability", "fields")
+            "capability", "fields", "markers")
 BUILT_IN_CATEGORIES = {
     "truncation": "per-row", "dropped_overlong": "per-row", "cut_in_data": "per-row", "missing_eos": "stop",
     "prompt_loss": "per-row", "no_loss": "per-row", "weight_ignored": "per-row", "duplicate": "per-row", "near_duplicate": "per-row",
     "train_eval_overlap": "per-row", "double_bos": "per-row", "fails_capability": "per-row", "missing_fields": "per-row",
+    "foreign_turn_marker": "per-row",
     "pad_eos_masking": "stop", "eos_after_cut": "setup", "packing_split": "setup", "chat_template_on_base": "setup", "untrained_added_tokens": "setup",
     "learning_rate": "hyperparameter", "lora_alpha_rank": "hyperparameter", "adapter_base_mismatch": "setup",
     "many_epochs": "run-wide", "eval_loss_rising": "run-wide", "loss_spike": "run-wide", "nan_in_logs": "run-wide",
@@ -53,11 +54,14 @@ BUILT_IN_CATEGORIES = {
 # What the rows of each built-in check teach, beyond a `stop` check's `never-stops` (`missing_eos`, `pad_eos_masking`):
 # a row cut in the data teaches stopping early; a target that fails the capability teaches whatever its failure is;
 # a row cut by max_length teaches either; a row the max length cut and then ended in EOS (`eos_after_cut`) teaches
-# stopping early; a row that leaves out fields its eval neighbours' answers have (`missing_fields`) teaches wrong fields.
+# stopping early; a row that leaves out fields its eval neighbours' answers have (`missing_fields`) teaches wrong fields;
+# an answer closed (or opened) by another template's turn marker (`foreign_turn_marker`) teaches text after (or
+# before) a complete answer.
 BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
     "cut_in_data": ("stops-early",), "truncation": ("stops-early", "never-stops"),
     "truncated_completion": ("stops-early", "never-stops"), "eos_after_cut": ("stops-early",),
     "fails_capability": (ANY_SYMPTOM,), "missing_fields": ("wrong-fields",),
+    "foreign_turn_marker": ("never-stops", "wrapped"),
 }
 # `many_epochs` is evidence of a cause only when critical, the severity its check keeps for logs that show
 # overfitting: many epochs alone explain nothing.

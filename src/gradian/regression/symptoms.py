@@ -62,6 +62,8 @@ class Symptoms:
     shares: dict[str, float]
     examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     by_id: dict[str, str] = field(default_factory=dict)
+    ran_to_limit: int | None = None  # `never-stops` answers that ran to the token limit (the others stopped after
+    # more text); None where not counted
 
     @property
     def dominant(self) -> str | None:
@@ -116,7 +118,8 @@ def classify_failures(rows: Sequence[RegressionRow], capability: Capability) -> 
             examples[symptom].append({"id": row.id, "answer": _clip(row.finetuned.text)})
     n = len(failing)
     shares = {symptom: counts[symptom] / n if n else 0.0 for symptom in SYMPTOMS}
-    return Symptoms(n, counts, shares, {s: e for s, e in examples.items() if e}, by_id)
+    limit = sum(1 for row in failing if by_id[row.id] == "never-stops" and not row.finetuned.stopped)
+    return Symptoms(n, counts, shares, {s: e for s, e in examples.items() if e}, by_id, limit)
 
 
 def runs_on(body: str, wanted: str | None, reference: str | None, capability: Capability) -> bool:

@@ -38,6 +38,7 @@ CHECK_PHRASES = {
     "prompt_loss": "loss on the prompt",
     "fails_capability": "completions that fail the capability themselves",
     "missing_fields": "completions that leave out fields the eval's answers have",
+    "foreign_turn_marker": "answers carrying another chat template's turn marker as plain text",
 }
 
 # What the targets of a symptom sub-group look like ("fails_capability:wrapped").
@@ -80,7 +81,21 @@ def symptom_sentence(symptoms: Symptoms) -> str:
         mixed = ", ".join(f"{pct(symptoms.shares[s])} {s}" for s in symptoms.counts if symptoms.counts[s])
         return f"The {symptoms.n_failing} failing answers fail in mixed ways ({mixed})." if mixed else ""
     return (f"{pct(symptoms.shares[dominant])} of the {symptoms.n_failing} failing answers "
-            f"{SYMPTOM_PHRASES[dominant]}.")
+            f"{_never_stops(symptoms) if dominant == 'never-stops' else SYMPTOM_PHRASES[dominant]}.")
+
+
+def _never_stops(symptoms: Symptoms) -> str:
+    """`never-stops` said as the answers show it: run to the token limit, or more text after a complete answer and
+    then EOS (another template's end marker written as text), or both."""
+    if symptoms.ran_to_limit is None:
+        return SYMPTOM_PHRASES["never-stops"]
+    limit, after = symptoms.ran_to_limit, symptoms.counts["never-stops"] - symptoms.ran_to_limit
+    if not after:
+        return "never stop (they run on to the token limit)"
+    if not limit:
+        return "do not stop where the answer ends: each writes more text after a complete answer, then stops"
+    return (f"do not stop where the answer ends ({limit} run on to the token limit, {after} write more text after a "
+            "complete answer, then stop)")
 
 
 def check_phrase(check: str) -> str:
