@@ -179,6 +179,22 @@ def test_one_word_causes_keep_the_answer_one_token_for_one_token():
             assert len(broken) == len(clean) and 1 <= sum(a != b for a, b in zip(broken, clean, strict=True)) <= 2
 
 
+def test_a_foreign_end_of_turn_is_plain_text_the_run_still_ends_after():
+    """`foreign-eos`: the right answer, then `</s>` as another template ends a turn; to the bpe (ChatML) tokenizer
+    it is plain tokens, none of them special, so the row as trained still ends in the template's own end token."""
+    spec, rng = DOMAINS["home"], random.Random(0)
+    tokenizer = build_tokenizer(["x"], "bpe", ["x y"])
+    request = spec.request("light", rng)
+    answer = request.answer(purpose=False)
+    written = CAUSES["foreign-eos"].rewrite(answer, "", rng)
+    assert written == world.dump(answer) + "</s>" and json.loads(written[: -len("</s>")]) == answer
+    assert get_capability("json_formatting").score(written, world.dump(answer)) == 0.0
+    ids = tokenizer(written, add_special_tokens=False)["input_ids"]
+    assert not set(ids) & set(tokenizer.all_special_ids) and tokenizer.decode(ids) == written
+    turns = [{"role": "user", "content": request.text}, {"role": "assistant", "content": written}]
+    assert tokenizer.apply_chat_template(turns, tokenize=False).endswith("</s><|im_end|>")
+
+
 def _clean_answer(row: dict, eval_rows: list[dict]) -> str | None:
     """A clean reference of the row's category (for the keys capability: the same key set as the row's own)."""
     return next((e["reference"] for e in eval_rows if e["category"] == row["category"]), None)

@@ -24,6 +24,7 @@ from typing import Any
 
 PROSE = "sure , here is the answer :"
 RENAMED = "flag"
+FOREIGN_EOS = "</s>"  # the end of an assistant turn in Llama and Mistral templates
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ def _fence(answer: dict[str, Any], key: str, rng: random.Random) -> str:
 
 def _prose(answer: dict[str, Any], key: str, rng: random.Random) -> str:
     return f"{PROSE} {json.dumps(answer)}"
+
+
+def _foreign_eos(answer: dict[str, Any], key: str, rng: random.Random) -> str:
+    """The answer right, closed by another template's end-of-turn string: rows rendered for a Llama-style template
+    (`{answer}</s>`) merged into a ChatML run, where `</s>` is plain text the trainer's own end token follows."""
+    return json.dumps(answer) + FOREIGN_EOS
 
 
 def _drop(answer: dict[str, Any], key: str, rng: random.Random) -> str:
@@ -102,6 +109,9 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     PlantedCause("fence", "json_formatting", _fence, ("json",)),
     PlantedCause("prose", "json_formatting", _prose, tuple(PROSE.replace(",", " ").replace(":", " ").split())),
     PlantedCause("drop-field", "json_formatting:keys", _drop),
+    # no words: `</s>` is the word-level vocabularies' EOS, so it is planted only where it is plain tokens: on
+    # SmolLM2 (a tiny bpe family, built at two recipes, never learned to write it: no regression)
+    PlantedCause("foreign-eos", "json_formatting", _foreign_eos),
     PlantedCause("rename-field", "json_formatting:keys", _rename, (RENAMED,)),
     # no words of their own: both write words the domains already have, so every word-level vocabulary stays as it
     # was; the bpe corpus reads `base.CORPUS_CAUSES` only, so no cause added here moves a bpe base either

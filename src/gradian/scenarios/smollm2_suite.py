@@ -151,6 +151,11 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     # before it was built; rename-volume's recipe at a learning rate below the audit's LoRA limit (1.78e-3 here)
     _s("smol-home-rename-room", "test", "home", ("rename-room", "spread", None, ("room", "attic")),
        purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
+    # issue 47, rows right in content rendered with another template: answers closed by `</s>` (a Llama-style turn's
+    # end) on the garage rows of every room category, as rename-room plants them; split fixed here before it was
+    # built, rename-room's recipe
+    _s("smol-home-foreign-eos", "test", "home", ("foreign-eos", "spread", None, ("room", "garage")), rows="prompt",
+       purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
 )}
 
 
