@@ -189,3 +189,14 @@ def test_a_run_that_appends_eos_after_the_cut_is_retrained_on_its_own_tokens(wor
         assert mine["input_ids"] == ids and mine["labels"] == labels and ids[-1] == labels[-1] == eos
     assert 0 < n_cut < ROWS
 
+
+def test_a_retrains_key_changes_with_the_columns_the_trainer_reads():
+    """TRL's preparation reads a row's own columns (`Example.raw`), not only Gradian's normalised `fields`: a row
+    whose columns changed is another retrain, never the cached one."""
+    from gradian.data.examples import Example
+
+    fields = {"prompt": "p", "completion": '{"a": 1}'}
+    row = Example("1", 1, fields, raw={**fields, "completion": '{"a": 1}</s>'})
+    fixed = dataclasses.replace(row, raw=dict(fields))
+    assert Retrain("r", [row], 0).key(RECIPE, None) != Retrain("r", [fixed], 0).key(RECIPE, None)
+    assert Retrain("r", [row], 0).key(RECIPE, None) == Retrain("r", [dataclasses.replace(row)], 0).key(RECIPE, None)

@@ -68,8 +68,9 @@ class Retrain:
         return frozenset(i for i, e in enumerate(self.rows) if e.id in self.zero_ids)
 
     def key(self, recipe: Recipe, max_steps: int | None) -> str:
-        """What the trained weights depend on; a finished retrain with another key is retrained."""
-        spec = {"rows": [[e.id, e.fields] for e in self.rows], "seed": self.seed, "changes": self.changes,
+        """What the trained weights depend on; a finished retrain with another key is retrained. A row counts by
+        its normalised fields and by the file's own columns, which TRL's preparation reads (`trl_columns`)."""
+        spec = {"rows": [[e.id, e.fields, e.raw] for e in self.rows], "seed": self.seed, "changes": self.changes,
                 "zero": sorted(self.zero_ids), "order": self.order,
                 "recipe": {"training": recipe.training, "lora": recipe.lora, "collator": recipe.collator},
                 "max_steps": max_steps, "version": RETRAIN_VERSION}
