@@ -48,6 +48,14 @@ def test_answers_closed_by_another_templates_marker_are_named_with_the_fix_that_
     assert "`</s>`" in finding.fix and "<|im_end|>" in finding.fix and "3, 6, 10" in finding.fix
 
 
+def test_every_trained_turn_of_a_conversation_is_read_not_only_the_last(chatml):
+    turns = [{"role": "user", "content": "light on"}, {"role": "assistant", "content": '{"on": true}</s>'},
+             {"role": "user", "content": "and off"}, {"role": "assistant", "content": '{"on": false}'}]
+    clean = [{"messages": [turns[0], {"role": "assistant", "content": '{"on": true}'}]} for _ in range(9)]
+    (finding,) = findings(chatml, [{"messages": turns}, *clean])
+    assert finding.example_ids == ["1"] and finding.values["markers"] == {"</s>": 1}
+
+
 def test_a_marker_inside_an_answer_or_one_the_tokenizer_knows_is_not_reported(chatml):
     inside = rows()
     inside[0]["completion"] = '{"note": "<s>old</s> new", "on": true}'  # an HTML strikethrough, mid-answer

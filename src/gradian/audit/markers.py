@@ -7,19 +7,21 @@ carry loss like the answer, and the trainer's own end token follows them. The fi
 after (or before) its answer, and the answer then fails a check that reads it whole, though every row's content is
 right: the fix is removing the marker, not the rows.
 
-A marker counts where it opens or closes an answer (the turn's edges, where templates put it): text inside an
-answer (an HTML `<s>...</s>`) is left alone. A marker this tokenizer reads as one of its special tokens is not
+A marker counts where it opens or closes an answer the row trains (each trained assistant turn, a completion, a
+text row's structured tail: `truncation.trained_answers`, as `cut_in_data` reads them), at the turn's edges, where
+templates put it: text inside an answer (an HTML `<s>...</s>`) is left alone. A marker this tokenizer reads as one of its special tokens is not
 plain text, so it is not reported here.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from gradian.audit.capability import target_text
 from gradian.audit.context import AuditContext
 from gradian.audit.finding import Finding
 from gradian.audit.registry import check
+from gradian.audit.truncation import trained_answers
 from gradian.audit.wording import id_list, share
 from gradian.data.render import eos_token_of
 
@@ -57,23 +59,29 @@ def foreign_turn_marker(ctx: AuditContext) -> list[Finding]:
     markers = plain_markers(ctx.tokenizer)
     if not markers:
         return []
-    eos = eos_token_of(ctx.tokenizer, ctx.setup)  # a literal own EOS after the marker is taken off first
-    answers = [(e.id, text) for e in ctx.trained()
-               if (text := target_text(e, eos) if e.shape != "text" else str(e.completion or "")) is not None]
-    found = {row_id: marker for row_id, text in answers if (marker := edge_marker(text, markers)) is not None}
+    eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"  # a literal own EOS after the marker is taken off first
+    found: dict[str, tuple[str, str]] = {}  # row id -> (marker, the answer it edges), in dataset order
+    n_answers = 0
+    for example, rendered in ctx.rows:
+        if rendered.dropped:
+            continue
+        answers = [text.strip().removesuffix(eos) for text in trained_answers(example, rendered, ctx.tokenizer)]
+        n_answers += bool(answers)
+        edged = next(((m, text) for text in answers if (m := edge_marker(text, markers)) is not None), None)
+        if edged is not None:
+            found[example.id] = edged
     if not found:
         return []
-    ids = [row_id for row_id, _ in answers if row_id in found]
-    counts = {m: sum(1 for v in found.values() if v == m) for m in dict.fromkeys(found.values())}
+    ids, counts = list(found), Counter(marker for marker, _ in found.values())
     named = ", ".join(f"`{m}` ({n})" for m, n in counts.items())
     tokens = {m: len(ctx.tokenizer(m, add_special_tokens=False)["input_ids"]) for m in counts}
-    end = f", which ends each turn with its own {eos}" if eos else ""
-    title = (f"{share(len(ids), len(answers))} have trained answers that open or close with another chat template's turn "
+    end = f", which ends each turn with its own {eos}" if eos != "\0" else ""
+    title = (f"{share(len(ids), n_answers)} have trained answers that open or close with another chat template's turn "
              f"marker, which this tokenizer reads as plain text: {named}. The fine-tune learns to write it beside "
              "the answer")
     fix = (f"remove {', '.join(f'`{m}`' for m in counts)} from the answers of rows {id_list(ids)} (render rows with "
            f"the run's own chat template{end}): this keeps the rows, whose answers are right without it")
-    values = {"markers": counts, "marker_tokens": tokens, "answers": len(answers),
-              "examples": [{"id": i, "answer": text[-200:]} for i, text in answers if i in found][:EXAMPLES_SHOWN]}
-    severity = "critical" if len(ids) >= CRITICAL_SHARE * len(answers) else "warning"
+    values = {"markers": dict(counts), "marker_tokens": tokens, "answers": n_answers,
+              "examples": [{"id": i, "answer": text[-200:]} for i, (_, text) in list(found.items())[:EXAMPLES_SHOWN]]}
+    severity = "critical" if len(ids) >= CRITICAL_SHARE * n_answers else "warning"
     return [Finding("foreign_turn_marker", severity, title, fix, ids, values)]
