@@ -35,22 +35,13 @@ def regression(settings: AttributeSettings, audit: DiagnoseResult, model: Any, t
 
 def _measure(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tokenizer: Any,
              bar: Bar | None) -> RegressionResult:
-    ticks = bar(range(2 * len(audit.eval_examples or [])), "generating") if bar is not None else None
-    steps = iter(ticks) if ticks is not None else None
-
-    def advance(n: int = 1) -> None:  # measure_regression says how many answers each batch finished
-        for _ in range(n):
-            next(steps, None)  # type: ignore[arg-type]
-
-    try:
+    with late_bar(bar, "generating") as progress:  # measure_regression says how many answers each batch finished
         return measure_regression(
             model, tokenizer, audit.eval_examples or [], get_capability(settings.capability), audit.setup,
             settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-            progress=advance if steps is not None else None,
+            progress=progress(2 * len(audit.eval_examples or [])) if progress is not None else None,
             seed=settings.seed, min_effect=settings.min_effect,
         )
-    finally:
-        getattr(ticks, "close", lambda: None)()
 
 
 @dataclass
