@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -110,6 +112,21 @@ def test_chunked_reads_cover_every_row(model, rendered, tmp_path):
     assert np.array_equal(stacked, np.asarray(store))
 
 
+@contextlib.contextmanager
+def _counting_backwards():
+    """The number of rows in each backward extraction runs inside, in a list."""
+    from gradian.gradients import extract
+
+    seen, original = [], extract.lora_backward
+
+    def counted(model, batch, roots):
+        seen.append(int(batch["input_ids"].shape[0]))
+        return original(model, batch, roots)
+
+    with mock.patch.object(extract, "lora_backward", counted):
+        yield seen
+
+
 def _direction(model, seed=4):
     from gradian.gradients.hooks import lora_matrices
 
@@ -120,10 +137,11 @@ def _direction(model, seed=4):
 def test_extraction_gives_each_rows_harmful_positions_and_repsim_in_its_own_passes(model, rendered, tmp_path):
     """With a direction and the queries' states, the store's forward and backward also give `position_harms`' and
     RepSim's numbers (the dropped row 0), the features unchanged; a store made without them, and the energy pass's
-    rows, get theirs from passes of their own; resumed after an interruption, the same numbers; another direction
+    rows, get theirs from passes of their own, unless the energy pass took them along the same (one backward a row); resumed after an interruption, the same numbers; another direction
     or other queries are not read as these."""
     from gradian.gradients.energy import gradient_energy
-    from gradian.gradients.sides import cosine, position_harms_of, repsim_of
+    from gradian.gradients.hooks import lora_matrices
+    from gradian.gradients.sides import SideTaker, cosine, position_harms_of, repsim_of
     from gradian.scores.relevance import mean_hidden_states
     from gradian.scores.token_harm import position_harms
 
@@ -158,6 +176,19 @@ def test_extraction_gives_each_rows_harmful_positions_and_repsim_in_its_own_pass
     assert sampled is not None and len(sampled.rows) == 4
     check(extract_train_features(model, rendered, tmp_path / "energy", settings=SETTINGS, sampled=sampled,
                                  direction=direction, representations=states))
+    # the energy pass takes the sides from its own backward: extraction then runs no second one for its rows
+    taker = SideTaker(model, lora_matrices(model), direction=direction, representations=states)
+    _, sampled = gradient_energy(model, rendered, SETTINGS, max_rows=4, keep_bytes=10**8, taker=taker)
+    assert sampled is not None and set(sampled.sides) == {"positions", "repsim"}
+    trained = [r for r in rendered if not r.dropped]
+    with _counting_backwards() as rows_seen:
+        check(extract_train_features(model, rendered, tmp_path / "taken", settings=SETTINGS, sampled=sampled,
+                                     direction=direction, representations=states))
+    assert sum(rows_seen) == len(trained) - 4  # each row once: the sampled 4 in the energy pass alone
+    with _counting_backwards() as rows_seen:  # taken along another direction: those rows' sides are taken again
+        extract_train_features(model, rendered, tmp_path / "other", settings=SETTINGS, sampled=sampled,
+                               direction=_direction(model, seed=5), representations=states)
+    assert sum(rows_seen) == len(trained)
 
     extract_train_features(model, rendered, tmp_path / "stopped", settings=SETTINGS, direction=direction,
                            representations=states, progress=lambda batches: itertools.islice(batches, 2))

@@ -7,7 +7,8 @@ SmolLM2-135M's shape (all-linear, r=8, random weights) the 10 largest of 420 mat
 equal shares give about 24 times the variance of shares by energy.
 
 The pass computes the sample's exact gradients; extraction projects those (up to `KEEP_BYTES`) once the
-shares fix the projection, so the sampled rows cost one backward, not two.
+shares fix the projection, and writes the side numbers the same backward took (`sides.SideTaker`: the harmful
+positions, RepSim), so the sampled rows cost one backward, not two.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -26,6 +28,7 @@ from gradian.gradients.batches import Progress, row_batches, sampled_rows
 from gradian.gradients.extract import ParameterScale, SampledGradients, example_gradients, make_projector
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
+from gradian.gradients.sides import SideTaker
 
 ENERGY_ROWS = 64  # training rows sampled for the shares
 KEEP_BYTES = 1 << 30  # most memory for the sample's exact gradients, which extraction then projects, not recomputes
@@ -40,11 +43,13 @@ def gradient_energy(
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
     keep_bytes: int = 0,
+    taker: SideTaker | None = None,
 ) -> tuple[tuple[float, ...], SampledGradients | None]:
     """Mean over a seeded sample of trained rows of ‖∇Wₘ‖²_F for every LoRA matrix m, PEFT's order.
 
     Exact per-example gradients (no projection), scaled by `scale` first when the features will be. The
-    gradients of the sample's first batches, up to `keep_bytes`, come back too (None when none fit).
+    gradients of the sample's first batches, up to `keep_bytes`, come back too (None when none fit), with the
+    side numbers `taker` takes from the same backward.
     """
     rows = sampled_rows(rendered, settings.seed, max_rows)
     matrices = lora_matrices(model)
@@ -52,18 +57,24 @@ def gradient_energy(
     totals = torch.zeros(len(matrices), dtype=torch.float64)
     kept_rows: list[int] = []
     kept: list[torch.Tensor] = []
-    with example_gradients(model, scale=scale, matrices=matrices) as compute:
+    sides: list[dict[str, np.ndarray]] = []  # per kept batch: side name → (B, width)
+    taker = taker or SideTaker(model, matrices)
+    with example_gradients(model, scale=scale, matrices=matrices) as compute, taker.hooks():
         for batch_rows, batch in row_batches(model, rendered, rows, settings, progress):
             flat = compute(batch)  # (B, Σ sizes), exact
+            taken = taker.take(batch["attention_mask"])  # every batch: the hooks' buffers are emptied
             totals += torch.stack([part.double().square().sum() for part in flat.split(sizes, dim=1)]).cpu()
             if (len(kept_rows) + len(batch_rows)) * flat.shape[1] * flat.element_size() <= keep_bytes:
                 kept_rows += batch_rows
                 kept.append(flat.cpu())
+                sides.append(taken)
     energy = tuple(float(total) / max(len(rows), 1) for total in totals)
     if not kept:
         return energy, None
     return energy, SampledGradients(kept_rows, torch.cat(kept), SampledGradients.key_of(model, rendered, kept_rows,
-                                                                                       scale))
+                                                                                       scale),
+                                    {name: np.concatenate([s[name] for s in sides]) for name in taker.along},
+                                    dict(taker.along))
 
 
 def share_budget(
@@ -75,6 +86,7 @@ def share_budget(
     scale: ParameterScale | None = None,
     progress: Progress | None = None,
     cache: Path | None = None,
+    taker: SideTaker | None = None,
 ) -> tuple[GradientSettings, SampledGradients | None]:
     """`settings` with the projection budget shared as `--proj-budget` says, and the energy pass's gradients.
 
@@ -82,7 +94,8 @@ def share_budget(
     With `cache`, the weights are kept in that file, keyed by the adapter, the sampled rows and the scaling: a
     rerun reuses them, so a float that a GPU sums in another order cannot change the projection and void the
     features already stored. The sampled rows' exact gradients come back when this call computed them (else
-    None): pass them to `extract_train_features`, which projects them instead of computing them again.
+    None): pass them to `extract_train_features`, which projects them instead of computing them again, and
+    writes the side numbers `taker` took from the same backward.
     """
     if budget == "size" or make_projector(model, settings).is_exact:
         return dataclasses.replace(settings, budget_weights=None), None
@@ -90,7 +103,7 @@ def share_budget(
     weights, sampled = _cached(cache, key), None
     if weights is None:
         weights, sampled = gradient_energy(model, rendered, settings, scale=scale, progress=progress,
-                                           keep_bytes=KEEP_BYTES)
+                                           keep_bytes=KEEP_BYTES, taker=taker)
         if cache is not None:
             atomic_write(cache, json.dumps({"key": key, "weights": weights}, indent=1))
     return dataclasses.replace(settings, budget_weights=weights), sampled

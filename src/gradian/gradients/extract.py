@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ from gradian.gradients.hooks import (
 )
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.sides import Sides
+from gradian.gradients.sides import Sides, SideTaker
 from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
 
 __all__ = [
@@ -61,6 +61,8 @@ class SampledGradients:
     rows: list[int]  # indices into the rendered rows
     flat: torch.Tensor  # (n, Σ LoRA sizes) on CPU, scaled as the features are, matrices in PEFT's order
     key: dict[str, str]  # adapter_sha256, scale and rows_sha of `rows`: extraction checks it matches
+    sides: dict[str, np.ndarray] = field(default_factory=dict)  # side name → (n, width), from the same backward
+    sides_along: dict[str, str] = field(default_factory=dict)  # side name → the digest it was taken along
 
     @staticmethod
     def key_of(model: nn.Module, rendered: Sequence[Rendered], rows: list[int], scale: ParameterScale | None) -> dict:
@@ -195,8 +197,9 @@ def extract_train_features(
     harm from its harmful positions along V; with `representations` (Q, d), the failing queries' mean last hidden
     states, the same forward gives each row's RepSim to them. Both go into side stores beside the features
     (`gradients.sides`: resumable, one writer per file; `sides.position_harms_of` and `sides.repsim_of` read them).
-    Rows whose features were already there (a store made for another query, the energy pass's rows) get them from a
-    forward and backward of their own, their features left as they were.
+    The energy pass's rows come with their sides when its backward took them along the same (`gradient_energy(taker=)`);
+    rows whose features were already there (a store made for another query, the energy pass's rows taken along
+    something else) get them from a forward and backward of their own, their features left as they were.
     """
     rank, world = shard
     matrices = lora_matrices(model)
@@ -204,13 +207,14 @@ def extract_train_features(
     ids = [row.example_id for row in rendered]
     meta = store_meta(model, rendered, settings, projector, scale, matrices)
     writer = ShardWriter(Path(store_dir), meta, ids, rank, world, projector.dim)
-    sides = Sides(model, matrices, Path(store_dir), meta, ids, shard, direction=direction,
-                  representations=representations)
+    sides = Sides(SideTaker(model, matrices, direction=direction, representations=representations),
+                  Path(store_dir), meta, ids, shard)
     dropped = [i for i in range(writer.start, writer.stop) if rendered[i].dropped]
     if dropped and not writer.is_done(dropped):  # never trained: no gradient
         writer.write(dropped, np.zeros((len(dropped), projector.dim), dtype=np.float32))
     sides.write_zeros(dropped)
     lengths = {i: len(rendered[i].input_ids) for i in range(writer.start, writer.stop) if not rendered[i].dropped}
+    redo: dict[int, int] = {}  # the energy pass's rows whose sides it did not take
     if sampled is not None:
         projected = sampled if isinstance(sampled, ProjectedSample) else \
             project_sample(model, rendered, sampled, settings, scale, projector)
@@ -221,10 +225,14 @@ def extract_train_features(
             writer.write([projected.rows[j] for j in mine], projected.features[mine])
         for j in mine:
             del lengths[projected.rows[j]]
-        sampled_lengths = {projected.rows[j]: len(rendered[projected.rows[j]].input_ids) for j in mine}
+        if projected.sides_along == sides.taker.along:  # the energy pass's backward took the sides too
+            sides.write_values([projected.rows[j] for j in mine],
+                               {name: values[mine] for name, values in projected.sides.items()})
+        elif sides:  # taken along something else, or not at all: a forward and backward of their own
+            redo = {projected.rows[j]: len(rendered[projected.rows[j]].input_ids) for j in mine}
     pad_id = pad_id_of(model)
     store_dtype = getattr(torch, settings.store_dtype)  # converted by torch: numpy's float16 cast is 25× slower
-    planned = [lengths] + ([sampled_lengths] if sampled is not None and sides else [])
+    planned = [lengths] + ([redo] if redo else [])
     batches = [batch for part in planned for file in writer.files for batch in plan_batches(
         {i: n for i, n in part.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
     with example_gradients(model, projector, scale, matrices) as compute, sides.hooks():
@@ -280,6 +288,8 @@ class ProjectedSample:
     rows: list[int]  # indices into the rendered rows
     features: np.ndarray  # (n, k) in the store dtype
     key: dict[str, str]  # as `SampledGradients.key`
+    sides: dict[str, np.ndarray] = field(default_factory=dict)  # as `SampledGradients.sides`
+    sides_along: dict[str, str] = field(default_factory=dict)
 
 
 def project_sample(
@@ -297,4 +307,5 @@ def project_sample(
         flat = sampled.flat[start : start + settings.batch_size].to(device)  # (B, Σ LoRA sizes)
         parts.append(projector.project_exact(flat).to(store_dtype).cpu().numpy())
     features = np.concatenate(parts) if parts else np.zeros((0, projector.dim), settings.store_dtype)
-    return ProjectedSample(list(sampled.rows), features, dict(sampled.key))
+    return ProjectedSample(list(sampled.rows), features, dict(sampled.key), dict(sampled.sides),
+                           dict(sampled.sides_along))

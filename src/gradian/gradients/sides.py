@@ -57,27 +57,22 @@ def cosine(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return unit(np.asarray(left, dtype=np.float64)) @ unit(np.asarray(right, dtype=np.float64)).T
 
 
-class Sides:
-    """The side stores one extraction writes (none, either or both), and the hooks that feed them."""
+class SideTaker:
+    """The hooks that take each row's side numbers from a batch's forward and backward (none, either or both)."""
 
-    def __init__(self, model: nn.Module, matrices: list[LoraMatrix], root: Path, meta: dict[str, object],
-                 ids: list[str], shard: tuple[int, int], *, direction: list[torch.Tensor] | None = None,
+    def __init__(self, model: nn.Module, matrices: list[LoraMatrix], *, direction: list[torch.Tensor] | None = None,
                  representations: np.ndarray | None = None) -> None:
         self.model, self.matrices, self.direction = model, matrices, direction
         self.queries = representations  # (Q, d)
-        self.writers: dict[str, ShardWriter] = {}
-        self.widths: dict[str, int] = {}
         queries = 0 if representations is None else len(representations)
-        for name, along, width in ((POSITIONS, direction, 1), (REPSIM, representations, queries)):
-            if along is not None:
-                self.writers[name] = ShardWriter(root / name, side_meta(meta, name, digest(along), width), ids,
-                                                 *shard, width)
-                self.widths[name] = width
+        self.along = {name: digest(values) for name, values in ((POSITIONS, direction), (REPSIM, representations))
+                      if values is not None}  # what each side is taken along
+        self.widths = {name: width for name, width in ((POSITIONS, 1), (REPSIM, queries)) if name in self.along}
         self.parts: list[torch.Tensor] = []  # (B, T) per LoRA matrix: the positions' harm of the current batch
         self.hidden: list[torch.Tensor] = []  # (B, T, d): the last hidden states of the current batch
 
     def __bool__(self) -> bool:
-        return bool(self.writers)
+        return bool(self.along)
 
     @contextmanager
     def hooks(self) -> Iterator[None]:
@@ -88,26 +83,52 @@ class Sides:
                 stack.enter_context(capture_last_hidden(self.model, self.hidden.append))
             yield
 
+    def take(self, mask: torch.Tensor) -> dict[str, np.ndarray]:
+        """After the batch's forward and backward: each side's (B, width); `mask` (B, T) the batch's padding."""
+        values = {}
+        if self.direction is not None:
+            values[POSITIONS] = harmful_part(self.parts)[:, None].cpu().numpy()
+        if self.queries is not None:
+            hidden = self.hidden.pop()  # (B, T, d) the batch's one call of the output embeddings
+            self.hidden.clear()
+            weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)  # (B, d)
+            values[REPSIM] = cosine(pooled.double().cpu().numpy(), self.queries)  # (B, Q)
+        return values
+
+
+class Sides:
+    """The side stores one extraction writes (none, either or both), fed by a `SideTaker`'s hooks."""
+
+    def __init__(self, taker: SideTaker, root: Path, meta: dict[str, object], ids: list[str],
+                 shard: tuple[int, int]) -> None:
+        self.taker = taker
+        self.writers = {name: ShardWriter(root / name, side_meta(meta, name, along, taker.widths[name]), ids,
+                                          *shard, taker.widths[name]) for name, along in taker.along.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.writers)
+
+    def hooks(self) -> typing.ContextManager[None]:
+        return self.taker.hooks()
+
     def is_done(self, rows: list[int]) -> bool:
         return all(writer.is_done(rows) for writer in self.writers.values())
 
     def write_zeros(self, rows: list[int]) -> None:
         """Rows never trained: no harm, no relevance."""
-        for name, writer in self.writers.items():
-            if rows and not writer.is_done(rows):
-                writer.write(rows, np.zeros((len(rows), self.widths[name]), dtype=np.float32))
+        self.write_values(rows, {name: np.zeros((len(rows), width), dtype=np.float32)
+                                 for name, width in self.taker.widths.items()})
 
     def write(self, rows: list[int], mask: torch.Tensor) -> None:
         """After the batch's forward and backward: each side's (B, width) of `rows`; `mask` (B, T) its padding."""
-        if POSITIONS in self.writers:
-            self.writers[POSITIONS].write(rows, harmful_part(self.parts)[:, None].cpu().numpy())
-        if REPSIM in self.writers:
-            hidden = self.hidden.pop()  # (B, T, d) the batch's one call of the output embeddings
-            self.hidden.clear()
-            weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, T, 1)
-            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)  # (B, d)
-            queries = typing.cast(np.ndarray, self.queries)
-            self.writers[REPSIM].write(rows, cosine(pooled.double().cpu().numpy(), queries))  # (B, Q)
+        self.write_values(rows, self.taker.take(mask))
+
+    def write_values(self, rows: list[int], values: dict[str, np.ndarray]) -> None:
+        """Each side's (len(rows), width) of `rows`, taken already (the energy pass's rows)."""
+        for name, writer in self.writers.items():
+            if rows and not writer.is_done(rows):
+                writer.write(rows, values[name])
 
 
 def side_rows(store: FeatureStore, name: str, along: str, width: int) -> np.ndarray:

@@ -16,6 +16,8 @@ from gradian.gradients.check import GradientCheck, check_gradients, disagreement
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.energy import share_budget
 from gradian.gradients.extract import GradientSettings, ParameterScale, extract_train_features, project_sample
+from gradian.gradients.hooks import lora_matrices
+from gradian.gradients.sides import SideTaker
 from gradian.gradients.store import FeatureStore
 from gradian.scores.query import Query
 from gradian.scores.tracin import checkpoint_stores
@@ -54,8 +56,11 @@ def extract(settings: ExtractSettings, audit: DiagnoseResult, model: Any, *, ran
     check_space(settings, audit, len(checkpoints))
 
     def shares() -> tuple[GradientSettings, Any]:
+        taker = SideTaker(model, lora_matrices(model), direction=query.harm_direction if query else None,
+                          representations=query.states if query else None)  # the sides from the same backward
         shared, sampled = share_budget(model, audit.rendered, gradient, settings.proj_budget, scale=scale,
-                                       progress=wrap(bar, "projection shares"), cache=out / PROJECTION_SHARES)
+                                       progress=wrap(bar, "projection shares"), cache=out / PROJECTION_SHARES,
+                                       taker=taker)
         return shared, (project_sample(model, audit.rendered, sampled, shared, scale) if sampled else None)
 
     gradient, projected = ranks.main_only(shares, share=True)  # type: ignore[misc]
