@@ -92,15 +92,19 @@ def test_the_issues_run_is_confirmed_after_holm():
     assert max(t.p_holm for t in tests) == pytest.approx(0.035, abs=5e-4)
 
 
-def synthetic(curve: bool) -> dict:
-    """summarize() on made-up per-prompt scores: 40 prompts, 10 broken by the fine-tune."""
+def synthetic(curve: bool, removal: np.ndarray | None = None, dropped_controls: tuple[np.ndarray, ...] = ()) -> dict:
+    """summarize() on made-up per-prompt scores: 40 prompts, 10 broken by the fine-tune; `removal` the named rows'
+    zero-weight scores (default: every prompt right), `dropped_controls` random drops' scores."""
     n = 40
     base, finetuned = np.ones(n), np.r_[np.zeros(10), np.ones(30)]
     original = Original([str(i) for i in range(n)], [[1]] * n, [None] * n, base, finetuned, 8)
     rng = np.random.default_rng(1)
     names = {"without-culprits": "removal", "without-culprits-dropped": "dropped", "control-1": "control",
              "control-2": "control", "same-category": "topic", "reseeded": "reseeded"}
-    scores = {"without-culprits": np.ones(n), "without-culprits-dropped": np.r_[np.zeros(2), np.ones(n - 2)]}
+    scores = {"without-culprits": np.ones(n) if removal is None else removal,
+              "without-culprits-dropped": np.r_[np.zeros(2), np.ones(n - 2)]}
+    for k, dropped in enumerate(dropped_controls, start=1):
+        names[f"control-{k}-dropped"], scores[f"control-{k}-dropped"] = "dropped-control", dropped
     for name in ("control-1", "control-2", "same-category", "reseeded"):
         scores[name] = np.where(finetuned == 0, (rng.random(n) < 0.2).astype(float), 1.0)
     points = None
@@ -112,7 +116,8 @@ def synthetic(curve: bool) -> dict:
             scores[point.top] = np.r_[(rng.random(10) < 0.7).astype(float), np.ones(30)]
             scores[point.randoms[0]] = finetuned.copy()
     jobs = [(kind, Retrain(name, [], 0)) for name, kind in names.items()]
-    markers = {name: {"rows": 90, "zero_weight": 10 if kind != "reseeded" and kind != "dropped" else 0, "seed": 0,
+    markers = {name: {"rows": 90, "zero_weight": 0 if kind in ("reseeded", "dropped", "dropped-control") else 10,
+                      "seed": 0,
                       "global_step": 30, "wall_s": 1.0} for name, kind in names.items()}
     plan = Plan(jobs, "without-culprits", 10, topic=Topic("category", "invoice", 14, "same-category", None),
                 curve=points, ranking="rank_score" if curve else None)
@@ -134,6 +139,31 @@ def test_verification_json_validates_against_its_schema(curve):
     broken = {**verification, "tests": [{"against": "x"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, verification_schema())
+
+
+def test_the_named_rows_dropped_from_the_file_are_tested_against_random_drops():
+    """A removal that fixes its failures and uncovers others is not confirmed (the zero-weight retrain); dropping the
+    rows from the file is tested against random drops of as many rows, and the status reason says how that went."""
+    uncovering = np.r_[np.ones(10), np.zeros(12), np.ones(18)]  # fixes the 10 broken answers, breaks 12 right ones
+    unmoved = np.r_[np.zeros(10), np.ones(30)]  # a random drop: the fine-tune's answers
+    hint = synthetic(False, uncovering)
+    assert hint["status"] == "not-confirmed" and hint["dropped"]["beats_random"] is None
+    assert hint["status_reason"].endswith("rerun with --dropped-controls 3 to test dropping them from the training "
+                                          "file against random drops")
+    tested = synthetic(False, uncovering, (unmoved, unmoved.copy(), unmoved.copy()))
+    jsonschema.validate(tested, verification_schema())
+    dropped = tested["dropped"]
+    assert dropped["controls"] == ["control-1-dropped", "control-2-dropped", "control-3-dropped"]
+    assert [t["against"] for t in dropped["tests"]] == ["fine-tuned", *dropped["controls"]]
+    assert dropped["random_recovery"] == 0.0 and dropped["beats_random"] is True  # 8 better, 0 worse: p = 0.008
+    assert tested["status"] == "not-confirmed"  # reported, not gated on
+    assert "dropping them from the training file instead answers better than the fine-tune and each of the 3 random " \
+           "drops of as many rows (recovery 80% against 0%" in tested["status_reason"]
+    assert [t["against"] for t in tested["tests"]] == ["fine-tuned", "control-1", "control-2"]  # unchanged
+    assert "3 random drops of as many rows" in render_page(tested, "verification.md.j2")
+    level = synthetic(False, uncovering, (np.r_[np.zeros(2), np.ones(38)],))  # a random drop as good as the named
+    assert level["dropped"]["beats_random"] is False
+    assert "instead does not answer better than the fine-tune and each of the 1 random drops" in level["status_reason"]
 
 
 def test_the_pages_draw_the_curve_with_every_number_from_the_json():

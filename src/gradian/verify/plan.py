@@ -7,8 +7,10 @@ Every removal keeps the run's rows, seed, data order and step count and gives th
   candidate group);
 - `without-culprits-dropped`: the named rows dropped from the file (`train.cleaned.jsonl`), what a user who retrains
   on the cleaned file will see (every batch after the first dropped row differs);
-- `control-k`: as many rows drawn at random (seeded), K of them; `same-category` / `same-cluster`: as many rows
-  drawn from the named rows' own category (a `category` column) or report cluster, when it holds more rows;
+- `control-k`: as many rows drawn at random (seeded), K of them; `control-k-dropped` (`--dropped-controls`): the
+  first of those sets dropped from the file instead, the comparisons of `without-culprits-dropped` (a packed run's
+  controls are drops already); `same-category` / `same-cluster`: as many rows drawn from the named rows' own category
+  (a `category` column) or report cluster, when it holds more rows;
 - `reseeded`: the full data with the run's seed + 1, how far seed noise alone moves the capability (shown only);
 - `fix` (setup verdicts): the named setting changed (rows it drops at zero weight), same seed and order;
 - `group-k` (`--groups G`): each of the G most harmful candidate groups (clusters and per-row findings);
@@ -82,7 +84,8 @@ class Topic:
 
 @dataclass
 class Plan:
-    jobs: list[tuple[str, Retrain]]  # (kind, retrain): removal, dropped, control, topic, reseeded, fix, group, curve
+    jobs: list[tuple[str, Retrain]]  # (kind, retrain): removal, dropped, control, dropped-control, topic, reseeded,
+    # fix, group, curve
     primary: str | None  # the retrain whose paired tests decide the status
     removed: int
     fix: Fix | None = None
@@ -115,7 +118,7 @@ class Removals:
 
 def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleaned: list[Example] | None,
          tokenizer: Any, *, controls: int, groups: int, seed: int, curve: bool = False, report_dir: Any = None,
-         order: list[list[int]] | None = None) -> Plan:
+         order: list[list[int]] | None = None, dropped_controls: int = 0) -> Plan:
     """The retrains for `report` (report.json as a dict, `examples` the rows of examples.jsonl); `cleaned` is
     train.cleaned.jsonl read, when present; `order` the run's recorded rows per optimizer step (gradian_run.json),
     replayed by every retrain that keeps the run's rows and seed."""
@@ -148,6 +151,10 @@ def plan(report: dict[str, Any], recipe: Recipe, examples: list[Example], cleane
     size = removed or (0 if verdict["kind"] == "setup" else max(1, round(NULL_REMOVAL_SHARE * len(examples))))
     for k in range(1, controls + 1 if size else 1):
         jobs.append(("control", remove.without(f"control-{k}", random_set(examples, size, [seed, k]))))
+    if scheme_note is None and any(kind == "dropped" for kind, _ in jobs):  # the controls' draws, dropped instead
+        for k in range(1, dropped_controls + 1):
+            jobs.append(("dropped-control", remove.dropped(f"control-{k}-dropped",
+                                                           random_set(examples, size, [seed, k]))))
     topic = _topic(examples, report.get("examples", []), named, size, seed, remove, jobs) if named else None
     jobs.append(("reseeded", Retrain("reseeded", examples, recipe.seed + 1)))
     chosen = candidates[:groups]

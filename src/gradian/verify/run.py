@@ -85,8 +85,8 @@ def _verify(settings: VerifySettings, folder: Path, say: Say, bar: Bar | None) -
     if order is not None:
         say(f"verify: replaying the order of {len(order)} optimizer steps recorded in gradian_run.json")
     todo = plan({**report, "examples": rows}, recipe, examples, cleaned, load_tokenizer(base),
-                controls=settings.controls, groups=settings.groups, seed=seed, curve=settings.curve,
-                report_dir=folder / EXAMPLES_FILE, order=order)
+                controls=settings.controls, dropped_controls=settings.dropped_controls, groups=settings.groups,
+                seed=seed, curve=settings.curve, report_dir=folder / EXAMPLES_FILE, order=order)
     if todo.scheme_note:
         say(f"verify: {todo.scheme_note}")
     if todo.primary is None and todo.fix_note:

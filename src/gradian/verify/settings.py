@@ -22,6 +22,11 @@ class VerifySettings:
         "random-removal controls of the same size as the culprits (and per point of --curve): the culprits' retrain "
         "must beat each one, so `confirmed` means naming these rows beats removing as many rows at random; each "
         "costs a retrain")})
+    dropped_controls: int = field(default=0, metadata={"min": 0, "help": (
+        "random drops from the file of as many rows as the named rows, beside the named rows dropped from the file "
+        "(train.cleaned.jsonl, what the next action says to do): that retrain is tested against each one, and the "
+        "status reason says whether acting on the report beats dropping as many rows at random (reported, not "
+        "gated on); none by default, as each costs a retrain")})
     groups: int = field(default=0, metadata={"min": 0, "help": (
         "also retrain without each of the G most harmful candidate groups, to check the ranking itself; none by "
         "default, as each costs a retrain")})

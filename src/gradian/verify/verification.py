@@ -13,8 +13,11 @@ otherwise):
 - `inconclusive`: better on average, but not beyond every comparison; or nothing Gradian could retrain to test.
 A removal's net rate can hide two moves: `answers` counts, per prompt, the failing answers its retrain fixes and
 the right answers it breaks, and the status reason names the second when there are any (a removal that fixes what it
-was named for can uncover another failure). The same-topic control (rows drawn from the named rows' own category or
-cluster) is tested and reported, not gated on: it says whether naming the rows beats naming their topic. Seed noise
+was named for can uncover another failure). The named rows dropped from the file (what the next action says to do)
+are tested the same way against as many random rows dropped from the file (`--dropped-controls`): reported, not gated
+on, and named in the status reason when the status is not `confirmed` (acting on the report can work where the
+zero-weight removal, which keeps every batch, uncovers another failure). The same-topic control (rows drawn from the
+named rows' own category or cluster) is tested and reported, not gated on: it says whether naming the rows beats naming their topic. Seed noise
 (the full data under the run's seed + 1) is measured and shown beside; it no longer gates a removal, because removals
 keep the seed. A report without a regression (nothing lost) is `confirmed` when the reseeded run shows no significant
 drop from the base either and no retrain moves the capability beyond seed noise, `not-confirmed` when the reseeded
@@ -39,10 +42,11 @@ from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
 from gradian.verify.recipe import Recipe
 
-VERIFICATION_VERSION = "2.1"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`; 2.1: `answers`
+VERIFICATION_VERSION = "2.2"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`; 2.1: `answers`;
+# 2.2: `dropped` against random drops (`controls`, `random_recovery`, `tests`, `beats_random`)
 FILE = "verification.json"
 STATUSES = ("confirmed", "not-confirmed", "inconclusive")
-TOP_LEVEL_KINDS = ("removal", "dropped", "control", "topic", "reseeded", "fix", "group")
+TOP_LEVEL_KINDS = ("removal", "dropped", "control", "dropped-control", "topic", "reseeded", "fix", "group")
 
 
 def summarize(
@@ -81,7 +85,7 @@ def summarize(
         "tests": [t.to_dict() for t in tests],
         "alpha": ALPHA,
         "topic": _topic(plan, scores, binary, by_name),
-        "dropped": _dropped(retrains),
+        "dropped": _dropped(retrains, scores, original, seed, binary),
         "seed_noise": seed_change.delta,
         "seed_noise_ci": list(seed_change.ci),
         "seed_recovery": by_name["reseeded"]["recovery"],
@@ -160,12 +164,22 @@ def _topic(plan: Plan, scores: dict[str, np.ndarray], binary: bool,
     return out
 
 
-def _dropped(retrains: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The retrain a user would run (the rows dropped from the file): what they will see when they retrain."""
+def _dropped(retrains: list[dict[str, Any]], scores: dict[str, np.ndarray], original: Original, seed: int,
+             binary: bool) -> dict[str, Any] | None:
+    """The retrain a user would run (the rows dropped from the file): what they will see when they retrain, against
+    the fine-tune and each random drop of as many rows (Holm-corrected together; none without --dropped-controls)."""
     row = next((r for r in retrains if r["kind"] == "dropped"), None)
     if row is None:
         return None
-    return {key: row[key] for key in ("name", "rows", "rate", "change", "change_ci", "recovery", "recovery_ci")}
+    controls = [r["name"] for r in retrains if r["kind"] == "dropped-control"]
+    random = recovery(mean_scores([scores[n] for n in controls]), original, seed) if controls else None
+    tests = with_holm([paired_test(scores[row["name"]], original.finetuned, "fine-tuned", binary=binary)]
+                      + [paired_test(scores[row["name"]], scores[name], name, binary=binary) for name in controls])
+    return {**{key: row[key] for key in ("name", "rows", "rate", "change", "change_ci", "recovery", "recovery_ci")},
+            "controls": controls, "random_recovery": random.value if random else None,
+            "random_recovery_ci": list(random.ci) if random and random.ci else None,
+            "tests": [t.to_dict() for t in tests] if controls else [],
+            "beats_random": all(t.beats for t in tests) if controls else None}
 
 
 def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[str, Any]], original: Original,
@@ -237,10 +251,10 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     controls = [r for r in v["retrains"] if r["kind"] == "control"]
     random_rate = float(np.mean([r["rate"] for r in controls])) if controls else None
     answers = v.get("answers")
-    uncovered = "" if not answers or not answers["newly_failing"] else (
+    uncovered = ("" if not answers or not answers["newly_failing"] else (
         f"; it fixes {answers['fixed']} of the {answers['broken_by_finetune']} answers the fine-tune broke, and "
         f"{answers['newly_failing']} answers the fine-tune got right now fail: another failure the removal uncovered "
-        f"(their outputs: verify/{v['primary']}/scores.json)")
+        f"(their outputs: verify/{v['primary']}/scores.json)")) + _acting(v.get("dropped"))
     if primary["rate"] <= v["finetuned_rate"]:
         return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts{uncovered}"
     if random_rate is not None and primary["rate"] <= random_rate:
@@ -254,6 +268,29 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     names = ", ".join(f"{t['against']} (better on {t['better']}, worse on {t['worse']}, p = {t['p_holm']:.2g})"
                       for t in lost)
     return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm{uncovered}"
+
+
+def _acting(dropped: dict[str, Any] | None) -> str:
+    """The status reason's last clause where the zero-weight removal is not confirmed: whether dropping the rows from
+    the file (what retraining on train.cleaned.jsonl does) beats dropping as many rows at random
+    (`--dropped-controls`)."""
+    if dropped is None:
+        return ""
+    if dropped["beats_random"] is None:  # untested: worth a rerun only where the drop answered better
+        return "; rerun with --dropped-controls 3 to test dropping them from the training file against random drops" \
+            if dropped["change"] > 0 else ""
+    drops = f"each of the {len(dropped['controls'])} random drops of as many rows"
+    moved = f"recovery {_share(dropped['recovery'])} against {_share(dropped['random_recovery'])}"
+    if dropped["beats_random"]:
+        worst = max(t["p_holm"] for t in dropped["tests"])
+        return (f"; dropping them from the training file instead answers better than the fine-tune and {drops} "
+                f"({moved}, paired tests, p ≤ {worst:.2g} after Holm)")
+    return (f"; dropping them from the training file instead does not answer better than the fine-tune and {drops} "
+            f"after Holm ({moved})")
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def verification_schema() -> dict[str, Any]:
