@@ -65,6 +65,28 @@ def test_hook_gradients_equal_naive_loop(tiny_tokenizer, side, targets, extra):
     assert expected.abs().sum(1).min() > 0  # every row has a gradient (lora_A included: non-zero lora_B)
 
 
+@pytest.mark.parametrize("way", ["kept logits", "every logit", "model without logits_to_keep"])
+def test_only_the_trained_positions_logits_are_projected_and_the_gradients_stay_exact(tiny_tokenizer, monkeypatch,
+                                                                                     way):
+    """The output layer projects only the positions whose next token is trained (`logits_to_keep`), all of them on
+    request, and a model that does not take `logits_to_keep` has its logits sliced after: each equals the naive loop."""
+    from gradian.gradients import extract
+
+    model = lora_model(tiny_tokenizer, ["q_proj", "v_proj"])
+    data = rows(len(tiny_tokenizer), lengths=(9, 6, 12), seed=5)  # prompts of 3, 2 and 4 untrained tokens
+    projected = []
+    head = model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, inputs: projected.append(inputs[0].shape[1]))
+    if way == "model without logits_to_keep":
+        monkeypatch.setattr(extract, "takes_logits_to_keep", lambda model: False)
+    with extract.example_gradients(model, every_logit=way == "every logit") as compute:
+        got = compute(collate(data, tiny_tokenizer.pad_token_id))
+    handle.remove()
+    assert torch.allclose(got, naive_gradients(model, data), rtol=1e-9, atol=1e-11)
+    # positions 1 to 10 predict a trained token in some row: not 0 (every prompt is longer), not 11 (nothing follows)
+    assert projected == [10 if way == "kept logits" else 12]
+
+
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 def test_padding_adds_nothing_under_each_attention(tiny_tokenizer, side, attention):
@@ -212,9 +234,9 @@ def test_extraction_projects_the_energy_pass_gradients_instead_of_computing_them
     expected = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "cold", settings=settings))
     backpropagated, real = [], extract.lora_backward
 
-    def counted(model, batch, roots):
+    def counted(model, batch, roots, **kwargs):
         backpropagated.append(len(batch["input_ids"]))
-        return real(model, batch, roots)
+        return real(model, batch, roots, **kwargs)
 
     monkeypatch.setattr(extract, "lora_backward", counted)
     sampled.rows, sampled.flat = sampled.rows[:4], sampled.flat[:4]  # as when only 4 rows fit in memory

@@ -119,9 +119,9 @@ def _counting_backwards():
 
     seen, original = [], extract.lora_backward
 
-    def counted(model, batch, roots):
+    def counted(model, batch, roots, **kwargs):
         seen.append(int(batch["input_ids"].shape[0]))
-        return original(model, batch, roots)
+        return original(model, batch, roots, **kwargs)
 
     with mock.patch.object(extract, "lora_backward", counted):
         yield seen

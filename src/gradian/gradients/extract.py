@@ -9,11 +9,13 @@ of the trained model's loss, not of one random mask.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +33,7 @@ from gradian.gradients.hooks import (
 )
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.sides import Sides, SideTaker
+from gradian.gradients.sides import REPSIM, Sides, SideTaker
 from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
 
 __all__ = [
@@ -108,8 +110,10 @@ def example_gradients(
     projector: KroneckerProjector | None = None,
     scale: ParameterScale | None = None,
     matrices: list[LoraMatrix] | None = None,
+    every_logit: bool = False,
 ) -> Iterator[Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
-    """`compute(batch)` → (B, k) as `per_example_gradients`, its hooks registered once for every batch."""
+    """`compute(batch)` → (B, k) as `per_example_gradients`, its hooks registered once for every batch
+    (`every_logit`: as `lora_backward` takes it)."""
     matrices = matrices or lora_matrices(model)
     device = next(model.parameters()).device
     weight_dtype = matrices[0].module.weight.dtype
@@ -127,7 +131,7 @@ def example_gradients(
 
     def compute(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = {key: value.to(device) for key, value in batch.items()}
-        lora_backward(model, batch, roots)  # the hooks fill `parts` as the gradient passes each LoRA matrix
+        lora_backward(model, batch, roots, every_logit=every_logit)  # the hooks fill `parts` as the gradient passes
         n_rows = batch["input_ids"].shape[0]
         features = torch.cat(
             [part if part is not None else torch.zeros(n_rows, dim, device=device, dtype=dtype)
@@ -154,21 +158,41 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
             model.train()
 
 
-def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[torch.Tensor]) -> None:
+def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[torch.Tensor], *,
+                  every_logit: bool = False) -> None:
     """One forward and backward of the batch's summed NLL; hooks on the LoRA matrices see their gradients.
 
     Inside `hooks.gradient_roots`, whose `roots` are where the backward ends. No roots: the embeddings' output
     requires grad already (`enable_input_require_grads`), and the backward ends there; only LoRA parameters
     can be trainable (`lora_matrices`) and they are frozen, so no `.grad` is written.
+
+    The output layer projects only the positions whose next token carries loss in some row (`logits_to_keep`, where
+    the model takes it): a prompt position's logits add nothing to the loss or its gradient, and the vocabulary
+    projection is the largest matmul of a small model. `every_logit` projects every position (a hook that reads the
+    output layer's input, RepSim's, needs all of them).
     """
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-    ).logits  # (B, T, V)
-    loss = summed_nll(logits, batch["labels"])  # sum, not mean: examples stay separable
+    labels = batch["labels"]  # (B, T)
+    kept = torch.arange(labels.shape[1] - 1, device=labels.device) if every_logit else \
+        (labels[:, 1:] != IGNORE).any(0).nonzero().squeeze(1)  # (K,) positions s whose label s + 1 is trained
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+    if every_logit or not takes_logits_to_keep(model):
+        logits = model(**inputs).logits[:, kept]  # (B, K, V)
+    else:
+        logits = model(**inputs, logits_to_keep=kept).logits  # (B, K, V)
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, kept + 1].reshape(-1),
+                           ignore_index=IGNORE, reduction="sum")  # sum, not mean: examples stay separable
     if roots:
         torch.autograd.grad(loss, roots)
     else:
         loss.backward()
+
+
+def takes_logits_to_keep(model: nn.Module) -> bool:
+    """Whether the causal LM under `model` (a PeftModel or not) takes `logits_to_keep`, as transformers' do."""
+    base_of = getattr(model, "get_base_model", None)
+    base: Any = base_of() if callable(base_of) else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def extract_train_features(
@@ -235,7 +259,8 @@ def extract_train_features(
     planned = [lengths] + ([redo] if redo else [])
     batches = [batch for part in planned for file in writer.files for batch in plan_batches(
         {i: n for i, n in part.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
-    with example_gradients(model, projector, scale, matrices) as compute, sides.hooks():
+    every_logit = REPSIM in sides.taker.along  # RepSim reads the output layer's input at every position
+    with example_gradients(model, projector, scale, matrices, every_logit) as compute, sides.hooks():
         for rows in progress(batches) if progress is not None else batches:
             has_features = writer.is_done(rows)
             if has_features and sides.is_done(rows):
