@@ -171,21 +171,31 @@ def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[
     projection is the largest matmul of a small model. `every_logit` projects every position (a hook that reads the
     output layer's input, RepSim's, needs all of them).
     """
-    labels = batch["labels"]  # (B, T)
-    kept = torch.arange(labels.shape[1] - 1, device=labels.device) if every_logit else \
-        (labels[:, 1:] != IGNORE).any(0).nonzero().squeeze(1)  # (K,) positions s whose label s + 1 is trained
-    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
-    if every_logit or not takes_logits_to_keep(model):
-        logits = model(**inputs).logits[:, kept]  # (B, K, V)
-    else:
-        logits = model(**inputs, logits_to_keep=kept).logits  # (B, K, V)
+    logits, targets = trained_logits(model, batch, every_logit=every_logit)  # (B, K, V), (B, K)
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, kept + 1].reshape(-1),
-                           ignore_index=IGNORE, reduction="sum")  # sum, not mean: examples stay separable
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
+                           reduction="sum")  # sum, not mean: examples stay separable
     if roots:
         torch.autograd.grad(loss, roots)
     else:
         loss.backward()
+
+
+def trained_logits(model: nn.Module, batch: dict[str, torch.Tensor], *, every_logit: bool = False,
+                   forward: Callable[..., Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, K, V) the logits at the K positions whose next token is trained in some row (every position with
+    `every_logit`), and (B, K) those next tokens, IGNORE where a row's is not trained: all a loss over the trained
+    tokens reads. `forward(**inputs)` runs the model (default: `model` itself)."""
+    labels = batch["labels"]  # (B, T)
+    kept = torch.arange(labels.shape[1] - 1, device=labels.device) if every_logit else \
+        (labels[:, 1:] != IGNORE).any(0).nonzero().squeeze(1)  # (K,) positions s whose label s + 1 is trained
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+    run = forward or model
+    if every_logit or not takes_logits_to_keep(model):
+        logits = run(**inputs).logits[:, kept]  # (B, K, V)
+    else:
+        logits = run(**inputs, logits_to_keep=kept).logits  # (B, K, V)
+    return logits, labels[:, kept + 1]
 
 
 def takes_logits_to_keep(model: nn.Module) -> bool:

@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.batches import collate, pad_id_of, plan_batches, row_batches
-from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward
+from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward, trained_logits
 from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
 from gradian.scores.query import to_model
 
@@ -104,14 +104,12 @@ def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[to
         for positions in batches:
             chunk = [rows[i] for i in positions]
             batch = to_model(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
-            logits = functional_call(model, duals, args=(), kwargs={
-                "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                "position_ids": batch["position_ids"]}).logits[:, :-1]  # (B, T-1, V), dual
-            labels = batch["labels"][:, 1:]  # (B, T-1)
+            logits, labels = trained_logits(model, batch, forward=lambda **inputs: functional_call(
+                model, duals, args=(), kwargs=inputs))  # (B, K, V) dual, at the trained positions; (B, K)
             mask = labels != IGNORE
             logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-            losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")  # (B, T-1)
-            harm = fwAD.unpack_dual(losses).tangent  # (B, T-1) vᵀ∇ℓ_t
+            losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")  # (B, K)
+            harm = fwAD.unpack_dual(losses).tangent  # (B, K) vᵀ∇ℓ_t
             yield positions, [harm[b][mask[b]].double().cpu().numpy() for b in range(len(chunk))]
 
 
