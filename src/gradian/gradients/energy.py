@@ -28,7 +28,7 @@ from gradian.gradients.batches import Progress, row_batches, sampled_rows
 from gradian.gradients.extract import ParameterScale, SampledGradients, example_gradients, make_projector
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.sides import REPSIM, SideTaker
+from gradian.gradients.sides import SideTaker
 
 ENERGY_ROWS = 64  # training rows sampled for the shares
 KEEP_BYTES = 1 << 30  # most memory for the sample's exact gradients, which extraction then projects, not recomputes
@@ -59,8 +59,8 @@ def gradient_energy(
     kept: list[torch.Tensor] = []
     sides: list[dict[str, np.ndarray]] = []  # per kept batch: side name → (B, width)
     taker = taker or SideTaker(model, matrices)
-    every_logit = REPSIM in taker.along  # RepSim reads the output layer's input at every position
-    with example_gradients(model, scale=scale, matrices=matrices, every_logit=every_logit) as compute, taker.hooks():
+    with example_gradients(model, scale=scale, matrices=matrices, every_logit=taker.every_logit) as compute, \
+            taker.hooks():
         for batch_rows, batch in row_batches(model, rendered, rows, settings, progress):
             flat = compute(batch)  # (B, Σ sizes), exact
             taken = taker.take(batch["attention_mask"])  # every batch: the hooks' buffers are emptied

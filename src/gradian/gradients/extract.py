@@ -33,7 +33,7 @@ from gradian.gradients.hooks import (
 )
 from gradian.gradients.projection import KroneckerProjector
 from gradian.gradients.settings import GradientSettings
-from gradian.gradients.sides import REPSIM, Sides, SideTaker
+from gradian.gradients.sides import Sides, SideTaker
 from gradian.gradients.store import LAYOUT_VERSION, FeatureStore, ShardWriter
 
 __all__ = [
@@ -269,8 +269,7 @@ def extract_train_features(
     planned = [lengths] + ([redo] if redo else [])
     batches = [batch for part in planned for file in writer.files for batch in plan_batches(
         {i: n for i, n in part.items() if file.start <= i < file.stop}, settings)]  # inside a file: see store
-    every_logit = REPSIM in sides.taker.along  # RepSim reads the output layer's input at every position
-    with example_gradients(model, projector, scale, matrices, every_logit) as compute, sides.hooks():
+    with example_gradients(model, projector, scale, matrices, sides.taker.every_logit) as compute, sides.hooks():
         for rows in progress(batches) if progress is not None else batches:
             has_features = writer.is_done(rows)
             if has_features and sides.is_done(rows):

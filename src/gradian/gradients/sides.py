@@ -74,6 +74,12 @@ class SideTaker:
     def __bool__(self) -> bool:
         return bool(self.along)
 
+    @property
+    def every_logit(self) -> bool:
+        """Whether a side reads the output layer's input at every position (RepSim's pooled states): the backward
+        then projects every position, not the trained ones alone (`extract.lora_backward`)."""
+        return REPSIM in self.along
+
     @contextmanager
     def hooks(self) -> Iterator[None]:
         with ExitStack() as stack:
