@@ -158,7 +158,7 @@ def test_the_named_rows_dropped_from_the_file_are_tested_against_random_drops():
     assert dropped["random_recovery"] == 0.0 and dropped["beats_random"] is True  # 8 better, 0 worse: p = 0.008
     assert tested["status"] == "not-confirmed"  # reported, not gated on
     assert "dropping them from the training file instead answers better than the fine-tune and each of the 3 random " \
-           "drops of as many rows (recovery 80% against 0%" in tested["status_reason"]
+           "drops of as many rows (recovery 80.0% against 0.0%" in tested["status_reason"]
     assert [t["against"] for t in tested["tests"]] == ["fine-tuned", "control-1", "control-2"]  # unchanged
     assert "3 random drops of as many rows" in render_page(tested, "verification.md.j2")
     level = synthetic(False, uncovering, (np.r_[np.zeros(2), np.ones(38)],))  # a random drop as good as the named

@@ -59,13 +59,13 @@ def foreign_turn_marker(ctx: AuditContext) -> list[Finding]:
     markers = plain_markers(ctx.tokenizer)
     if not markers:
         return []
-    eos = eos_token_of(ctx.tokenizer, ctx.setup) or "\0"  # a literal own EOS after the marker is taken off first
+    eos = eos_token_of(ctx.tokenizer, ctx.setup)  # a literal own EOS after the marker is taken off first
     found: dict[str, tuple[str, str]] = {}  # row id -> (marker, the answer it edges), in dataset order
     n_answers = 0
     for example, rendered in ctx.rows:
         if rendered.dropped:
             continue
-        answers = [text.strip().removesuffix(eos) for text in trained_answers(example, rendered, ctx.tokenizer)]
+        answers = [text.strip().removesuffix(eos or "") for text in trained_answers(example, rendered, ctx.tokenizer)]
         n_answers += bool(answers)
         edged = next(((m, text) for text in answers if (m := edge_marker(text, markers)) is not None), None)
         if edged is not None:
@@ -75,7 +75,7 @@ def foreign_turn_marker(ctx: AuditContext) -> list[Finding]:
     ids, counts = list(found), Counter(marker for marker, _ in found.values())
     named = ", ".join(f"`{m}` ({n})" for m, n in counts.items())
     tokens = {m: len(ctx.tokenizer(m, add_special_tokens=False)["input_ids"]) for m in counts}
-    end = f", which ends each turn with its own {eos}" if eos != "\0" else ""
+    end = f", which ends each turn with its own {eos}" if eos else ""
     title = (f"{share(len(ids), n_answers)} have trained answers that open or close with another chat template's turn "
              f"marker, which this tokenizer reads as plain text: {named}. The fine-tune learns to write it beside "
              "the answer")

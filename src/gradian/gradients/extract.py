@@ -82,10 +82,14 @@ def make_projector(
 
 def summed_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Σ over examples and supervised tokens of −log p(token): the sum keeps examples separable."""
-    logits = logits[:, :-1].float() if logits.dtype in (torch.float16, torch.bfloat16) else logits[:, :-1]
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE, reduction="sum"
-    )
+    return target_nll(logits[:, :-1], labels[:, 1:])
+
+
+def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Σ of −log p(target) over (B, K, V) logits and their (B, K) targets, IGNORE skipped, in float32 at least."""
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
+                           reduction="sum")
 
 
 def per_example_gradients(
@@ -171,10 +175,7 @@ def lora_backward(model: nn.Module, batch: dict[str, torch.Tensor], roots: list[
     projection is the largest matmul of a small model. `every_logit` projects every position (a hook that reads the
     output layer's input, RepSim's, needs all of them).
     """
-    logits, targets = trained_logits(model, batch, every_logit=every_logit)  # (B, K, V), (B, K)
-    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
-                           reduction="sum")  # sum, not mean: examples stay separable
+    loss = target_nll(*trained_logits(model, batch, every_logit=every_logit))  # sum, not mean: examples separable
     if roots:
         torch.autograd.grad(loss, roots)
     else:

@@ -37,6 +37,7 @@ from gradian.files import atomic_write
 from gradian.regression.statistics import change, compare
 from gradian.report.schema import jsonable
 from gradian.report.schema_doc import load_schema
+from gradian.report.wording import pct
 from gradian.verify.measure import Original, mean_scores, recovery
 from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
@@ -62,7 +63,7 @@ def summarize(
                 for kind, name in ((kind, job.name) for kind, job in plan.jobs) if kind in TOP_LEVEL_KINDS]
     by_name = {r["name"]: r for r in retrains}
     control_names = [r["name"] for r in retrains if r["kind"] == "control"]
-    random = recovery(mean_scores([scores[n] for n in control_names]), original, seed) if control_names else None
+    random = _random_recovery(scores, control_names, original, seed)
     primary = by_name.get(plan.primary) if plan.primary else None
     removal = primary if primary and primary["kind"] == "removal" else None
     fixed = primary if primary and primary["kind"] == "fix" else None
@@ -172,14 +173,18 @@ def _dropped(retrains: list[dict[str, Any]], scores: dict[str, np.ndarray], orig
     if row is None:
         return None
     controls = [r["name"] for r in retrains if r["kind"] == "dropped-control"]
-    random = recovery(mean_scores([scores[n] for n in controls]), original, seed) if controls else None
-    tests = with_holm([paired_test(scores[row["name"]], original.finetuned, "fine-tuned", binary=binary)]
-                      + [paired_test(scores[row["name"]], scores[name], name, binary=binary) for name in controls])
+    random = _random_recovery(scores, controls, original, seed)
+    tests = _tests(row["name"], scores, original, controls, binary)
     return {**{key: row[key] for key in ("name", "rows", "rate", "change", "change_ci", "recovery", "recovery_ci")},
             "controls": controls, "random_recovery": random.value if random else None,
             "random_recovery_ci": list(random.ci) if random and random.ci else None,
             "tests": [t.to_dict() for t in tests] if controls else [],
             "beats_random": all(t.beats for t in tests) if controls else None}
+
+
+def _random_recovery(scores: dict[str, np.ndarray], names: list[str], original: Original, seed: int) -> Any:
+    """The recovery of random removals `names`, their per-prompt scores averaged; None without any."""
+    return recovery(mean_scores([scores[n] for n in names]), original, seed) if names else None
 
 
 def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[str, Any]], original: Original,
@@ -195,7 +200,7 @@ def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[st
     for point in plan.curve:
         top = by_name[point.top]
         mean = mean_scores([scores[name] for name in point.randoms]) if point.randoms else None
-        random = recovery(mean, original, seed) if mean is not None else None
+        random = _random_recovery(scores, point.randoms, original, seed)
         tests = with_holm([paired_test(scores[point.top], scores[name], name, binary=binary)
                            for name in point.randoms])
         points.append({
@@ -280,17 +285,13 @@ def _acting(dropped: dict[str, Any] | None) -> str:
         return "; rerun with --dropped-controls 3 to test dropping them from the training file against random drops" \
             if dropped["change"] > 0 else ""
     drops = f"each of the {len(dropped['controls'])} random drops of as many rows"
-    moved = f"recovery {_share(dropped['recovery'])} against {_share(dropped['random_recovery'])}"
+    moved = f"recovery {pct(dropped['recovery'])} against {pct(dropped['random_recovery'])}"
     if dropped["beats_random"]:
         worst = max(t["p_holm"] for t in dropped["tests"])
         return (f"; dropping them from the training file instead answers better than the fine-tune and {drops} "
                 f"({moved}, paired tests, p ≤ {worst:.2g} after Holm)")
     return (f"; dropping them from the training file instead does not answer better than the fine-tune and {drops} "
             f"after Holm ({moved})")
-
-
-def _share(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"
 
 
 def verification_schema() -> dict[str, Any]:
