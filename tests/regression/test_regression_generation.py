@@ -84,6 +84,33 @@ def test_batched_generation_equals_batch_one_generation(loaded):
         assert batched == single
 
 
+def test_a_batch_out_of_memory_is_halved_and_the_rest_keep_the_smaller_size(loaded, monkeypatch):
+    model, tokenizer = loaded
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]
+    expected = generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=1)
+    real, sizes = model.generate, []
+
+    def small_memory(*args, **kwargs):  # a device that holds two prompts a batch
+        sizes.append(len(kwargs["input_ids"]))
+        if sizes[-1] > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", small_memory)
+    calls: list[int] = []
+    assert generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=8, progress=calls.append) == expected
+    assert sizes == [len(PROMPTS), 4, 2, 2, 1] and calls == [2, 2, 1]  # 5 prompts: 8 → 4 → 2, then 2 and the last
+
+
+def test_an_error_other_than_memory_or_at_one_prompt_a_batch_stands(loaded, monkeypatch):
+    model, tokenizer = loaded
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]
+    for message, size in (("shape mismatch", 8), ("CUDA out of memory. Tried to allocate 2.00 GiB", 1)):
+        monkeypatch.setattr(model, "generate", lambda *a, m=message, **k: (_ for _ in ()).throw(RuntimeError(m)))
+        with pytest.raises(RuntimeError, match=message.split(".")[0]):
+            generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=size)
+
+
 def test_generations_keep_eos_and_say_whether_they_stopped(loaded):
     model, tokenizer = loaded
     eos = tokenizer.eos_token_id

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.files import atomic_write
-from gradian.regression.generation import GeneratedAnswer, generate, stop_token_ids
+from gradian.regression.generation import GENERATION_BATCH, GeneratedAnswer, generate, stop_token_ids
 
 FOLDER = "base_answers"
 
@@ -38,7 +38,7 @@ def answers_key(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], ma
 
 
 def base_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], out_dir: str | Path, *,
-                 max_new_tokens: int, batch_size: int = 16,
+                 max_new_tokens: int, batch_size: int = GENERATION_BATCH,
                  progress: Callable[[], Callable[[int], Any]] | None = None) -> tuple[list[GeneratedAnswer], bool]:
     """(the base model's greedy answer to each prompt, whether they came from the cache); `model` a PeftModel, its
     adapter switched off while generating; `progress()`, called once when generation starts (never on a hit),

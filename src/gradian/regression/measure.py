@@ -26,7 +26,7 @@ from gradian.data.setup import TrainingSetup
 from gradian.errors import InputError
 from gradian.files import atomic_write
 from gradian.gradients.hooks import lora_fingerprint
-from gradian.regression.generation import GeneratedAnswer, generate, stop_token_ids
+from gradian.regression.generation import GENERATION_BATCH, GeneratedAnswer, generate, stop_token_ids
 from gradian.regression.statistics import RegressionSummary, compare
 
 GENERATIONS = "generations.jsonl"
@@ -83,7 +83,7 @@ def measure_regression(
     out_dir: str | Path,
     *,
     max_new_tokens: int | None = None,
-    batch_size: int = 16,
+    batch_size: int = GENERATION_BATCH,
     progress: Callable[[int], Any] | None = None,
     seed: int = 0,
     min_effect: float = 0.0,

@@ -33,7 +33,7 @@ from gradian.data.checkpoints import CHECKPOINT
 from gradian.data.run_folder import RunInfo
 from gradian.errors import InputError
 from gradian.files import atomic_write
-from gradian.regression.generation import generate
+from gradian.regression.generation import GENERATION_BATCH, generate
 from gradian.regression.measure import RegressionResult, scores_are_binary
 from gradian.regression.statistics import change
 
@@ -67,7 +67,7 @@ def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
 
 
 def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capability: Capability, run: RunInfo | None,
-                    out_dir: Path, *, max_new_tokens: int, batch_size: int = 16,
+                    out_dir: Path, *, max_new_tokens: int, batch_size: int = GENERATION_BATCH,
                     progress: Callable[[int], Callable[[int], Any]] | None = None) -> dict[str, Any] | None:
     """How far the capability moved from the run's earlier checkpoint to the final adapter (module docstring); None
     when the run keeps no earlier checkpoint. `model` is the PeftModel with the final adapter active; `progress(total)`,

@@ -36,6 +36,7 @@ from gradian.data.render import IGNORE, render_prompt
 from gradian.errors import InputError
 from gradian.gradients.sides import cosine
 from gradian.regression.base_answers import base_answers
+from gradian.regression.generation import GENERATION_BATCH
 from gradian.scores.pairs import answer_tokens
 from gradian.scores.relevance import mean_hidden_states
 
@@ -185,7 +186,8 @@ def check_inputs(failing: Sequence[Any]) -> None:
 
 
 def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path, *,
-                      max_new_tokens: int | None = None, batch_size: int = 16, from_departure: bool = False,
+                      max_new_tokens: int | None = None, batch_size: int = 16,
+                      generation_batch_size: int = GENERATION_BATCH, from_departure: bool = False,
                       progress: Callable[[int], Callable[[int], Any]] | None = None) -> ActivationScores:
     """Each training row's cos(d_i, v) (module docstring); the base's answers to the training prompts are kept in
     `out_dir` (`regression.base_answers`); `progress(total)`, called once before generating (never when the answers
@@ -205,7 +207,8 @@ def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[
     limit = max_new_tokens or answer_limit(trained)
 
     start = time.perf_counter()
-    answers, cached = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=limit, batch_size=batch_size,
+    answers, cached = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=limit,
+                                   batch_size=generation_batch_size,
                                    progress=(lambda: progress(len(prompts))) if progress is not None else None)
     generated = time.perf_counter() - start
 

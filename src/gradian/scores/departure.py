@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from gradian.capabilities import Capability
-from gradian.regression.generation import generate
+from gradian.regression.generation import GENERATION_BATCH, generate
 from gradian.regression.measure import RegressionRow
 
 
@@ -38,7 +38,7 @@ def departure_point(model: Any, prompt_ids: list[int], answer_ids: list[int]) ->
 
 def departure_answers(
     model: Any, tokenizer: Any, rows: Sequence[RegressionRow], capability: Capability, *, max_new_tokens: int,
-    batch_size: int = 16,
+    batch_size: int = GENERATION_BATCH,
 ) -> list[list[int] | None]:
     """For each failing row, y⁺ as token ids (y⁻ up to the departure, then the base model's greedy continuation).
 

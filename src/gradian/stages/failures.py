@@ -38,7 +38,7 @@ def _measure(settings: AttributeSettings, audit: DiagnoseResult, model: Any, tok
     with late_bar(bar, "generating") as progress:  # measure_regression says how many answers each batch finished
         return measure_regression(
             model, tokenizer, audit.eval_examples or [], get_capability(settings.capability), audit.setup,
-            settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            settings.out_dir, max_new_tokens=settings.max_new_tokens, batch_size=settings.generation_batch_size,
             progress=progress(2 * len(audit.eval_examples or [])) if progress is not None else None,
             seed=settings.seed, min_effect=settings.min_effect,
         )
@@ -91,7 +91,7 @@ def training_noise(settings: AttributeSettings, audit: DiagnoseResult, measured:
     limit = json.loads((settings.out_dir / SETTINGS).read_text(encoding="utf-8"))["max_new_tokens"]
     with late_bar(bar, "answers of the earlier checkpoint") as progress:
         return checkpoint_band(model, tokenizer, measured, get_capability(settings.capability), audit.run,
-                               settings.out_dir, max_new_tokens=limit, batch_size=settings.batch_size,
+                               settings.out_dir, max_new_tokens=limit, batch_size=settings.generation_batch_size,
                                progress=progress)
 
 

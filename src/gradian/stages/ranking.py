@@ -81,6 +81,7 @@ def activation_of(settings: AttributeSettings, model: Any, tokenizer: Any, audit
     with late_bar(bar, "base answers") as progress:
         return activation_scores(model, tokenizer, audit, query.failing, settings.out_dir,
                                  max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                                 generation_batch_size=settings.generation_batch_size,
                                  progress=progress)
 
 

@@ -26,7 +26,7 @@ from scipy import stats
 from gradian.capabilities import Capability
 from gradian.errors import InputError
 from gradian.files import atomic_write
-from gradian.regression.generation import generate
+from gradian.regression.generation import GENERATION_BATCH, generate
 from gradian.regression.measure import GENERATIONS, SETTINGS
 from gradian.regression.statistics import N_RESAMPLES
 
@@ -96,7 +96,7 @@ def measure_adapter(
     capability: Capability,
     *,
     device: str,
-    batch_size: int = 16,
+    batch_size: int = GENERATION_BATCH,
     progress: Callable[[int], Any] | None = None,
 ) -> np.ndarray:
     """(n,) scores of the retrained adapter in `folder` on the report's eval prompts; cached in `folder`."""

@@ -37,8 +37,9 @@ class VerifySettings:
     max_steps: int | None = field(default=None, metadata={"min": 1, "help": (
         "cap each retrain at N optimizer steps (the verification then says it was capped); default: the run's own "
         "step count, which a faithful retrain needs")})
-    batch_size: int = field(default=16, metadata={"min": 1, "help": (
-        "generation batch size when each retrain is measured on the report's eval prompts")})
+    batch_size: int = field(default=64, metadata={"min": 1, "help": (
+        "generation batch size when each retrain is measured on the report's eval prompts (halved while a batch "
+        "runs out of memory)")})
 
     def __post_init__(self) -> None:
         check_fields(self)
