@@ -31,13 +31,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="a built scenario folder (base/, run/, train.jsonl, eval.jsonl)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--rank", default=None, help="attribute's --rank (default: its own default)")
     args = parser.parse_args()
     epoch = epoch_seconds(args.folder)
     print(f"gradian from {Path(gradian.__file__).parent}; the run's epoch {epoch:.1f} s")
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as out:
             start = time.perf_counter()
-            attribute(attribute_settings(args.folder, out))
+            attribute(attribute_settings(args.folder, out, **({"rank": args.rank} if args.rank else {})))
             seconds = time.perf_counter() - start
         print(f"attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs")
 
