@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from conftest import make_tiny_model
 from gradian.data.base_model import resolve_base_model
 from gradian.errors import InputError
+from gradian.regression import generation as generation_module
 from gradian.regression.generation import GeneratedAnswer, cut_at_stop, generate
 from gradian.regression.loading import AdapterBaseWarning, load_models, pick_device_dtype
 
@@ -100,6 +101,32 @@ def test_a_batch_out_of_memory_is_halved_and_the_rest_keep_the_smaller_size(load
     calls: list[int] = []
     assert generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=8, progress=calls.append) == expected
     assert sizes == [len(PROMPTS), 4, 2, 2, 1] and calls == [2, 2, 1]  # 5 prompts: 8 → 4 → 2, then 2 and the last
+
+
+def test_the_cache_size_per_token_is_what_the_model_caches(loaded):
+    model, tokenizer = loaded
+    ids = torch.tensor([tokenizer("please help me with the invoice")["input_ids"]])
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    cached = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert generation_module.cache_bytes_per_token(model) * ids.shape[1] == cached
+
+
+def test_a_batch_is_no_larger_than_its_cache_fits_in_free_memory(loaded, monkeypatch):
+    model, tokenizer = loaded
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]
+    expected = generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=1)
+    tokens = max(map(len, prompts)) + 10
+    two_rows = int(2 * generation_module.cache_bytes_per_token(model) * tokens / generation_module.CACHE_SHARE)
+    monkeypatch.setattr(generation_module, "free_memory", lambda device: two_rows)
+    real, sizes = model.generate, []
+    monkeypatch.setattr(model, "generate", lambda *a, **k: sizes.append(len(k["input_ids"])) or real(*a, **k))
+    assert generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=64) == expected
+    assert sizes == [2, 2, 1]
+    monkeypatch.setattr(generation_module, "free_memory", lambda device: None)  # a device that does not say
+    sizes.clear()
+    generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=64)
+    assert sizes == [len(PROMPTS)]
 
 
 def test_an_error_other_than_memory_or_at_one_prompt_a_batch_stands(loaded, monkeypatch):

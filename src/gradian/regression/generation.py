@@ -8,8 +8,10 @@ needs it, because stopping too early is itself the failure in the commonest regr
 Batches are large by default (`GENERATION_BATCH`): a decoding step reads every weight for one token
 a row, so a small batch waits on memory; from about 64 rows a step is bound by arithmetic instead.
 On SmolLM2-135M on one CPU thread, 240 answers took 0.53x the time at 64 a batch as at 16, and 120
-a batch gained little more (BENCHMARKS.md). A batch that runs out of memory is halved, and the rest
-follow at the smaller size.
+a batch gained little more (BENCHMARKS.md). A batch is never larger than the key-value cache of its
+longest answer fits into half the device's free memory (`rows_that_fit`: a CPU out of memory is a kill,
+not an error), and a batch that runs out of memory all the same is halved, the rest following at the
+smaller size.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 GENERATION_BATCH = 64  # prompts a batch; halved while a batch runs out of memory
+CACHE_SHARE = 0.5  # of the device's free memory, the most a batch's key-value cache may take
 
 
 @dataclass
@@ -74,6 +77,8 @@ def generate(
     )
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     results: list[GeneratedAnswer | None] = [None] * len(prompts)
+    fit = rows_that_fit(model, max(map(len, prompts), default=0) + max_new_tokens)
+    batch_size = batch_size if fit is None else min(batch_size, fit)
     start = 0
     while start < len(order):
         batch = order[start : start + batch_size]
@@ -91,6 +96,40 @@ def generate(
         if progress is not None:
             progress(len(batch))
     return results  # type: ignore[return-value]
+
+
+def rows_that_fit(model: Any, tokens: int) -> int | None:
+    """How many rows of `tokens` tokens a batch's key-value cache fits into `CACHE_SHARE` of the device's free memory
+    (at least one); None when the model's config does not say its cache's shape or the device its free memory."""
+    per_token = cache_bytes_per_token(model)
+    free = free_memory(next(model.parameters()).device)
+    if per_token is None or free is None:
+        return None
+    return max(1, int(CACHE_SHARE * free) // (per_token * max(tokens, 1)))
+
+
+def cache_bytes_per_token(model: Any) -> int | None:
+    """Bytes of key-value cache a token takes: keys and values of every layer, from the model's config (None where
+    the config does not say)."""
+    config = getattr(model, "config", None)
+    layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    if not (isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int)):
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Free bytes of `device`: CUDA's own count, the host's available memory for a CPU, else None."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    return None
 
 
 @torch.no_grad()
