@@ -77,7 +77,7 @@ class ExtractSettings:
     batch_size: int = field(default=16, metadata={"min": 1, "help": "gradient batch size (rows a backward pass)"})
     generation_batch_size: int = field(default=64, metadata={"min": 1, "help": (
         "prompts a batch when the base and fine-tuned models answer (halved while a batch runs out of memory): "
-        "on one CPU thread, 64 took 0.53x the time of 16 on SmolLM2-135M (BENCHMARKS.md)")})
+        "on one CPU thread, 64 took 0.56x the time of 16 on SmolLM2-135M (BENCHMARKS.md)")})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     dtype: ModelDtype = field(default="auto", metadata={
         "help": "the model's dtype: auto (bfloat16 on CUDA, else float32), float32, bfloat16 or float16"})

@@ -6,12 +6,11 @@ through `model.generate`. Each answer keeps its EOS token when the model emitted
 needs it, because stopping too early is itself the failure in the commonest regression.
 
 Batches are large by default (`GENERATION_BATCH`): a decoding step reads every weight for one token
-a row, so a small batch waits on memory; from about 64 rows a step is bound by arithmetic instead.
-On SmolLM2-135M on one CPU thread, 240 answers took 0.53x the time at 64 a batch as at 16, and 120
-a batch gained little more (BENCHMARKS.md). A batch is never larger than the key-value cache of its
-longest answer fits into half the device's free memory (`rows_that_fit`: a CPU out of memory is a kill,
-not an error), and a batch that runs out of memory all the same is halved, the rest following at the
-smaller size.
+a row, so a small batch spends its step reading weights. On SmolLM2-135M on one CPU thread, 240
+answers took 0.56x the time at 64 a batch as at 16, and 128 a batch gained little more
+(BENCHMARKS.md). A batch is never larger than the key-value cache of its longest answer fits into
+half the device's free memory (`rows_that_fit`: a CPU out of memory is a kill, not an error), and a
+batch that runs out of memory all the same is halved, the rest following at the smaller size.
 """
 
 from __future__ import annotations
