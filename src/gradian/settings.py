@@ -75,9 +75,6 @@ class ExtractSettings:
                 "matrix's gradient energy on 64 sampled training rows, whose gradients extraction then reuses) or "
                 "size (equal shares)"})
     batch_size: int = field(default=16, metadata={"min": 1, "help": "gradient batch size (rows a backward pass)"})
-    generation_batch_size: int = field(default=64, metadata={"min": 1, "help": (
-        "prompts a batch when the base and fine-tuned models answer (halved while a batch runs out of memory): "
-        "on one CPU thread, 64 took 0.56x the time of 16 on SmolLM2-135M (BENCHMARKS.md)")})
     device: str | None = field(default=None, metadata={"help": "None: cuda when present, else cpu"})
     dtype: ModelDtype = field(default="auto", metadata={
         "help": "the model's dtype: auto (bfloat16 on CUDA, else float32), float32, bfloat16 or float16"})
@@ -149,6 +146,9 @@ class AttributeSettings(ExtractSettings):
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
     max_new_tokens: int | None = field(default=None, metadata={"min": 1, "help": "None: from the references' lengths"})
+    generation_batch_size: int = field(default=64, metadata={"min": 1, "help": (
+        "prompts a batch when the base and fine-tuned models answer (halved while a batch runs out of memory): "
+        "on one CPU thread, 64 took 0.56x the time of 16 on SmolLM2-135M (BENCHMARKS.md)")})
     served_outputs: str | None = field(default=None, metadata={
         "help": "JSONL of the fine-tune's answers as served ({\"id\": eval row id, \"output\": text}, one per eval "
                 "row): Gradian measures the served regression beside its own and explains a drop only serving "
