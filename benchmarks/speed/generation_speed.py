@@ -69,9 +69,10 @@ def scenario(folder: str, device: str) -> tuple[torch.nn.Module, object, list[li
     from gradian.scenarios import attribute_settings
     from gradian.stages import load, run_audit
 
-    settings = attribute_settings(folder, tempfile.mkdtemp(), device=device)
-    audit = run_audit(settings, write=False)
-    model, tokenizer = load(settings, audit, Ranks())
+    with tempfile.TemporaryDirectory() as out:  # nothing is written: the audit is read, not kept
+        settings = attribute_settings(folder, out, device=device)
+        audit = run_audit(settings, write=False)
+        model, tokenizer = load(settings, audit, Ranks())
     examples = audit.eval_examples or []
     prompts = [render_prompt(example, tokenizer, audit.setup) for example in examples]
     return model, tokenizer, prompts, default_max_new_tokens(tokenizer, [e.completion_text for e in examples])

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
@@ -125,8 +126,6 @@ def free_memory(device: torch.device) -> int | None:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type == "cpu":
-        import psutil
-
         return int(psutil.virtual_memory().available)
     return None
 

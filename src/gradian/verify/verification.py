@@ -256,14 +256,14 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
     controls = [r for r in v["retrains"] if r["kind"] == "control"]
     random_rate = float(np.mean([r["rate"] for r in controls])) if controls else None
     answers = v.get("answers")
-    uncovered = ("" if not answers or not answers["newly_failing"] else (
+    tail = ("" if not answers or not answers["newly_failing"] else (
         f"; it fixes {answers['fixed']} of the {answers['broken_by_finetune']} answers the fine-tune broke, and "
         f"{answers['newly_failing']} answers the fine-tune got right now fail: another failure the removal uncovered "
         f"(their outputs: verify/{v['primary']}/scores.json)")) + _acting(v.get("dropped"))
     if primary["rate"] <= v["finetuned_rate"]:
-        return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts{uncovered}"
+        return "not-confirmed", f"{what} answers no better than the fine-tune on the same prompts{tail}"
     if random_rate is not None and primary["rate"] <= random_rate:
-        return "not-confirmed", f"{what} answers no better than removing as many rows at random{uncovered}"
+        return "not-confirmed", f"{what} answers no better than removing as many rows at random{tail}"
     lost = [t for t in v["tests"] if not t["beats"]]
     against = "the fine-tune" + (f" and each of the {len(controls)} random removals" if controls else "")
     if not lost:
@@ -272,7 +272,7 @@ def status(v: dict[str, Any]) -> tuple[str, str]:
                             f"p ≤ {worst:.2g} after Holm)"
     names = ", ".join(f"{t['against']} (better on {t['better']}, worse on {t['worse']}, p = {t['p_holm']:.2g})"
                       for t in lost)
-    return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm{uncovered}"
+    return "inconclusive", f"{what} answers better on average, but not beyond {names} after Holm{tail}"
 
 
 def _acting(dropped: dict[str, Any] | None) -> str:
