@@ -1,5 +1,6 @@
 """Free space: a long stage first estimates what it writes and refuses, in one sentence, when the disk holding its
-output folder has less free; a disk that still fills up mid-write is one sentence saying the rerun resumes.
+output folder has less free; a disk that still fills up mid-write is one sentence saying the rerun resumes. A device
+that runs out of memory is one sentence too, naming the batch sizes the command can lower (`out_of_memory_sentence`).
 
 The estimates (bytes): gradient features `rows × dim × itemsize` per store (the final adapter's, and one per TracIn-CP
 checkpoint) plus one byte per row for its done flag (`gradients.store`); scores `Q × N × 8` (float64,
@@ -14,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gradian.errors import InputError
+from gradian.errors import InputError, reason
 
 IGNORE_VARIABLE = "GRADIAN_IGNORE_FREE_SPACE"
 MARGIN = 1.05  # what the estimate leaves out: settings.json, ids.json, the report files
@@ -92,3 +93,25 @@ def disk_full_sentence(error: OSError) -> str:
     where = f" while writing {error.filename}" if error.filename else ""
     return (f"the disk filled up{where} ({os.strerror(error.errno or errno.ENOSPC)}); what was finished is kept: free "
             "some space and run the same command again, it resumes from there.")
+
+
+MEMORY_OPTIONS = {"attribute": "--batch-size or --generation-batch-size", "extract": "--batch-size",
+                  "verify": "--batch-size"}  # what each command can lower when the device runs out of memory
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is the device (or the host) running out of memory: Python's own, or accelerate's test of
+    torch's messages (CUDA, MPS, XPU, CPU)."""
+    if isinstance(error, MemoryError):
+        return True
+    from accelerate.utils.memory import should_reduce_batch_size  # only when something failed: import stays cheap
+
+    return isinstance(error, RuntimeError) and should_reduce_batch_size(error)
+
+
+def out_of_memory_sentence(error: BaseException, command: str | None) -> str:
+    """The one sentence for a run the device's memory cannot hold, naming what `command` can lower."""
+    lower = MEMORY_OPTIONS.get(command or "")
+    what = f"lower {lower}, or choose a --device with more memory" if lower else "choose a device with more memory"
+    return (f"the device ran out of memory ({reason(error, 120)}); {what}; what was finished is kept and the same "
+            "command resumes from there.")

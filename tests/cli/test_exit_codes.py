@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 import pytest
+import torch
 
-from bad_inputs.fixtures import workspace  # noqa: F401
+from bad_inputs.corpus import attribute_args
+from bad_inputs.fixtures import assert_one_line_error, gradian, workspace  # noqa: F401
 from gradian.cli import diagnose as diagnose_cli
 from gradian.cli.exit_codes import EPILOG
 from gradian.cli.main import cli, register_commands
@@ -105,3 +107,30 @@ def test_a_character_the_terminal_cannot_show_is_replaced_not_a_crash(workspace,
                              "--config", str(config)], capture_output=True, env=env, timeout=300)
     assert result.returncode == 1, result.stderr.decode()[-2000:]
     assert b"learning_rate" in result.stdout and b"?" in result.stdout and b"Error" not in result.stderr
+
+
+def test_a_device_out_of_memory_at_one_prompt_a_batch_is_exit_2_naming_what_to_lower(workspace, gradian, monkeypatch,  # noqa: F811
+                                                                                       tmp_path):
+    import gradian.regression.generation as generation
+
+    sizes = []
+
+    def no_memory(model, tokenizer, prompts, *args):
+        sizes.append(len(prompts))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(generation, "_generate_batch", no_memory)
+    result = gradian(attribute_args(workspace, tmp_path / "out", extra=("--generation-batch-size", "4")))
+    assert_one_line_error(result, "the device ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); "
+                                  "lower --batch-size or --generation-batch-size")
+    assert sizes == [4, 2, 1]  # halved down to one prompt a batch before it gave up
+
+
+def test_a_runtime_error_that_is_not_memory_stays_internal(cli_runner, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADIAN_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(diagnose_cli, "diagnose", _crash(RuntimeError("shape mismatch")))
+    result = cli_runner.invoke(cli, ARGS)
+    assert result.exit_code == 3 and "internal error (RuntimeError: shape mismatch)" in result.stderr, result.output
+    monkeypatch.setattr(diagnose_cli, "diagnose", _crash(MemoryError()))
+    result = cli_runner.invoke(cli, ARGS)
+    assert result.exit_code == 2 and "choose a device with more memory" in result.stderr, result.output

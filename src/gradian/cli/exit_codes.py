@@ -20,7 +20,7 @@ Exit codes:
   0    clean, or answered (a report written, a refusal inside the noise band included)
   1    findings at or above --fail-on (diagnose)
   2    bad input or usage (an output path that is an input included): one sentence naming the file
-       (and line) and what to do
+       (and line) and what to do; a full disk or a device out of memory: what to change
   3    internal error: one sentence and the path of a log file holding the traceback
   130  interrupted (Ctrl-C)"""
 

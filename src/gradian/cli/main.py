@@ -12,14 +12,15 @@ import click
 from gradian import __version__
 from gradian.cli.exit_codes import BAD_INPUT, EPILOG, INTERNAL, INTERRUPTED, write_crash_log
 from gradian.errors import InputError, reason
-from gradian.space import disk_full_sentence, is_disk_full
+from gradian.space import disk_full_sentence, is_disk_full, is_out_of_memory, out_of_memory_sentence
 
 
 class GradianGroup(click.Group):
     """Every way a command ends, as the exit codes say: `InputError` anywhere below is one sentence on stderr and
     exit code 2; click's own usage errors and exits pass as they are; Ctrl-C is 130; anything else (a bug in
     Gradian or a library, a stray `sys.exit` that would end the run with nothing checked) is one sentence naming a
-    log file that holds the traceback, and exit code 3, never a traceback on the terminal nor exit code 1."""
+    log file that holds the traceback, and exit code 3, never a traceback on the terminal nor exit code 1. A full
+    disk or a device out of memory is exit code 2: a setting or the machine, said in a sentence of what to change."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -37,6 +38,12 @@ class GradianGroup(click.Group):
                 click.echo(f"Error: {internal_error(error)}", err=True)
                 ctx.exit(INTERNAL)
             click.echo(f"Error: {disk_full_sentence(error)}", err=True)  # no log: writing one would need the disk
+            ctx.exit(BAD_INPUT)
+        except (MemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
+                click.echo(f"Error: {internal_error(error)}", err=True)
+                ctx.exit(INTERNAL)
+            click.echo(f"Error: {out_of_memory_sentence(error, ctx.invoked_subcommand)}", err=True)
             ctx.exit(BAD_INPUT)
         except BaseException as error:  # SystemExit included: nothing below may end the run on its own
             click.echo(f"Error: {internal_error(error)}", err=True)
