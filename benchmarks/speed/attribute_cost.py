@@ -6,12 +6,18 @@ with nothing else on the machine, one thread, to compare two versions of Gradian
 checkout, put its `src` first on PYTHONPATH).
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.attribute_cost ~/.cache/gradian/smollm2-suite/runs/smol-kitchen-fence-seed0
+
+`--copies K` explains the same run as if its training file held each row K times (ids made distinct, the text
+unchanged): the costs that do not grow with the rows (the answers to the eval prompts, the query, the energy pass's
+sample, the gradient check, the report's top rows) are then spread over K times the rows. Its epoch is the run's
+epoch times K, an estimate: an epoch of K times the rows takes K times the steps of the same shapes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -27,20 +33,40 @@ def epoch_seconds(folder: Path) -> float:
     return float(last["train_runtime"]) / float(last["epoch"])
 
 
+def copied(folder: Path, copies: int, into: Path) -> Path:
+    """A scenario folder like `folder` whose train.jsonl holds each row `copies` times (ids `<id>~<k>`); the other
+    files are links to the original's."""
+    into.mkdir()
+    for path in folder.iterdir():
+        if path.name != "train.jsonl":
+            (into / path.name).symlink_to(path.resolve())
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines() if line.strip()]
+    with (into / "train.jsonl").open("w") as out:
+        for k in range(copies):
+            for row in rows:
+                out.write(json.dumps({**row, "id": f"{row['id']}~{k}" if k else row["id"]}) + "\n")
+    return into
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="a built scenario folder (base/, run/, train.jsonl, eval.jsonl)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rank", default=None, help="attribute's --rank (default: its own default)")
+    parser.add_argument("--copies", type=int, default=1, help="each training row this many times (module docstring)")
     args = parser.parse_args()
-    epoch = epoch_seconds(args.folder)
-    print(f"gradian from {Path(gradian.__file__).parent}; the run's epoch {epoch:.1f} s")
-    for _ in range(args.repeats):
-        with tempfile.TemporaryDirectory() as out:
+    epoch = epoch_seconds(args.folder) * args.copies
+    print(f"gradian from {Path(gradian.__file__).parent}; the run's epoch {epoch:.1f} s"
+          + (f" (its own times {args.copies})" if args.copies > 1 else ""))
+    with tempfile.TemporaryDirectory() as work:
+        folder = copied(args.folder, args.copies, Path(work) / "run") if args.copies > 1 else args.folder
+        for _ in range(args.repeats):
+            out = Path(work) / "out"
             start = time.perf_counter()
-            attribute(attribute_settings(args.folder, out, **({"rank": args.rank} if args.rank else {})))
+            attribute(attribute_settings(folder, out, **({"rank": args.rank} if args.rank else {})))
             seconds = time.perf_counter() - start
-        print(f"attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs")
+            shutil.rmtree(out)
+            print(f"attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs", flush=True)
 
 
 if __name__ == "__main__":
