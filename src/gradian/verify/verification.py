@@ -199,8 +199,8 @@ def _curve(plan: Plan, scores: dict[str, np.ndarray], markers: dict[str, dict[st
     points = []
     for point in plan.curve:
         top = by_name[point.top]
-        mean = mean_scores([scores[name] for name in point.randoms]) if point.randoms else None
-        random = _random_recovery(scores, point.randoms, original, seed)
+        mean = mean_scores([scores[name] for name in point.randoms]) if point.randoms else None  # (n,)
+        random = recovery(mean, original, seed) if mean is not None else None
         tests = with_holm([paired_test(scores[point.top], scores[name], name, binary=binary)
                            for name in point.randoms])
         points.append({
