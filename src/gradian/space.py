@@ -112,6 +112,5 @@ def is_out_of_memory(error: BaseException) -> bool:
 def out_of_memory_sentence(error: BaseException, command: str | None) -> str:
     """The one sentence for a run the device's memory cannot hold, naming what `command` can lower."""
     lower = MEMORY_OPTIONS.get(command or "")
-    what = f"lower {lower}, or choose a --device with more memory" if lower else "choose a device with more memory"
-    return (f"the device ran out of memory ({reason(error, 120)}); {what}; what was finished is kept and the same "
-            "command resumes from there.")
+    what = f"lower {lower}, or choose a --device with more memory" if lower else "use a machine with more memory"
+    return f"the device ran out of memory ({reason(error, 120)}); {what}, and run the command again."

@@ -133,4 +133,4 @@ def test_a_runtime_error_that_is_not_memory_stays_internal(cli_runner, monkeypat
     assert result.exit_code == 3 and "internal error (RuntimeError: shape mismatch)" in result.stderr, result.output
     monkeypatch.setattr(diagnose_cli, "diagnose", _crash(MemoryError()))
     result = cli_runner.invoke(cli, ARGS)
-    assert result.exit_code == 2 and "choose a device with more memory" in result.stderr, result.output
+    assert result.exit_code == 2 and "use a machine with more memory" in result.stderr, result.output
