@@ -30,6 +30,7 @@ CHECKPOINT_MODES: tuple[str, ...] = get_args(CheckpointMode)
 PROJ_BUDGETS: tuple[str, ...] = get_args(ProjBudget)
 RANKS: tuple[str, ...] = get_args(RankRule)
 ROW_HARMS: tuple[str, ...] = get_args(RowHarm)
+GENERATION_BATCH = 64  # prompts a batch when models answer (`regression.generation`, which halves it on out of memory)
 AUTO_ROW_HARM = "positions"  # what auto reads where it can: the suite's dev rule chose it (BENCHMARKS.md)
 
 
@@ -146,7 +147,7 @@ class AttributeSettings(ExtractSettings):
     min_effect: float = field(default=0.0, metadata={"help": "smallest drop worth attributing (rate, 0-1)"})
     force: bool = field(default=False, metadata={"help": "attribute even inside the noise band"})
     max_new_tokens: int | None = field(default=None, metadata={"min": 1, "help": "None: from the references' lengths"})
-    generation_batch_size: int = field(default=64, metadata={"min": 1, "help": (
+    generation_batch_size: int = field(default=GENERATION_BATCH, metadata={"min": 1, "help": (
         "prompts a batch when the base and fine-tuned models answer (halved while a batch runs out of memory): "
         "on one CPU thread, 64 took 0.56x the time of 16 on SmolLM2-135M (BENCHMARKS.md)")})
     served_outputs: str | None = field(default=None, metadata={

@@ -39,13 +39,10 @@ class GradianGroup(click.Group):
                 ctx.exit(INTERNAL)
             click.echo(f"Error: {disk_full_sentence(error)}", err=True)  # no log: writing one would need the disk
             ctx.exit(BAD_INPUT)
-        except (MemoryError, RuntimeError) as error:
-            if not is_out_of_memory(error):
-                click.echo(f"Error: {internal_error(error)}", err=True)
-                ctx.exit(INTERNAL)
-            click.echo(f"Error: {out_of_memory_sentence(error, ctx.invoked_subcommand)}", err=True)
-            ctx.exit(BAD_INPUT)
         except BaseException as error:  # SystemExit included: nothing below may end the run on its own
+            if is_out_of_memory(error):
+                click.echo(f"Error: {out_of_memory_sentence(error, ctx.invoked_subcommand)}", err=True)
+                ctx.exit(BAD_INPUT)
             click.echo(f"Error: {internal_error(error)}", err=True)
             ctx.exit(INTERNAL)
 

@@ -23,7 +23,8 @@ import psutil
 import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
-GENERATION_BATCH = 64  # prompts a batch; halved while a batch runs out of memory
+from gradian.settings import GENERATION_BATCH
+
 CACHE_SHARE = 0.5  # of the device's free memory, the most a batch's key-value cache may take
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gradian.settings import check_fields
+from gradian.settings import GENERATION_BATCH, check_fields
 
 
 @dataclass
@@ -37,7 +37,7 @@ class VerifySettings:
     max_steps: int | None = field(default=None, metadata={"min": 1, "help": (
         "cap each retrain at N optimizer steps (the verification then says it was capped); default: the run's own "
         "step count, which a faithful retrain needs")})
-    batch_size: int = field(default=64, metadata={"min": 1, "help": (
+    batch_size: int = field(default=GENERATION_BATCH, metadata={"min": 1, "help": (
         "generation batch size when each retrain is measured on the report's eval prompts (halved while a batch "
         "runs out of memory)")})
 
