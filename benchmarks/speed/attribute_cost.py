@@ -11,6 +11,9 @@ checkout, put its `src` first on PYTHONPATH).
 unchanged): the costs that do not grow with the rows (the answers to the eval prompts, the query, the energy pass's
 sample, the gradient check, the report's top rows) are then spread over K times the rows. Its epoch is the run's
 epoch times K, an estimate: an epoch of K times the rows takes K times the steps of the same shapes.
+
+`--stages` also prints each stage's seconds inside the run (`stage_clock`: the pipeline's stages, the extraction's
+energy pass, gradient check and long pass, and the report's harm tokens), to see where the time goes.
 """
 
 from __future__ import annotations
@@ -20,11 +23,22 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import gradian
+import gradian.pipeline
+import gradian.stages.extraction
+import gradian.stages.reporting
 from gradian import attribute
 from gradian.scenarios import attribute_settings
+
+STAGES = {gradian.pipeline: ("run_audit", "load", "regression", "queries", "extract", "score", "rank", "cluster",
+                             "report"),
+          gradian.stages.extraction: ("share_budget", "check_extraction", "extract_train_features"),
+          gradian.stages.reporting: ("harm_tokens",)}
 
 
 def epoch_seconds(folder: Path) -> float:
@@ -48,12 +62,37 @@ def copied(folder: Path, copies: int, into: Path) -> Path:
     return into
 
 
+@contextmanager
+def stage_clock() -> Iterator[dict[str, float]]:
+    """Seconds spent in each of `STAGES` while inside (summed over calls), each wrapped where its caller finds it."""
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, function: Callable) -> Callable:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        return run
+
+    originals = [(module, name, getattr(module, name)) for module, names in STAGES.items() for name in names]
+    for module, name, function in originals:
+        setattr(module, name, timed(name, function))
+    try:
+        yield seconds
+    finally:
+        for module, name, function in originals:
+            setattr(module, name, function)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="a built scenario folder (base/, run/, train.jsonl, eval.jsonl)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rank", default=None, help="attribute's --rank (default: its own default)")
     parser.add_argument("--copies", type=int, default=1, help="each training row this many times (module docstring)")
+    parser.add_argument("--stages", action="store_true", help="each stage's seconds too")
     args = parser.parse_args()
     epoch = epoch_seconds(args.folder) * args.copies
     print(f"gradian from {Path(gradian.__file__).parent}; the run's epoch {epoch:.1f} s"
@@ -62,11 +101,14 @@ def main() -> None:
         folder = copied(args.folder, args.copies, Path(work) / "run") if args.copies > 1 else args.folder
         for _ in range(args.repeats):
             out = Path(work) / "out"
-            start = time.perf_counter()
-            attribute(attribute_settings(folder, out, **({"rank": args.rank} if args.rank else {})))
-            seconds = time.perf_counter() - start
+            with stage_clock() as stages:
+                start = time.perf_counter()
+                attribute(attribute_settings(folder, out, **({"rank": args.rank} if args.rank else {})))
+                seconds = time.perf_counter() - start
             shutil.rmtree(out)
             print(f"attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs", flush=True)
+            if args.stages:
+                print("  " + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def test_gradient_energy_equals_per_matrix_norms_of_the_naive_loop(tiny_tokenize
     energy, kept = gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=1 << 30)
     assert torch.allclose(torch.tensor(energy, dtype=torch.float64), per_matrix.mean(0), rtol=1e-9, atol=0)
     assert sorted(kept.rows) == [0, 1, 2, 3]  # the exact gradients come back, row by row
-    assert torch.allclose(kept.flat, naive_gradients(model, data[:4])[kept.rows], rtol=1e-9, atol=1e-11)
+    assert torch.allclose(torch.cat(kept.batches), naive_gradients(model, data[:4])[kept.rows], rtol=1e-9, atol=1e-11)
     row_bytes = sum(sizes) * 8
     _, kept = gradient_energy(model, rendered, GradientSettings(batch_size=3), keep_bytes=3 * row_bytes)
     assert len(kept.rows) == 3  # the first batch (3 rows) fits, the second would not
@@ -239,7 +239,7 @@ def test_extraction_projects_the_energy_pass_gradients_instead_of_computing_them
         return real(model, batch, roots, **kwargs)
 
     monkeypatch.setattr(extract, "lora_backward", counted)
-    sampled.rows, sampled.flat = sampled.rows[:4], sampled.flat[:4]  # as when only 4 rows fit in memory
+    sampled.rows, sampled.batches = sampled.rows[:4], [torch.cat(sampled.batches)[:4]]  # as when 4 rows fit
     sampled.key = extract.SampledGradients.key_of(model, rendered, sampled.rows, None)
     warm = np.asarray(extract.extract_train_features(model, rendered, tmp_path / "warm", settings=settings,
                                                      sampled=sampled))

@@ -20,3 +20,19 @@ def test_copies_repeat_every_row_with_distinct_ids_and_link_the_rest(tmp_path):
     assert [(row["prompt"], row["completion"]) for row in written] == [(r["prompt"], r["completion"]) for r in rows] * 3
     assert (folder / "run").resolve() == (source / "run").resolve() and (folder / "eval.jsonl").is_symlink()
     assert (source / "train.jsonl").read_text().count("\n") == 2  # the original is untouched
+
+
+def test_the_stage_clock_times_each_stage_inside_and_puts_it_back(monkeypatch):
+    import types
+
+    from benchmarks.speed import attribute_cost
+
+    calls: list[int] = []
+    stage = types.ModuleType("stage")
+    stage.step = lambda n: calls.append(n) or n  # type: ignore[attr-defined]
+    original = stage.step  # type: ignore[attr-defined]
+    monkeypatch.setattr(attribute_cost, "STAGES", {stage: ("step",)})
+    with attribute_cost.stage_clock() as seconds:
+        assert stage.step(1) == 1 and stage.step(2) == 2 and stage.step is not original  # type: ignore[attr-defined]
+    assert calls == [1, 2] and set(seconds) == {"step"} and seconds["step"] >= 0
+    assert stage.step is original  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from peft import LoraConfig, get_peft_model
 from conftest import make_tiny_model
 from gradian.gradients.extract import GradientSettings, make_projector
 from gradian.scores.queries import QueryPair, first_divergence, query_features
+from gradian.scores.query import query_gradients
 
 torch.set_num_threads(2)
 
@@ -38,6 +39,12 @@ def log_prob(model, prompt, answer, only=None):
 
 
 def reference(model, pair, kind):
+    q = margin_gradient(model, pair, kind)
+    return q / np.linalg.norm(q)
+
+
+def margin_gradient(model, pair, kind):
+    """q = ∇θ f, the LoRA weights' gradients flat in the model's parameter order."""
     model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
     if kind == "naive":
@@ -49,8 +56,7 @@ def reference(model, pair, kind):
         f = log_prob(model, pair.prompt_ids, pair.positive_ids, j) - log_prob(
             model, pair.prompt_ids, pair.negative_ids, j
         )
-    q = torch.cat([g.flatten() for g in torch.autograd.grad(f, params)]).numpy()
-    return q / np.linalg.norm(q)
+    return torch.cat([g.flatten() for g in torch.autograd.grad(f, params)]).numpy()
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 16])  # 3 splits a pair's two rows over two batches
@@ -60,6 +66,23 @@ def test_query_equals_gradient_of_margin(model, kind, batch_size):
     expected = np.stack([reference(model, pair, kind) for pair in PAIRS])
     assert np.allclose(got, expected, rtol=1e-8, atol=1e-10)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])  # 1 and 3: a pair's two rows share a batch all the same
+@pytest.mark.parametrize("kind", ["naive", "contrastive", "contrastive-first"])
+def test_one_backward_gives_the_direction_and_the_pairs_exact_gradients(model, kind, batch_size):
+    """query_gradients: v = Σ q/‖q‖ and each pair's exact q against the float64 margin's gradient; the kept q,
+    projected, are the queries query_features computes again; nothing kept past keep_bytes, v the same."""
+    direction, exact = query_gradients(model, PAIRS, kind, batch_size=batch_size)
+    expected = np.stack([margin_gradient(model, pair, kind) for pair in PAIRS])  # (Q, k)
+    assert exact is not None and np.allclose(exact.numpy(), expected, rtol=1e-8, atol=1e-10)
+    v = (expected / np.linalg.norm(expected, axis=1, keepdims=True)).sum(0)
+    assert np.allclose(torch.cat([d.flatten() for d in direction]).numpy(), v, rtol=1e-8, atol=1e-10)
+    for settings in (EXACT, GradientSettings(proj_dim=200, seed=3, batch_size=2)):
+        assert np.allclose(query_features(model, PAIRS, kind=kind, settings=settings, exact=exact),
+                           query_features(model, PAIRS, kind=kind, settings=settings), rtol=1e-8, atol=1e-10)
+    alone, none = query_gradients(model, PAIRS, kind, batch_size=batch_size, keep_bytes=exact.nbytes - 1)
+    assert none is None and all(torch.allclose(a, d) for a, d in zip(alone, direction, strict=True))
 
 
 def test_first_divergence_counts_an_ended_answer():

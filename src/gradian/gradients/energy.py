@@ -31,7 +31,8 @@ from gradian.gradients.settings import GradientSettings
 from gradian.gradients.sides import SideTaker
 
 ENERGY_ROWS = 64  # training rows sampled for the shares
-KEEP_BYTES = 1 << 30  # most memory for the sample's exact gradients, which extraction then projects, not recomputes
+KEEP_BYTES = 1 << 30  # most memory for exact gradients kept to project later: the sample's (here), the queries'
+# (`scores.query`)
 
 
 def gradient_energy(
@@ -72,8 +73,7 @@ def gradient_energy(
     energy = tuple(float(total) / max(len(rows), 1) for total in totals)
     if not kept:
         return energy, None
-    return energy, SampledGradients(kept_rows, torch.cat(kept), SampledGradients.key_of(model, rendered, kept_rows,
-                                                                                       scale),
+    return energy, SampledGradients(kept_rows, kept, SampledGradients.key_of(model, rendered, kept_rows, scale),
                                     {name: np.concatenate([s[name] for s in sides]) for name in taker.along},
                                     dict(taker.along))
 

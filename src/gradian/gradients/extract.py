@@ -61,7 +61,8 @@ class SampledGradients:
     """Exact gradients of sampled training rows, already computed: extraction projects them, no second backward."""
 
     rows: list[int]  # indices into the rendered rows
-    flat: torch.Tensor  # (n, Σ LoRA sizes) on CPU, scaled as the features are, matrices in PEFT's order
+    batches: list[torch.Tensor]  # (b, Σ LoRA sizes) per batch of `rows`, in order, on CPU, scaled as the features
+    # are, matrices in PEFT's order: kept as the backward gave them (one copy of them all cost more than their pass)
     key: dict[str, str]  # adapter_sha256, scale and rows_sha of `rows`: extraction checks it matches
     sides: dict[str, np.ndarray] = field(default_factory=dict)  # side name → (n, width), from the same backward
     sides_along: dict[str, str] = field(default_factory=dict)  # side name → the digest it was taken along
@@ -337,10 +338,8 @@ def project_sample(
     projector = projector or make_projector(model, settings)
     device = next(model.parameters()).device
     store_dtype = getattr(torch, settings.store_dtype)
-    parts = []
-    for start in range(0, len(sampled.rows), settings.batch_size):
-        flat = sampled.flat[start : start + settings.batch_size].to(device)  # (B, Σ LoRA sizes)
-        parts.append(projector.project_exact(flat).to(store_dtype).cpu().numpy())
+    parts = [projector.project_exact(flat.to(device)).to(store_dtype).cpu().numpy()  # (B, Σ LoRA sizes) → (B, k)
+             for flat in sampled.batches]
     features = np.concatenate(parts) if parts else np.zeros((0, projector.dim), settings.store_dtype)
     return ProjectedSample(list(sampled.rows), features, dict(sampled.key), dict(sampled.sides),
                            dict(sampled.sides_along))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import nn
 
 from gradian.data.render import IGNORE
@@ -71,15 +72,23 @@ def query_rows(pair: QueryPair, kind: str) -> list[tuple[list[int], list[int], f
 
 
 def query_features(
-    model: nn.Module, pairs: list[QueryPair], *, kind: str, settings: GradientSettings, unit_norm: bool = True
+    model: nn.Module, pairs: list[QueryPair], *, kind: str, settings: GradientSettings, unit_norm: bool = True,
+    exact: torch.Tensor | None = None,
 ) -> np.ndarray:
     """(Q, k) query gradients q = ∇θ f (f = margin toward the correct answer), projected like training features.
 
     A contrastive kind on a pair without a negative falls back to the naive query for that pair.
-    A pair whose answers are identical gets a zero row.
+    A pair whose answers are identical gets a zero row. With `exact`, the pairs' (Q, Σ LoRA sizes) exact q as
+    `query.query_gradients` kept them, they are projected, not computed again.
     """
     projector = make_projector(model, settings)
     queries = np.zeros((len(pairs), projector.dim), dtype=np.float64)
+    device = next(model.parameters()).device
+    if exact is not None:
+        for start in range(0, len(pairs), settings.batch_size):
+            flat = exact[start : start + settings.batch_size].to(device)  # (B, Σ LoRA sizes)
+            queries[start : start + len(flat)] = projector.project_exact(flat).double().cpu().numpy()
+        return unit(queries) if unit_norm else queries
     pad_id = pad_id_of(model)
     rows = [(index, *row) for index, pair in enumerate(pairs) for row in query_rows(pair, kind)]
     with example_gradients(model, projector) as compute:
@@ -89,7 +98,10 @@ def query_features(
             grads = compute(batch).double().cpu().numpy()  # (rows, k): ∇ NLL each
             for (index, *_, sign), grad in zip(chunk, grads, strict=True):
                 queries[index] -= sign * grad  # ∇ log p = −∇ NLL
-    if unit_norm:
-        norms = np.linalg.norm(queries, axis=1, keepdims=True)
-        queries = np.divide(queries, norms, out=np.zeros_like(queries), where=norms > 0)
-    return queries
+    return unit(queries) if unit_norm else queries
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    """Each row over its norm; a zero row stays zero."""
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)

@@ -10,7 +10,6 @@ nowhere else (`settings.row_harm_of` decides it).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,8 @@ import torch
 from torch import nn
 
 from gradian.gradients.batches import collate, pad_id_of
-from gradian.gradients.extract import summed_nll
+from gradian.gradients.energy import KEEP_BYTES
+from gradian.gradients.extract import example_gradients
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
 from gradian.scores.relevance import mean_hidden_states
@@ -33,6 +33,7 @@ class Query:
     failing: list[Any] = field(default_factory=list)  # their regression rows, in the regression's order
     row_harm: str = "sum"  # how a row's harm is read: positions, tokens or sum (`settings.row_harm_of`)
     direction: list[torch.Tensor] | None = None  # v, one tensor per LoRA matrix, shaped like its weight
+    gradients: torch.Tensor | None = None  # (Q, k) each pair's exact q, flat, when kept (`query_gradients`; rank 0)
     states: np.ndarray | None = None  # (Q, d) the failing queries' mean last hidden states, for RepSim
 
     @property
@@ -43,25 +44,51 @@ class Query:
 
 def query_direction(model: nn.Module, pairs: Sequence[QueryPair], kind: str) -> list[torch.Tensor]:
     """v = Σ_q q / ‖q‖, q = ∇θ f of each pair (f as `scores.queries`), one tensor per LoRA matrix."""
-    weights = [m.module.weight for m in lora_matrices(model)]
+    return query_gradients(model, pairs, kind, keep_bytes=0)[0]
+
+
+def query_gradients(model: nn.Module, pairs: Sequence[QueryPair], kind: str, *, batch_size: int = 16,
+                    keep_bytes: int = KEEP_BYTES) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """(v, the pairs' exact q): v as `query_direction`, and (Q, k) each pair's q = ∇θ f, flat (the LoRA matrices
+    concatenated as `extract.per_example_gradients` lays them), on the CPU in the dtype the backward gives, when
+    they fit in `keep_bytes` (else None): the scores project them once the projection is known
+    (`queries.query_features(exact=)`) instead of running their backward again. Whole pairs share a batched
+    backward (at most `batch_size` rows, or one pair's two)."""
+    matrices = lora_matrices(model)
     pad_id = pad_id_of(model)
-    total = [torch.zeros_like(w, dtype=torch.float64) for w in weights]
-    for pair in pairs:
-        rows = query_rows(pair, kind)
-        if not rows:
+    k = sum(m.size for m in matrices)
+    total = torch.zeros(k, dtype=torch.float64)  # (k,) Σ q / ‖q‖
+    rows = [query_rows(pair, kind) for pair in pairs]  # per pair, its 0-2 (ids, labels, sign) rows
+    dtype = torch.float64 if matrices[0].module.weight.dtype == torch.float64 else torch.float32  # as computed
+    kept = torch.zeros((len(pairs), k), dtype=dtype) if len(pairs) * k * dtype.itemsize <= keep_bytes else None
+    with example_gradients(model, matrices=matrices) as compute:
+        for chunk in _pair_batches(rows, batch_size):
+            grads = iter(compute(collate([(ids, labels) for index in chunk for ids, labels, _ in rows[index]],
+                                         pad_id)).cpu())  # (B, k) ∇ NLL of each row, the pairs' rows in order
+            for index in chunk:
+                q = kept[index] if kept is not None else torch.zeros(k, dtype=dtype)  # (k,)
+                for *_, sign in rows[index]:
+                    q.sub_(next(grads), alpha=sign)  # ∇ log p = −∇ NLL
+                norm = float(torch.linalg.vector_norm(q, dtype=torch.float64))
+                if norm > 0:
+                    total.add_(q, alpha=1.0 / norm)
+    direction = [part.view(m.shape).to(m.module.weight.dtype)
+                 for part, m in zip(total.split([m.size for m in matrices]), matrices, strict=True)]
+    return direction, kept
+
+
+def _pair_batches(rows: list[list[Any]], batch_size: int) -> Iterator[list[int]]:
+    """Consecutive pairs with rows, at most `batch_size` rows a batch (a pair's rows are never split)."""
+    chunk: list[int] = []
+    for index, pair_rows in enumerate(rows):
+        if not pair_rows:
             continue
-        batch = to_model(collate([(ids, labels) for ids, labels, _ in rows], pad_id), model)
-        with requires_grad(weights):
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           position_ids=batch["position_ids"]).logits  # (R, T, V)
-            margin = torch.stack([-sign * summed_nll(logits[r : r + 1], batch["labels"][r : r + 1])
-                                  for r, (_, _, sign) in enumerate(rows)]).sum()  # f = Σ sign · log p
-            grads = torch.autograd.grad(margin, weights)
-        norm = torch.stack([(g.double() ** 2).sum() for g in grads]).sum().sqrt()
-        if norm > 0:
-            for acc, g in zip(total, grads, strict=True):
-                acc += g.double() / norm
-    return [t.to(w.dtype) for t, w in zip(total, weights, strict=True)]
+        if chunk and sum(len(rows[i]) for i in chunk) + len(pair_rows) > batch_size:
+            yield chunk
+            chunk = []
+        chunk.append(index)
+    if chunk:
+        yield chunk
 
 
 def query_states(model: Any, queries: Sequence[Any], *, batch_size: int = 16) -> np.ndarray:
@@ -80,16 +107,3 @@ def to_model(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torc
     """The batch's tensors on the model's device."""
     device = next(model.parameters()).device
     return {key: value.to(device) for key, value in batch.items()}
-
-
-@contextmanager
-def requires_grad(weights: list[torch.Tensor]) -> Iterator[None]:
-    """The weights require gradients inside, as they did before after."""
-    before = [w.requires_grad for w in weights]
-    for w in weights:
-        w.requires_grad_(True)
-    try:
-        yield
-    finally:
-        for w, b in zip(weights, before, strict=True):
-            w.requires_grad_(b)

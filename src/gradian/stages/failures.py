@@ -20,7 +20,7 @@ from gradian.regression.training_noise import checkpoint_band
 from gradian.scores.activation import check_inputs
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.queries import QueryPair
-from gradian.scores.query import Query, failing_queries, query_direction, query_states
+from gradian.scores.query import Query, failing_queries, query_gradients, query_states
 from gradian.settings import AttributeSettings, row_harm_of
 from gradian.stages.artifacts import Bar, Prepared, late_bar
 from gradian.verdict.wording import difference_fix
@@ -125,11 +125,14 @@ def queries(settings: AttributeSettings, audit: DiagnoseResult, measured: Regres
     pairs = ranks.main_only(pairs_of) or []
     failing = failing_queries(measured, pairs) if measured is not None else []
     # v: the direction of the rows' harm and the report's tokens; every process needs it where its extraction's
-    # backward gives the rows' harmful positions
-    direction = ranks.main_only(lambda: query_direction(model, pairs, base_kind(settings.query)),
-                                share=row_harm == "positions")
+    # backward gives the rows' harmful positions. From the same backward, the pairs' exact gradients, which the
+    # scores project once the projection is known (rank 0 alone)
+    direction, exact = ranks.main_only(lambda: query_gradients(model, pairs, base_kind(settings.query),
+                                                               batch_size=settings.batch_size)) or (None, None)
+    if row_harm == "positions":
+        direction = ranks.broadcast(direction)
     # the failing queries' hidden states: the extraction's forward gives every row's RepSim to them (captured
     # gradients come with no forward: the ranking then takes RepSim in a pass of its own)
     states = ranks.main_only(lambda: query_states(model, failing, batch_size=settings.batch_size),
                              share=True) if settings.rank == "combined" and not captured else None
-    return Query(pairs, failing, row_harm, direction, states)
+    return Query(pairs, failing, row_harm, direction, gradients=exact, states=states)

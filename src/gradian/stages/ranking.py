@@ -45,7 +45,7 @@ def score(settings: AttributeSettings, extraction: Extraction, model: Any, audit
                           settings=extraction.gradient, kind=kind, unit_norm_train=settings.unit_norm_train,
                           stores=extraction.checkpoint_stores, out=effects)
     else:
-        features = query_features(model, pairs, kind=kind, settings=extraction.gradient)
+        features = query_features(model, pairs, kind=kind, settings=extraction.gradient, exact=query.gradients)
         preconditioner = fit_preconditioner(settings.preconditioner, model, audit.rendered, extraction.gradient,
                                             damping=settings.damping, progress=wrap(bar, "curvature"))
         score_features(store, features, preconditioner=preconditioner, unit_norm_train=settings.unit_norm_train,
