@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -27,17 +28,17 @@ def run_folder(tmp_path, checkpoints: dict[int, bytes], final: bytes, global_ste
 
 def test_the_newest_checkpoint_before_the_final_step_is_measured(tmp_path):
     run = run_folder(tmp_path, {25: b"a", 50: b"b", 75: b"c"}, final=b"c", global_step=75)
-    assert earlier_checkpoint(run) == (tmp_path / "checkpoint-50", 50)
+    assert earlier_checkpoint(run) == (tmp_path / "checkpoint-50", 50, hashlib.sha256(b"b").hexdigest())
 
 
 def test_a_checkpoint_holding_the_final_weights_is_skipped_without_a_step(tmp_path):
     run = run_folder(tmp_path, {25: b"a", 50: b"b", 75: b"c"}, final=b"c", global_step=None)
-    assert earlier_checkpoint(run) == (tmp_path / "checkpoint-50", 50)
+    assert earlier_checkpoint(run)[:2] == (tmp_path / "checkpoint-50", 50)
 
 
 def test_training_past_the_last_checkpoint_measures_that_checkpoint(tmp_path):
     run = run_folder(tmp_path, {40: b"a", 80: b"b"}, final=b"c", global_step=90)
-    assert earlier_checkpoint(run) == (tmp_path / "checkpoint-80", 80)
+    assert earlier_checkpoint(run)[:2] == (tmp_path / "checkpoint-80", 80)
 
 
 def test_no_earlier_checkpoint_no_band(tmp_path):

@@ -52,8 +52,9 @@ def final_step(run: RunInfo | None) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
-    """The newest saved checkpoint before the final adapter, and its step; None when the run keeps none."""
+def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int, str] | None:
+    """The newest saved checkpoint before the final adapter, its step and its weights' sha256; None when the run
+    keeps none."""
     if run is None or run.adapter_dir is None or not (run.adapter_dir / WEIGHTS).is_file():
         return None
     last = final_step(run)
@@ -61,8 +62,8 @@ def earlier_checkpoint(run: RunInfo | None) -> tuple[Path, int] | None:
     steps = [(int(found.group(1)), folder) for folder in run.checkpoints
              if (found := CHECKPOINT.match(folder.name)) and (folder / WEIGHTS).is_file()]
     for step, folder in sorted(steps, reverse=True):
-        if (last is None or step < last) and _sha256(folder / WEIGHTS) != final:
-            return folder, step
+        if (last is None or step < last) and (weights := _sha256(folder / WEIGHTS)) != final:
+            return folder, step, weights
     return None
 
 
@@ -76,9 +77,9 @@ def checkpoint_band(model: Any, tokenizer: Any, measured: RegressionResult, capa
     found = earlier_checkpoint(run)
     if found is None:
         return None
-    folder, step = found
+    folder, step, weights = found
     prompts = [row.prompt_ids for row in measured.rows]
-    key = {"weights": _sha256(folder / WEIGHTS), "max_new_tokens": max_new_tokens,
+    key = {"weights": weights, "max_new_tokens": max_new_tokens,
            "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest()}
     cache = out_dir / CACHE
     try:
