@@ -72,7 +72,7 @@ def query_gradients(model: nn.Module, pairs: Sequence[QueryPair], kind: str, *, 
                 norm = float(torch.linalg.vector_norm(q, dtype=torch.float64))
                 if norm > 0:
                     total.add_(q, alpha=1.0 / norm)
-    direction = [part.view(m.shape).to(m.module.weight.dtype)
+    direction = [part.view(m.shape).to(m.module.weight)  # the weight's dtype and device
                  for part, m in zip(total.split([m.size for m in matrices]), matrices, strict=True)]
     return direction, kept
 
