@@ -109,6 +109,12 @@ def per_example_gradients(
         return compute(batch)
 
 
+def gradient_dtype(matrices: list[LoraMatrix]) -> torch.dtype:
+    """The dtype the per-example gradients come in: the LoRA weights', float32 for half-precision ones."""
+    weight_dtype = matrices[0].module.weight.dtype
+    return torch.float32 if weight_dtype in (torch.float16, torch.bfloat16) else weight_dtype
+
+
 @contextmanager
 def example_gradients(
     model: nn.Module,
@@ -121,8 +127,7 @@ def example_gradients(
     (`every_logit`: as `lora_backward` takes it)."""
     matrices = matrices or lora_matrices(model)
     device = next(model.parameters()).device
-    weight_dtype = matrices[0].module.weight.dtype
-    dtype = torch.float32 if weight_dtype in (torch.float16, torch.bfloat16) else weight_dtype
+    dtype = gradient_dtype(matrices)
     dims = [m.size for m in matrices] if projector is None else [plan.dim for plan in projector.plans]
     parts: list[torch.Tensor | None] = [None] * len(matrices)  # (B, k_m) per LoRA matrix, of the current batch
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from gradian.gradients.batches import collate, pad_id_of
 from gradian.gradients.energy import KEEP_BYTES
-from gradian.gradients.extract import example_gradients
+from gradian.gradients.extract import example_gradients, gradient_dtype
 from gradian.gradients.hooks import lora_matrices
 from gradian.scores.queries import QueryPair, query_rows
 from gradian.scores.relevance import mean_hidden_states
@@ -59,7 +59,7 @@ def query_gradients(model: nn.Module, pairs: Sequence[QueryPair], kind: str, *, 
     k = sum(m.size for m in matrices)
     total = torch.zeros(k, dtype=torch.float64)  # (k,) Σ q / ‖q‖
     rows = [query_rows(pair, kind) for pair in pairs]  # per pair, its 0-2 (ids, labels, sign) rows
-    dtype = torch.float64 if matrices[0].module.weight.dtype == torch.float64 else torch.float32  # as computed
+    dtype = gradient_dtype(matrices)  # as the backward gives them
     kept = torch.zeros((len(pairs), k), dtype=dtype) if len(pairs) * k * dtype.itemsize <= keep_bytes else None
     with example_gradients(model, matrices=matrices) as compute:
         for chunk in _pair_batches(rows, batch_size):
@@ -102,8 +102,3 @@ def failing_queries(regression: Any, pairs: list[Any]) -> list[Any]:
     chosen = {pair.eval_id for pair in pairs}
     return [row for row in regression.rows if row.id in chosen]
 
-
-def to_model(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-    """The batch's tensors on the model's device."""
-    device = next(model.parameters()).device
-    return {key: value.to(device) for key, value in batch.items()}

@@ -42,7 +42,6 @@ from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.batches import collate, pad_id_of, plan_batches, row_batches
 from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward, trained_logits
 from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
-from gradian.scores.query import to_model
 
 
 def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
@@ -96,14 +95,15 @@ def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[to
     """Per batch of row positions, each row's (T_i,) token harms: one forward pass, v the LoRA weights' tangent."""
     matrices = lora_matrices(model)
     name_of = {id(parameter): name for name, parameter in model.named_parameters()}
-    pad_id = pad_id_of(model)
+    pad_id, device = pad_id_of(model), next(model.parameters()).device
     with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):  # math: a forward derivative everywhere
         # each LoRA weight carries its part of v as a tangent: the losses' tangent is J v, in one forward pass
         duals = {name_of[id(m.module.weight)]: fwAD.make_dual(m.module.weight, d.to(m.module.weight.dtype))
                  for m, d in zip(matrices, direction, strict=True)}
         for positions in batches:
             chunk = [rows[i] for i in positions]
-            batch = to_model(collate([(r.input_ids, r.labels) for r in chunk], pad_id), model)
+            batch = {key: value.to(device) for key, value in collate([(r.input_ids, r.labels) for r in chunk],
+                                                                      pad_id).items()}
             logits, labels = trained_logits(model, batch, forward=lambda **inputs: functional_call(
                 model, duals, args=(), kwargs=inputs))  # (B, K, V) dual, at the trained positions; (B, K)
             mask = labels != IGNORE
