@@ -149,3 +149,11 @@ def cli_runner():
 
 def pytest_configure(config):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that read `verified` (six retrains, minutes) go first, in their order. xdist's worksteal hands each
+    worker a contiguous half of the collection and steals from the end of a queue, so they all stay on the worker
+    that builds the fixture: with them in the middle, one worker sat 270 s on the fixture's lock while the other
+    retrained."""
+    items.sort(key=lambda item: "verified" not in item.fixturenames)  # stable: the rest keep their order
