@@ -36,7 +36,7 @@ SFT_DEFAULTS: dict[str, Any] = dict(
     warmup_steps=0,
     weight_decay=0.0,
     max_grad_norm=1.0,
-    # TRL turns gradient checkpointing on by default: the forward is run again in the backward, a third more time,
+    # TRL turns gradient checkpointing on by default: the forward is run again in the backward (builds took 1.4x),
     # for memory a tiny model does not need. The weights are the same to the bit (truncated-cluster and pad-eos,
     # built both ways), and the run's sft_config.yaml records it, so verify's retrains skip it too.
     gradient_checkpointing=False,
