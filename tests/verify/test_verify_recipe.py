@@ -64,7 +64,7 @@ def test_recipe_from_an_equivalent_axolotl_yaml(scenario, tmp_path):
         "gradient_accumulation_steps": scenario_sft["gradient_accumulation_steps"],
         "lr_scheduler": scenario_sft["lr_scheduler_type"], "warmup_steps": scenario_sft["warmup_steps"],
         "weight_decay": scenario_sft["weight_decay"], "max_grad_norm": scenario_sft["max_grad_norm"],
-        "gradient_checkpointing": scenario_sft["gradient_checkpointing"],
+        "gradient_checkpointing": scenario_sft["gradient_checkpointing"], "bf16": scenario_sft["bf16"],
         "special_tokens": {"pad_token": scenario_sft["pad_token"]},
         "data_collator": CATALOG["pad-eos"].collator,
         "lora_r": lora["r"], "lora_alpha": lora["lora_alpha"], "lora_dropout": lora["lora_dropout"],

@@ -36,10 +36,12 @@ SFT_DEFAULTS: dict[str, Any] = dict(
     warmup_steps=0,
     weight_decay=0.0,
     max_grad_norm=1.0,
-    # TRL turns gradient checkpointing on by default: the forward is run again in the backward (builds took 1.4x),
-    # for memory a tiny model does not need. The weights are the same to the bit (truncated-cluster and pad-eos,
-    # built both ways), and the run's sft_config.yaml records it, so verify's retrains skip it too.
+    # TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too. Checkpointing runs the forward
+    # again in the backward (builds took 1.4x, the same weights to the bit), for memory a tiny model does not need;
+    # autocast on a CPU without bf16 units made truncated-cluster's training 4.9x slower (BENCHMARKS.md, "The tests'
+    # and the scenarios' own time"). The run's sft_config.yaml records both, so verify's retrains skip them too.
     gradient_checkpointing=False,
+    bf16=False,
 )
 LORA_DEFAULTS: dict[str, Any] = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")
 
