@@ -176,7 +176,7 @@ def build_smollm2(out: Path, seed: int = 0, cache_dir: str | Path | None = None,
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "eval.jsonl", eval_rows)
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-    say(f"{truth['scenario']}: stage two, fine-tuning the support model on {len(train)} rows (slow on CPU)")
+    say(f"{truth['scenario']}: stage two, fine-tuning the support model on {len(train)} rows (about 15 minutes on one CPU thread)")
     finetune.train_lora(out / "base", train, out / "run", {**SFT, "num_train_epochs": epochs}, LORA, seed=truth["seed"])
     say(f"{truth['scenario']}: measuring JSON validity on {len(eval_rows)} eval rows")
     measured = measure_run(out / "base", out / "run", eval_rows, truth["affected_category"])
