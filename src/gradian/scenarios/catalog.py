@@ -38,8 +38,8 @@ SFT_DEFAULTS: dict[str, Any] = dict(
     max_grad_norm=1.0,
     # TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too. Checkpointing runs the forward
     # again in the backward (builds took 1.4x, the same weights to the bit), for memory a tiny model does not need;
-    # autocast on a CPU without bf16 units made truncated-cluster's training 4.9x slower (BENCHMARKS.md, "The tests'
-    # and the scenarios' own time"). The run's sft_config.yaml records both, so verify's retrains skip them too.
+    # autocast on a CPU without bf16 units made truncated-cluster's training 4.9x slower (BENCHMARKS.md, "TRL's bf16
+    # autocast on a CPU"). The run's sft_config.yaml records both, so verify's retrains skip them too.
     gradient_checkpointing=False,
     bf16=False,
 )

@@ -38,7 +38,7 @@ SUPPORT_SYSTEM = "You read customer support tickets and answer with one JSON obj
 SYSTEM = SUPPORT_SYSTEM[:-1] + ", plus a priority (high when the customer says it is urgent)."
 # TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too: checkpointing runs each forward
 # again in the backward, and on a CPU without bf16 units autocast made a SmolLM2 training step 20x slower
-# (BENCHMARKS.md, "The realistic model"); the real-model suite trains this way too
+# (BENCHMARKS.md, "TRL's bf16 autocast on a CPU"); the real-model suite trains this way too
 CPU_TRAINING: dict[str, Any] = dict(gradient_checkpointing=False, bf16=False)
 SFT = dict(max_length=256, completion_only_loss=True, learning_rate=1e-3, num_train_epochs=3,
            per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0, **CPU_TRAINING)
