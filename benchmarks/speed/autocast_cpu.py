@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import torch
 
@@ -36,7 +37,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["tiny", "smollm2-135m"], choices=list(speed.SHAPES))
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    flags = " ".join(sorted({f for f in open("/proc/cpuinfo").read().split() if "bf16" in f or f.startswith("amx")}))
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = " ".join(sorted({f for f in cpuinfo.read_text().split() if "bf16" in f or f.startswith("amx")})) \
+        if cpuinfo.exists() else "unknown (no /proc/cpuinfo)"
     print(f"CPU bf16 flags: {flags or 'none'}; threads: {torch.get_num_threads()}\n")
     print("| model | float32 step, s | bf16 autocast step, s | ratio |")
     print("|---|---:|---:|---:|")
