@@ -11,7 +11,7 @@ from gradian.data.run_folder import RunInfo, read_run
 from gradian.errors import InputError
 from gradian.regression.loading import read_adapter_config
 from gradian.scenarios.catalog import CATALOG
-from gradian.verify.recipe import read_recipe, training_kwargs
+from gradian.verify.recipe import read_recipe, resolved_precision, training_kwargs
 
 
 def linear_modules(base_dir) -> list[str]:
@@ -88,6 +88,24 @@ def test_axolotl_dropping_overlong_rows_is_listed(tmp_path):
     recipe = read_recipe(read_run(None, path))
     assert training_kwargs(recipe)["max_length"] == 256
     assert any(item.startswith("excess_length_strategy") for item in recipe.unmapped)
+
+
+@pytest.mark.parametrize("stated", [{"bf16": "auto"}, {}])
+def test_axolotl_bf16_auto_is_resolved_as_axolotl_resolves_it(tmp_path, monkeypatch, stated):
+    """axolotl's `bf16: auto` (also its default) is bf16 on a GPU that supports it, else fp16 on a GPU where fp16 is
+    unset (`normalize_config`), and neither on a CPU: SFTConfig would take "auto" as true and autocast on a CPU."""
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(yaml.safe_dump({"sequence_len": 256, "lora_r": 8, "lora_alpha": 16, "lora_target_linear": True,
+                                    **stated}))
+    settings = training_kwargs(read_recipe(read_run(None, path)))
+    assert settings["bf16"] == "auto"
+    assert resolved_precision(settings, "cpu")["bf16"] is False and "fp16" not in resolved_precision(settings, "cpu")
+    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: True)
+    assert resolved_precision(settings, "cuda:0")["bf16"] is True
+    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: False)
+    assert {k: resolved_precision(settings, "cuda:0")[k] for k in ("bf16", "fp16")} == {"bf16": False, "fp16": True}
+    assert resolved_precision({**settings, "fp16": False}, "cuda:0")["fp16"] is False
+    assert resolved_precision({"bf16": True}, "cpu") == {"bf16": True}  # a run's own bf16 is kept, on a CPU too
 
 
 def test_a_pipeline_that_appends_eos_after_the_cut_is_replayed_not_unmapped(tmp_path):

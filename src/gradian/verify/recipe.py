@@ -277,7 +277,8 @@ def _defaults(training: dict[str, Any], framework: str) -> dict[str, Any]:
     arguments = TrainingArguments if framework == "llamafactory" else SFTConfig
     defaults = {f.name: f.default for f in dataclasses.fields(arguments) if f.name in TRAINING_FIELDS}
     if framework == "axolotl":
-        defaults.update(max_length=512, completion_only_loss=True)  # axolotl's own: sequence_len 512, no input loss
+        # axolotl's own: sequence_len 512, no input loss, bf16 where the GPU has it (`resolved_precision`)
+        defaults.update(max_length=512, completion_only_loss=True, bf16="auto")
     names = TRAINER_FIELDS if framework == "llamafactory" else TRAINING_FIELDS  # its own code prepares the rows
     missing = {name: defaults.get(name) for name in names if name not in training}
     return {name: value for name, value in missing.items() if value is not dataclasses.MISSING}
@@ -310,12 +311,25 @@ def _llamafactory_unmapped(config: dict[str, Any]) -> list[str]:
     return sorted(key for key in config if key not in applied | LLAMAFACTORY_APPLIED and not _run_only(key))
 
 
+def resolved_precision(settings: dict[str, Any], device: str) -> dict[str, Any]:
+    """`settings` with axolotl's `bf16: auto` resolved as axolotl resolves it on the machine that trains
+    (`normalize_config`): bf16 on a GPU that supports it; else none, and fp16 on a GPU where the config left fp16
+    unset. SFTConfig would take the string "auto" as true and autocast to bf16 on any device, a CPU included."""
+    if settings.get("bf16") != "auto":
+        return settings
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    bf16 = device != "cpu" and is_torch_bf16_gpu_available()
+    fp16 = True if settings.get("fp16") is None and not bf16 and device != "cpu" else settings.get("fp16")
+    return {**settings, "bf16": bf16, **({} if fp16 is None else {"fp16": fp16})}
+
+
 def training_kwargs(recipe: Recipe) -> dict[str, Any]:
     """SFTConfig keyword arguments: the recorded fields, plus axolotl's defaults where an axolotl run was silent, and
     every TrainingArguments default where a LLaMA-Factory run was (SFTConfig's own differ: learning rate, bf16)."""
     extra: dict[str, Any] = {}
     if recipe.framework == "axolotl":
-        extra = {k: v for k, v in recipe.defaults.items() if k in ("max_length", "completion_only_loss")}
+        extra = {k: v for k, v in recipe.defaults.items() if k in ("max_length", "completion_only_loss", "bf16")}
     elif recipe.framework == "llamafactory":
         extra = {k: v for k, v in recipe.defaults.items() if k in TRAINER_FIELDS}  # not the seed: set apart
     return {**extra, **recipe.training}

@@ -38,7 +38,7 @@ from gradian.data.trl_prepare import trl_columns
 from gradian.errors import InputError, reason
 from gradian.files import atomic_write
 from gradian.verify.collator import PadMaskingCollator
-from gradian.verify.recipe import Recipe, training_kwargs
+from gradian.verify.recipe import Recipe, resolved_precision, training_kwargs
 
 MARKER = "retrain.json"
 PROGRESS = "progress.json"
@@ -148,7 +148,7 @@ def build_trainer(job: Retrain, recipe: Recipe, base: BaseModelRef, out: Path, *
 
     tokenizer = AutoTokenizer.from_pretrained(base.path, **base.kwargs())
     model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32, **base.kwargs())
-    settings = {**training_kwargs(recipe), **job.changes}
+    settings = resolved_precision({**training_kwargs(recipe), **job.changes}, device)
     if settings.get("pad_token"):
         tokenizer.pad_token = settings["pad_token"]  # before the collator is built: it masks this pad id
     if max_steps is not None:
