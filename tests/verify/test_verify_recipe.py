@@ -106,6 +106,9 @@ def test_axolotl_bf16_auto_is_resolved_as_axolotl_resolves_it(tmp_path, monkeypa
     assert {k: resolved_precision(settings, "cuda:0")[k] for k in ("bf16", "fp16")} == {"bf16": False, "fp16": True}
     assert resolved_precision({**settings, "fp16": False}, "cuda:0")["fp16"] is False
     assert resolved_precision({"bf16": True}, "cpu") == {"bf16": True}  # a run's own bf16 is kept, on a CPU too
+    recorded = read_run(None, path)
+    recorded.training_args = {"bf16": True}  # what axolotl resolved `auto` to where the run trained
+    assert training_kwargs(read_recipe(recorded))["bf16"] is True
 
 
 def test_a_pipeline_that_appends_eos_after_the_cut_is_replayed_not_unmapped(tmp_path):

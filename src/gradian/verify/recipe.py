@@ -128,6 +128,8 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     for source, values in layers:
         training.update(values)
         sources.update(dict.fromkeys(values, source))
+    if training.get("bf16") == "auto" and isinstance(layers[1][1].get("bf16"), bool):  # what axolotl resolved it to
+        training["bf16"], sources["bf16"] = layers[1][1]["bf16"], "training_args.bin"
     seed, seed_source = _seed(run, config)
     if seed_source:
         sources["seed"] = seed_source
