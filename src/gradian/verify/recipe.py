@@ -118,9 +118,10 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
                          f"{config.get('finetuning_type', 'lora')!r}; Gradian retrains supervised LoRA runs only "
                          "(stage: sft, finetuning_type: lora).", config_name)
     readers = {"axolotl": _axolotl_training, "llamafactory": _llamafactory_training}
+    recorded = _training_args_fields(run.training_args)
     layers: list[tuple[str, dict[str, Any]]] = [
         ("trainer_state.json", _state_fields(run.trainer_state)),
-        ("training_args.bin", _training_args_fields(run.training_args)),
+        ("training_args.bin", recorded),
         (config_name, readers[framework](config) if framework in readers else _trl_training(config, run.config_path)),
     ]
     training: dict[str, Any] = {}
@@ -128,8 +129,8 @@ def read_recipe(run: RunInfo, adapter_config: dict[str, Any] | None = None) -> R
     for source, values in layers:
         training.update(values)
         sources.update(dict.fromkeys(values, source))
-    if training.get("bf16") == "auto" and isinstance(layers[1][1].get("bf16"), bool):  # what axolotl resolved it to
-        training["bf16"], sources["bf16"] = layers[1][1]["bf16"], "training_args.bin"
+    if training.get("bf16") == "auto" and isinstance(recorded.get("bf16"), bool):  # what axolotl resolved it to
+        training["bf16"], sources["bf16"] = recorded["bf16"], "training_args.bin"
     seed, seed_source = _seed(run, config)
     if seed_source:
         sources["seed"] = seed_source
