@@ -2,7 +2,7 @@
 
 TRL's `SFTConfig` turns `bf16` on by default, on a CPU too, and the trainer then runs every forward under
 `torch.autocast("cpu", dtype=torch.bfloat16)`. On a CPU without bf16 units (no AVX512-BF16 or AMX) those matmuls
-are emulated. The scenarios and the SmolLM2 story train with `bf16=False` for this (`scenarios.smollm2.CPU_TRAINING`).
+are emulated. The scenarios and the SmolLM2 story train with `bf16=False` for this (`scenarios.finetune.CPU_TRAINING`).
 
 On random-weight Llamas from a config (`gradient_speed.SHAPES`), LoRA on every linear layer: a batch of 8 rows of
 100 tokens, forward and backward of the loss, with autocast off and on, best of `--repeats` interleaved timings.

@@ -11,6 +11,7 @@ from gradian.data.run_folder import RunInfo, read_run
 from gradian.errors import InputError
 from gradian.regression.loading import read_adapter_config
 from gradian.scenarios.catalog import CATALOG
+from gradian.scenarios.finetune import CPU_TRAINING
 from gradian.verify.recipe import read_recipe, resolved_precision, training_kwargs
 
 
@@ -23,7 +24,7 @@ def linear_modules(base_dir) -> list[str]:
 
 def assert_trained_with(recipe, scenario_name: str) -> None:
     scenario = CATALOG[scenario_name]
-    sft = scenario.sft_config()
+    sft = {**CPU_TRAINING, **scenario.sft_config()}  # as `finetune.train_lora` trained and recorded it
     assert {key: training_kwargs(recipe)[key] for key in sft} == sft
     assert recipe.collator == scenario.collator
 
@@ -55,7 +56,7 @@ def test_recipe_from_the_trl_config_alone(scenario):
 
 def test_recipe_from_an_equivalent_axolotl_yaml(scenario, tmp_path):
     folder = scenario("pad-eos", 0)
-    scenario_sft, lora = CATALOG["pad-eos"].sft_config(), CATALOG["pad-eos"].lora_config()
+    scenario_sft, lora = {**CPU_TRAINING, **CATALOG["pad-eos"].sft_config()}, CATALOG["pad-eos"].lora_config()
     axolotl = {
         "base_model": str(folder / "base"), "adapter": "lora", "datasets": [{"path": "train.jsonl", "type": "completion"}],
         "sequence_len": scenario_sft["max_length"], "excess_length_strategy": "truncate", "train_on_inputs": False,

@@ -36,13 +36,7 @@ SFT_DEFAULTS: dict[str, Any] = dict(
     warmup_steps=0,
     weight_decay=0.0,
     max_grad_norm=1.0,
-    # TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too. Checkpointing runs the forward
-    # again in the backward (builds took 1.4x, the same weights to the bit), for memory a tiny model does not need;
-    # autocast on a CPU without bf16 units made truncated-cluster's training 4.9x slower (BENCHMARKS.md, "TRL's bf16
-    # autocast on a CPU"). The run's sft_config.yaml records both, so verify's retrains skip them too.
-    gradient_checkpointing=False,
-    bf16=False,
-)
+)  # gradient checkpointing and bf16 autocast off: `finetune.CPU_TRAINING`
 LORA_DEFAULTS: dict[str, Any] = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")
 
 

@@ -26,6 +26,11 @@ ROW_ONLY = {"id", "category"}  # the rows' bookkeeping, not training text
 # Settings of the user's own pipeline that SFTConfig has no field for (it tokenized the rows itself): recorded in
 # sft_config.yaml, as the user's config would say them, never passed to SFTConfig.
 PIPELINE_ONLY = {"add_eos_token"}
+# TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too. These runs train on one (`use_cpu`):
+# checkpointing runs each forward again in the backward (the tiny builds took 1.4x, the same weights to the bit), and
+# autocast on a CPU without bf16 units made a SmolLM2-shaped step 23.5x slower (BENCHMARKS.md, "TRL's bf16 autocast
+# on a CPU"). A recipe may still set either; sft_config.yaml records what ran, so verify's retrains replay it.
+CPU_TRAINING: dict[str, Any] = {"gradient_checkpointing": False, "bf16": False}
 RUN_ONLY = {"output_dir", "report_to", "save_strategy", "logging_steps", "seed", "use_cpu", "disable_tqdm",
             "dataloader_num_workers"}
 
@@ -35,6 +40,7 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
                callbacks: Sequence[TrainerCallback] = ()) -> None:
     """Fine-tune `base_dir` with LoRA on prompt/completion (or `messages`) `rows`; write the run folder to `run_dir`.
     `callbacks` join the trainer's (a `GradianCallback(capture=True)` to capture the run's gradients)."""
+    sft = {**CPU_TRAINING, **sft}
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     if sft.get("pad_token"):
         tokenizer.pad_token = sft["pad_token"]

@@ -21,7 +21,6 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from peft import PeftModel
@@ -36,12 +35,8 @@ FOLDER = "smollm2-135m-instruct"
 SUPPORT_FOLDER = "smollm2-135m-support-fp32"  # trained in float32: a support model cached from bf16 training is not reused
 SUPPORT_SYSTEM = "You read customer support tickets and answer with one JSON object: the intent and the fields named."
 SYSTEM = SUPPORT_SYSTEM[:-1] + ", plus a priority (high when the customer says it is urgent)."
-# TRL turns gradient checkpointing and bf16 autocast on by default, on a CPU too: checkpointing runs each forward
-# again in the backward, and on a CPU without bf16 units autocast made a SmolLM2 training step 20x slower
-# (BENCHMARKS.md, "TRL's bf16 autocast on a CPU"); the real-model suite trains this way too
-CPU_TRAINING: dict[str, Any] = dict(gradient_checkpointing=False, bf16=False)
 SFT = dict(max_length=256, completion_only_loss=True, learning_rate=1e-3, num_train_epochs=3,
-           per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0, **CPU_TRAINING)
+           per_device_train_batch_size=8, lr_scheduler_type="linear", max_grad_norm=1.0)
 SUPPORT_SFT = {**SFT, "num_train_epochs": 1}
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 # The `summary` variant adds a free-text summary after the intent, worded one of several ways per ticket, so the

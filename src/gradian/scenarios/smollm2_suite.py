@@ -52,8 +52,7 @@ STAGE_ONE_PER_CATEGORY = 8  # clean rows per category and domain for the stage-o
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
 TARGETS = {"all": "all-linear", "attn": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 SFT: dict[str, Any] = dict(max_length=256, learning_rate=1e-3, per_device_train_batch_size=8,
-                           lr_scheduler_type="linear", max_grad_norm=1.0, weight_decay=0.0, warmup_steps=0,
-                           **smollm2.CPU_TRAINING)
+                           lr_scheduler_type="linear", max_grad_norm=1.0, weight_decay=0.0, warmup_steps=0)
 STAGE_ONE_SFT = {**SFT, "num_train_epochs": 2, "assistant_only_loss": True, "save_strategy": "no"}
 SAVES: dict[str, dict[str, Any]] = {"epoch": {"save_strategy": "epoch"}, "none": {"save_strategy": "no"}}
 NO_SURFACE_SIZES: dict[str, Any] = {"train_rows": 2 * ROWS, "eval_per_category": 3 * EVAL_PER_CATEGORY}
