@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import yaml
@@ -93,23 +95,39 @@ def test_axolotl_dropping_overlong_rows_is_listed(tmp_path):
 
 @pytest.mark.parametrize("stated", [{"bf16": "auto"}, {}])
 def test_axolotl_bf16_auto_is_resolved_as_axolotl_resolves_it(tmp_path, monkeypatch, stated):
-    """axolotl's `bf16: auto` (also its default) is bf16 on a GPU that supports it, else fp16 on a GPU where fp16 is
-    unset (`normalize_config`), and neither on a CPU: SFTConfig would take "auto" as true and autocast on a CPU."""
+    """axolotl's `bf16: auto` (also its default) is bf16 where a GPU supports it, else fp16 where the config left it
+    unset (axolotl's `resolve_dtype`; a CPU retrain then drops fp16): SFTConfig would take "auto" as true."""
     path = tmp_path / "axolotl.yaml"
     path.write_text(yaml.safe_dump({"sequence_len": 256, "lora_r": 8, "lora_alpha": 16, "lora_target_linear": True,
                                     **stated}))
     settings = training_kwargs(read_recipe(read_run(None, path)))
     assert settings["bf16"] == "auto"
-    assert resolved_precision(settings, "cpu")["bf16"] is False and "fp16" not in resolved_precision(settings, "cpu")
     monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: True)
-    assert resolved_precision(settings, "cuda:0")["bf16"] is True
+    assert {k: resolved_precision(settings, "cuda:0")[k] for k in ("bf16", "fp16")} == {"bf16": True, "fp16": False}
+    assert resolved_precision({**settings, "fp16": True}, "cuda:0")["bf16"] is False  # an fp16 run stays fp16
     monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: False)
-    assert {k: resolved_precision(settings, "cuda:0")[k] for k in ("bf16", "fp16")} == {"bf16": False, "fp16": True}
-    assert resolved_precision({**settings, "fp16": False}, "cuda:0")["fp16"] is False
+    assert {k: resolved_precision(settings, "cpu")[k] for k in ("bf16", "fp16")} == {"bf16": False, "fp16": True}
+    assert resolved_precision({**settings, "fp16": False}, "cpu")["fp16"] is False
     assert resolved_precision({"bf16": True}, "cpu") == {"bf16": True}  # a run's own bf16 is kept, on a CPU too
     recorded = read_run(None, path)
     recorded.training_args = {"bf16": True}  # what axolotl resolved `auto` to where the run trained
     assert training_kwargs(read_recipe(recorded))["bf16"] is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("axolotl") is None, reason="axolotl is not installed (a venv of its own)")
+@pytest.mark.parametrize("gpu_bf16", [True, False])
+@pytest.mark.parametrize("fp16", [None, True, False])
+def test_the_bf16_port_is_axolotls_resolve_dtype(monkeypatch, gpu_bf16, fp16):
+    from axolotl.utils import config
+    from axolotl.utils.dict import DictDefault
+
+    from gradian.verify.recipe import _resolve_dtype
+
+    monkeypatch.setattr(config, "is_torch_bf16_gpu_available", lambda: gpu_bf16)
+    monkeypatch.setattr("transformers.utils.is_torch_bf16_gpu_available", lambda: gpu_bf16)
+    cfg = DictDefault({"bf16": "auto", "fp16": fp16, "device": "cuda:0"})
+    config.resolve_dtype(cfg)
+    assert _resolve_dtype("auto", fp16) == (cfg.bf16, cfg.fp16)
 
 
 def test_a_pipeline_that_appends_eos_after_the_cut_is_replayed_not_unmapped(tmp_path):

@@ -315,16 +315,37 @@ def _llamafactory_unmapped(config: dict[str, Any]) -> list[str]:
 
 
 def resolved_precision(settings: dict[str, Any], device: str) -> dict[str, Any]:
-    """`settings` with axolotl's `bf16: auto` resolved as axolotl resolves it on the machine that trains
-    (`normalize_config`): bf16 on a GPU that supports it; else none, and fp16 on a GPU where the config left fp16
-    unset. SFTConfig would take the string "auto" as true and autocast to bf16 on any device, a CPU included."""
+    """`settings` with axolotl's `bf16: auto` resolved where the retrain runs, by axolotl's own `resolve_dtype` where
+    axolotl is installed and by `_resolve_dtype` elsewhere. SFTConfig would take the string "auto" as true and
+    autocast to bf16 on any device, a CPU without bf16 units included."""
     if settings.get("bf16") != "auto":
         return settings
+    try:
+        from axolotl.utils.config import resolve_dtype
+        from axolotl.utils.dict import DictDefault
+    except ImportError:
+        bf16, fp16 = _resolve_dtype("auto", settings.get("fp16"))
+    else:
+        cfg = DictDefault({"bf16": "auto", "fp16": settings.get("fp16"), "device": device})
+        resolve_dtype(cfg)
+        bf16, fp16 = cfg.bf16, cfg.fp16
+    return {**settings, "bf16": bf16, **({} if fp16 is None else {"fp16": fp16})}
+
+
+def _resolve_dtype(bf16: Any, fp16: bool | None) -> tuple[Any, bool | None]:
+    """axolotl 0.19's `resolve_dtype` on bf16 and fp16 (pinned against it where axolotl is installed): `auto` is bf16
+    where a GPU supports it, else fp16 unless the config set it; an fp16 run never autocasts to bf16."""
     from transformers.utils import is_torch_bf16_gpu_available
 
-    bf16 = device != "cpu" and is_torch_bf16_gpu_available()
-    fp16 = True if settings.get("fp16") is None and not bf16 and device != "cpu" else settings.get("fp16")
-    return {**settings, "bf16": bf16, **({} if fp16 is None else {"fp16": fp16})}
+    if not fp16 and bf16 == "auto":
+        bf16 = is_torch_bf16_gpu_available()
+        if not bf16 and fp16 is None:
+            fp16 = True
+    if fp16 and bf16 == "auto":
+        bf16 = False
+    if bf16:
+        fp16 = False
+    return bf16, fp16
 
 
 def training_kwargs(recipe: Recipe) -> dict[str, Any]:
