@@ -32,6 +32,7 @@ from gradian.verify import VerifySettings, verify
 from gradian.verify.measure import measure_adapter, read_original, recovery
 from gradian.verify.recipe import read_recipe
 from gradian.verify.retrain import Retrain, retrain
+from gradian.verify.verification import answers_moved
 
 PLANTED = "without-planted"
 CAUSAL = 0.8  # the planted rows are the regression's cause where removing them recovers this much
@@ -53,9 +54,10 @@ def report_retrain(out: Path, name: str, rows: list[Any] | None = None, zero_ids
                              device="cpu")
     capability = get_capability(used.get("capability", "json_formatting"))
     original = read_original(out, capability)
-    got = recovery(measure_adapter(folder, base, original, capability, device="cpu"), original)
+    after = measure_adapter(folder, base, original, capability, device="cpu")
+    got = recovery(after, original)
     return {"removed": len(zero_ids), "recovery": got.value, "recovery_ci": list(got.ci) if got.ci else None,
-            "wall_s": marker["wall_s"], "reused": marker["reused"]}
+            "answers": answers_moved(after, original), "wall_s": marker["wall_s"], "reused": marker["reused"]}
 
 
 def planted_recovery(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
