@@ -31,6 +31,7 @@ from gradian.scenarios.base import one_thread
 from gradian.verify.sets import top_k
 
 METHODS = ("gradient (default)", "activation", "gradient + activation")
+BASELINES = ("length control", "category oracle", "TF-IDF (max)", "RepSim (max)")  # the default is compared with
 
 
 def run(work: Path, methods: list[str], draws: list[int]) -> dict[str, Any]:
@@ -57,9 +58,6 @@ def run(work: Path, methods: list[str], draws: list[int]) -> dict[str, Any]:
         print(f"{work.name} · {name}: {got['planted_in_top_k']}/{k} planted, recovery {got['recovery']:.2f} "
               f"{got['recovery_ci']}, answers {got['answers']}", flush=True)
     return out
-
-
-BASELINES = ("length control", "category oracle", "TF-IDF (max)", "RepSim (max)")
 
 
 def markdown(records: list[dict[str, Any]]) -> str:
@@ -99,7 +97,8 @@ def main() -> None:
     with one_thread():
         records = [run(work, args.methods, args.draws) for work in args.works]
     if args.results:  # one file over several invocations: a run measured again replaces its record
-        kept = [r for r in json.loads(args.results.read_text()) if r["work"] not in {r["work"] for r in records}] \
+        measured = {r["work"] for r in records}
+        kept = [r for r in json.loads(args.results.read_text()) if r["work"] not in measured] \
             if args.results.is_file() else []
         records = kept + records
         atomic_write(args.results, json.dumps(records, indent=2) + "\n")
