@@ -212,7 +212,8 @@ def lds_scores(retrainer: Retrainer, scores: dict[str, np.ndarray], subsets: int
 
 
 def slug(name: str) -> str:
-    return name.lower().replace(" ", "-")
+    """A method's name as a retrain folder's: "gradient + activation" -> "gradient-plus-activation"."""
+    return name.lower().replace("+", "plus").replace("(", "").replace(")", "").replace(" ", "-")
 
 
 def run_folder(folder: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -275,12 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records = jobs.run_jobs(run_folder, [(folder, args.work / folder.name, args) for folder in args.folders],
                             args.jobs)
-    if args.results:  # one file over several invocations: a folder measured again replaces its record
-        done = {r["folder"] for r in records}
-        kept = [r for r in json.loads(args.results.read_text()) if r["folder"] not in done] \
-            if args.results.is_file() else []
-        records = kept + records
-        atomic_write(args.results, json.dumps(records, indent=2) + "\n")
+    if args.results:
+        records = jobs.merge_records(args.results, records, "folder")
     text = markdown(records)
     if args.markdown:
         atomic_write(args.markdown, text)

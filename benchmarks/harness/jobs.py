@@ -7,13 +7,17 @@ C cores, C workers do C runs at once; `--jobs 1` runs them in this process, in o
 from __future__ import annotations
 
 import ctypes
+import json
 import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any, TypeVar
+
+from gradian.files import atomic_write
 
 T = TypeVar("T")
 
@@ -64,3 +68,12 @@ def run_jobs(call: Callable[..., T], argument_lists: Sequence[Sequence[Any]], jo
             if done:
                 done(slots[futures[future]])
     return slots
+
+
+def merge_records(path: Path, records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """One results file over several invocations: `records` replace the file's records of the same `key` (a run
+    measured again), the others are kept; written to `path` and returned, the kept ones first."""
+    measured = {r[key] for r in records}
+    kept = [r for r in json.loads(path.read_text()) if r[key] not in measured] if path.is_file() else []
+    atomic_write(path, json.dumps(kept + records, indent=2) + "\n")
+    return kept + records

@@ -10,7 +10,7 @@ is retrained once. Each retrain is measured on the report's eval prompts: its re
 and per prompt how many of the answers the fine-tune broke it fixes and how many right answers now fail.
 
     python -m benchmarks.studies.recovery_at_k WORK [WORK ...] [--methods NAME ...] [--draws 0 1]
-        [--results R.json] [--markdown R.md]
+        [--jobs N] [--results R.json] [--markdown R.md]
 
 Resumable: retrains are cached under WORK/attribute/verify/.
 """
@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import jobs
+from benchmarks.harness.counterfactual import slug
 from benchmarks.harness.suite_quality import methods_of
 from benchmarks.harness.suite_verify import CAUSAL, report_retrain
+from gradian.data.examples import read_dataset
 from gradian.files import atomic_write
-from gradian.scenarios.base import one_thread
-from gradian.verify.sets import top_k
+from gradian.verify.sets import random_set, top_k
 
 METHODS = ("gradient (default)", "activation", "gradient + activation")
 BASELINES = ("length control", "category oracle", "TF-IDF (max)", "RepSim (max)")  # the default is compared with
@@ -43,16 +45,16 @@ def run(work: Path, methods: list[str], draws: list[int]) -> dict[str, Any]:
     every = methods_of(meta, arrays, truth)
     sets: dict[str, list[str]] = {name: top_k(every[name][0], ids, k) for name in methods}
     sets["planted rows"] = sorted(planted)
+    rows = read_dataset(Path(meta["folder"]) / "train.jsonl")
     for draw in draws:
-        sets[f"random {draw}"] = sorted(np.random.default_rng([11, draw]).choice(ids, k, replace=False).tolist())
+        sets[f"random {draw}"] = random_set(rows, k, [11, draw])
     done: dict[frozenset[str], dict[str, Any]] = {}
     out: dict[str, Any] = {"work": str(work), "family": truth.get("family"), "split": truth.get("split"),
                            "seed": truth["seed"], "k": k, "n_rows": len(ids), "retrains": {}}
     for name, chosen in sets.items():
         key = frozenset(chosen)
         if key not in done:
-            slug = name.replace(" ", "-").replace("(", "").replace(")", "").replace("+", "plus")
-            done[key] = report_retrain(work / "attribute", f"top{k}-{slug}", zero_ids=key)
+            done[key] = report_retrain(work / "attribute", f"top{k}-{slug(name)}", zero_ids=key)
         out["retrains"][name] = {**done[key], "planted_in_top_k": len(key & planted)}
         got = out["retrains"][name]
         print(f"{work.name} · {name}: {got['planted_in_top_k']}/{k} planted, recovery {got['recovery']:.2f} "
@@ -91,17 +93,13 @@ def main() -> None:
     parser.add_argument("works", nargs="+", type=Path)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--draws", type=int, nargs="*", default=[0, 1])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
     parser.add_argument("--results", type=Path, default=None)
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
-    with one_thread():
-        records = [run(work, args.methods, args.draws) for work in args.works]
-    if args.results:  # one file over several invocations: a run measured again replaces its record
-        measured = {r["work"] for r in records}
-        kept = [r for r in json.loads(args.results.read_text()) if r["work"] not in measured] \
-            if args.results.is_file() else []
-        records = kept + records
-        atomic_write(args.results, json.dumps(records, indent=2) + "\n")
+    records = jobs.run_jobs(run, [(work, args.methods, args.draws) for work in args.works], args.jobs)
+    if args.results:
+        records = jobs.merge_records(args.results, records, "work")
     if args.markdown:
         atomic_write(args.markdown, markdown(records))
 

@@ -3,6 +3,7 @@ worker left running would keep writing into the cache, holding its locks, while 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.jobs import run_jobs
+from benchmarks.harness.jobs import merge_records, run_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = """
@@ -59,3 +60,12 @@ def test_workers_die_with_a_killed_harness(tmp_path):
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in workers if alive(pid)]
+
+
+def test_a_run_measured_again_replaces_its_record_and_the_others_are_kept(tmp_path):
+    path = tmp_path / "results.json"
+    assert merge_records(path, [{"work": "a", "v": 1}, {"work": "b", "v": 1}], "work") == [
+        {"work": "a", "v": 1}, {"work": "b", "v": 1}]
+    merged = merge_records(path, [{"work": "b", "v": 2}, {"work": "c", "v": 2}], "work")
+    assert merged == [{"work": "a", "v": 1}, {"work": "b", "v": 2}, {"work": "c", "v": 2}]
+    assert json.loads(path.read_text()) == merged
