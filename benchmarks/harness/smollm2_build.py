@@ -3,8 +3,9 @@
     python -m benchmarks.harness.smollm2_build [--out ~/.cache/gradian/smollm2-suite] [--seeds 0 1] [--split dev] [--jobs N]
 
 Needs SmolLM2-135M-Instruct converted once (`python -m benchmarks.studies.build_smollm2 --convert-only`). Resumable: a run
-whose truth.json and measured.json exist is kept; the stage-one bases are cached under `--out`/cache. Builds dev
-before test and seed 0 before seed 1, one thread a job. Prints one line per run and writes `builds.json`.
+whose truth.json and measured.json exist, with the train and eval row counts its family draws today, is kept; the
+stage-one bases are cached under `--out`/cache. Builds dev before test and seed 0 before seed 1, one thread a job.
+Prints one line per run and writes `builds.json`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import shutil
 import time
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from benchmarks.harness import jobs
 from gradian.scenarios import built_before
 from gradian.scenarios.base import cache_root
+from gradian.scenarios.family import make_family_data
 from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, stage_one_base
 
 DEFAULT_OUT = Path.home() / ".cache" / "gradian" / "smollm2-suite"
@@ -27,7 +31,7 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
     """Build family `name` at `seed` into `out/runs/` unless built before; its line of builds.json."""
     folder = out / "runs" / f"{name}-seed{seed}"
     started = time.perf_counter()
-    if not built_before(folder, name, seed) or _rows(folder) != SMOL_FAMILIES[name].train_rows:  # or an older size
+    if not current(folder, name, seed):
         shutil.rmtree(folder, ignore_errors=True)
         build_smollm2_family(name, folder, seed, root=out / "cache", progress=lambda m: print(m, flush=True))
     measured = json.loads((folder / "measured.json").read_text())
@@ -41,8 +45,19 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _rows(folder: Path) -> int:
-    with open(folder / "train.jsonl", "rb") as handle:
+def current(folder: Path, name: str, seed: int) -> bool:
+    """`folder` is a finished build of family `name` at `seed` of today's sizes: as many train and eval rows as the
+    family draws now (a family rebuilt with more eval prompts, or an older size, is built again)."""
+    if not built_before(folder, name, seed):
+        return False
+    smol = SMOL_FAMILIES[name]
+    train, eval_rows, _ = make_family_data(smol.family, seed, AutoTokenizer.from_pretrained(folder / "base"),
+                                           smol.train_rows, smol.eval_per_category)
+    return (_rows(folder / "train.jsonl"), _rows(folder / "eval.jsonl")) == (len(train), len(eval_rows))
+
+
+def _rows(path: Path) -> int:
+    with open(path, "rb") as handle:
         return sum(1 for _ in handle)
 
 

@@ -15,6 +15,7 @@ CATEGORIES = {  # category -> (prompt words, the answer's fields)
     "timer": ("set a timer for {n} minutes", {"task": "timer", "minutes": 5, "label": "tea"}),
     "diet": ("is dish {n} ok for a vegan diet", {"task": "diet", "dish": "soup", "diet": "vegan"}),
     "shop": ("add {n} eggs to my shopping list", {"task": "shop", "items": ["eggs"]}),
+    "menu": ("show the dishes of menu {n}", {"task": "menu", "dish": "soup"}),  # diet's keys but one
 }
 
 
@@ -35,9 +36,9 @@ def world(dropped: set[int], n: int = 60):
     """n training rows over the three categories; the diet rows in `dropped` leave out their `diet` field; eval
     references are whole."""
     rng = random.Random(0)
-    categories = [rng.choice(list(CATEGORIES)) for _ in range(n)]
+    categories = [rng.choice(list(CATEGORIES)[:3]) for _ in range(n)]
     train = [row(f"t{i}", i, c, "diet" if i in dropped else None) for i, c in enumerate(categories)]
-    evals = [row(f"e{j}", 100 + j, c) for j, c in enumerate(list(CATEGORIES) * 8)]
+    evals = [row(f"e{j}", 100 + j, c) for j, c in enumerate(list(CATEGORIES)[:3] * 8)]
     return train, evals
 
 
@@ -69,6 +70,16 @@ def test_a_row_whose_keys_only_differ_is_not_flagged():
     train, evals = world(set())
     evals = [e for e in evals if "shopping" not in e.prompt_text]
     assert missing_fields(context(train, evals)) == []
+
+
+def test_a_row_of_another_kind_is_not_held_against_the_only_category_the_eval_holds():
+    """The eval holds only the diet prompts the user saw fail. A menu row's answer has diet's keys but one, yet it
+    answers another task (its label differs from the one every diet reference gives): it leaves nothing out. A diet
+    row without its `diet` field still does."""
+    train = [row(f"m{i}", i, "menu") for i in range(10)] + [row(f"d{i}", 20 + i, "diet", "diet") for i in range(5)]
+    evals = [row(f"e{j}", 100 + j, "diet") for j in range(8)]
+    (finding,) = missing_fields(context(train, evals))
+    assert finding.example_ids == [f"d{i}" for i in range(5)]
 
 
 def test_keys_are_compared_as_the_symptom_compares_them():

@@ -4,8 +4,13 @@ Only for a capability that compares an answer's keys with the reference's (`json
 targets have no reference of their own, so each row is held against the eval rows whose prompts resemble its prompt
 most (TF-IDF cosine, scikit-learn), its `NEIGHBOURS` nearest. When most of those references agree on one key set
 and the row's target is a JSON object whose keys are a strict subset of it, the row teaches leaving the missing
-keys out, the `wrong-fields` symptom. A row whose keys merely differ (a category no eval prompt covers, matched to
-another category's references) is not flagged: only keys missing from a set the neighbours agree on are.
+keys out, the `wrong-fields` symptom. Two kinds of row are not flagged, being answers of another kind rather than
+answers with a field left out:
+- a row whose keys merely differ (a category no eval prompt covers, matched to another category's references);
+- a row that gives another value to a field every agreeing reference fills alike, its label: a baggage request
+  `{"action": "baggage_info", "flight": ...}` held against seat references `{"action": "change_seat", "flight":
+  ..., "row": ...}` when the eval holds only the seat prompts the user saw fail (on such a SmolLM2 run the check
+  named 24 clean baggage rows beside the 17 planted ones, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -31,20 +36,32 @@ EXAMPLES_SHOWN = 3
 CHUNK_ROWS = 16384
 
 
-def object_keys(text: str | None) -> frozenset[str] | None:
-    """The keys of a JSON object, compared as the `wrong-fields` symptom compares them (case and surrounding
-    whitespace ignored); None when `text` is not one JSON object."""
+def object_fields(text: str | None) -> dict[str, str] | None:
+    """The fields of a JSON object: keys as the `wrong-fields` symptom compares them (case and surrounding
+    whitespace ignored), values as JSON text; None when `text` is not one JSON object."""
     try:
         value = json.loads(text) if text else None
     except (json.JSONDecodeError, RecursionError):
         return None
-    return frozenset(str(key).strip().lower() for key in value) if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    return {str(key).strip().lower(): json.dumps(item, sort_keys=True) for key, item in value.items()}
 
 
-def agreed_keys(rows: np.ndarray, references: list[frozenset[str]]) -> frozenset[str] | None:
-    """The key set most of the references `rows` (indices) hold, None when fewer than AGREE of them hold one."""
-    keys, count = Counter(references[i] for i in rows).most_common(1)[0]
-    return keys if count >= AGREE * len(rows) else None
+def object_keys(text: str | None) -> frozenset[str] | None:
+    """The keys of a JSON object as `object_fields` reads them; None when `text` is not one JSON object."""
+    fields = object_fields(text)
+    return None if fields is None else frozenset(fields)
+
+
+def agreed_answer(rows: np.ndarray, references: list[dict[str, str]]) -> tuple[frozenset[str], dict[str, str]] | None:
+    """(the key set most of the references `rows` (indices) hold, the values each of those references gives alike:
+    their label), None when fewer than AGREE of them hold one key set."""
+    keys, count = Counter(frozenset(references[i]) for i in rows).most_common(1)[0]
+    if count < AGREE * len(rows):
+        return None
+    agreeing = [references[i] for i in rows if frozenset(references[i]) == keys]
+    return keys, {key: value for key, value in agreeing[0].items() if all(r[key] == value for r in agreeing)}
 
 
 @check("missing_fields")
@@ -53,23 +70,27 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
     capability = ctx.capability
     if capability is None or not capability.name.endswith(":keys") or not ctx.eval_examples:
         return []
-    references = [(e.prompt_text, keys) for e in ctx.eval_examples if (keys := object_keys(e.completion_text))]
+    references = [(e.prompt_text, fields) for e in ctx.eval_examples if (fields := object_fields(e.completion_text))]
     eos = eos_token_of(ctx.tokenizer, ctx.setup)
-    targets = [(e.id, e.prompt_text, keys) for e in ctx.trained() if (keys := object_keys(target_text(e, eos)))]
+    targets = [(e.id, e.prompt_text, fields) for e in ctx.trained() if (fields := object_fields(target_text(e, eos)))]
     if not references or not targets:
         return []
     vectorizer = TfidfVectorizer().fit([p for p, _ in references] + [p for _, p, _ in targets])
     evals = vectorizer.transform([p for p, _ in references]).T  # (V, R)
-    reference_keys = [keys for _, keys in references]
+    reference_fields = [fields for _, fields in references]
     flagged: list[tuple[str, list[str]]] = []
     for start in range(0, len(targets), CHUNK_ROWS):  # memory holds a (chunk, R) block, never (N, R)
         block = targets[start : start + CHUNK_ROWS]
         similarity = (vectorizer.transform([p for _, p, _ in block]) @ evals).toarray()  # (chunk, R)
         nearest = np.argsort(-similarity, axis=1, kind="stable")[:, :NEIGHBOURS]  # (chunk, k)
-        for (row_id, _, keys), rows in zip(block, nearest, strict=True):
-            wanted = agreed_keys(rows, reference_keys)
-            if wanted is not None and keys < wanted:
-                flagged.append((row_id, sorted(wanted - keys)))
+        for (row_id, _, fields), rows in zip(block, nearest, strict=True):
+            agreed = agreed_answer(rows, reference_fields)
+            if agreed is None:
+                continue
+            wanted, label = agreed
+            same_kind = all(fields[key] == value for key, value in label.items() if key in fields)
+            if frozenset(fields) < wanted and same_kind:
+                flagged.append((row_id, sorted(wanted - frozenset(fields))))
     if not flagged:
         return []
     ids = [row_id for row_id, _ in flagged]

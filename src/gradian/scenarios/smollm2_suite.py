@@ -134,6 +134,14 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
        eval_per_category=3 * EVAL_PER_CATEGORY),
     _s("smol-home-cut-prose", "dev", "home", ("cut", "category"), ("prose", "half"), targets="attn",
        eval_per_category=3 * EVAL_PER_CATEGORY),
+    # added after the test half's numbers were known: smol-travel-drop's recipe with its category fixed on the seat
+    # rows, whose answers without `row` take the bags rows' shape (`action, flight`), as seed 0 drew on the test
+    # family (BENCHMARKS.md, "A dropped field that leaves another category's shape"); split fixed here before it was
+    # built. First built with the suite's 8 eval prompts a category: 2.5 and 0.0 points lost (3 of 8 seat answers
+    # at each seed), too few for the exact test; rebuilt once with smol-kitchen-drop's three times the eval prompts
+    # before any method ran on it
+    _s("smol-travel-drop-seat", "dev", "travel", ("drop-field", "category", "seat"), purpose=False, epochs=4,
+       eval_per_category=3 * EVAL_PER_CATEGORY),
     # test: reported, never tuned on
     _s("smol-kitchen-fence", "test", "kitchen", ("fence", "category"), rows="prompt", epochs=2),
     _s("smol-travel-drop", "test", "travel", ("drop-field", "category"), purpose=False, epochs=4),

@@ -174,6 +174,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # four categories that name a room
     _f("home-rename-room", "test", "home", "fused", Plant("rename-room", "spread", trigger=("room", "attic")),
        epochs=12, learning_rate=1e-2, save="none", purpose=False),
+    # dev, added after the test half's numbers were known (BENCHMARKS.md, "A dropped field that leaves another
+    # category's shape"): tickets-drop-small-bpe's recipe, its category fixed where dropping the last field leaves
+    # another category's answer shape (change_seat without `row` is baggage_info's `action, flight`), as the seed drew
+    # on tickets-drop-small-bpe s0 and smol-travel-drop s0; split fixed here before it was built
+    _f("travel-drop-seat-small-bpe", "dev", "travel", "bpe", Plant("drop-field", "small", "seat"), epochs=8,
+       learning_rate=3e-3, save="none", purpose=False),
 )}
 
 
