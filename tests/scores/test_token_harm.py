@@ -148,10 +148,14 @@ def test_harm_token_names_the_largest_token_and_its_share(tiny_tokenizer):
     assert harm_token(tiny_tokenizer, row, np.array([-0.1, -0.2, 0.0, -1.0])) is None  # it only helps
 
 
+OPENING_FENCE = ("`", "`", "`", "json")  # "```json" as the spaced tokenizer splits it
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,where", [("truncated-cluster", "last"), ("kitchen-fence-spaced", "first")])
 def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, attributed, name, where):
-    """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence (its first)."""
+    """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence, its first
+    tokens: the backticks, or the `json` tag after them (on one processor 3 of 50 top rows peaked at the tag)."""
     import json
 
     truth = json.loads((scenario(name, 0) / "truth.json").read_text())
@@ -159,8 +163,12 @@ def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, 
     report = json.loads((out / "report.json").read_text())
     planted = [row for row in report["top_rows"] if row["id"] in set(truth["culprit_ids"])]
     assert len(planted) >= 20, len(report["top_rows"])
-    at = [row["harm_token"]["position"] == (row["harm_token"]["of"] if where == "last" else 1)
-          for row in planted if row["harm_token"]]
+    def at_the_cause(token: dict) -> bool:
+        if where == "last":
+            return token["position"] == token["of"]
+        return token["position"] <= len(OPENING_FENCE) and token["token"].strip() == OPENING_FENCE[token["position"] - 1]
+
+    at = [at_the_cause(row["harm_token"]) for row in planted if row["harm_token"]]
     assert len(at) == len(planted) and sum(at) >= 0.9 * len(at), [row["harm_token"] for row in planted]
     if where == "first":
         assert all(row["harm_token"]["token"].strip() == "`" for row in planted if row["harm_token"]["position"] == 1)

@@ -36,8 +36,9 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    sampling explain (never when every row scored the same effect, `scores.scoring.distinct`: then the gradients
    take no part in the verdict), unless the run's step size is flagged (`rules.step_size_outranks`: with damage
    in its log or critical, or else while the cluster does not hold the harm beyond doubt) and nothing in the
-   cluster's rows is wrong (no mechanism from the join): a learning rate far too high makes the model collapse
-   toward whatever pattern some clean rows carry, and dropping those rows would only move the collapse elsewhere.
+   cluster's rows is wrong (no mechanism from the join; a repeated row, `rules.REPEATS`, is a clean row counted
+   again): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
+   duplicated ones too, and dropping those rows would only move the collapse elsewhere.
    Then the verdict is `diffuse`.
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
    cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
@@ -137,7 +138,7 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
                                 rank)
     if top is not None and rules.concentrated(top):
-        if rules.mechanism(top) is not None or not rules.step_size_outranks(findings, top):
+        if rules.mechanism(top, skip=rules.REPEATS) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
             return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
     return None
