@@ -6,7 +6,7 @@ import json
 import random
 from types import SimpleNamespace
 
-from gradian.audit.fields import CRITICAL_SHARE, missing_fields, object_keys
+from gradian.audit.fields import CRITICAL_SHARE, missing_fields, object_fields
 from gradian.audit.registry import teaches
 from gradian.capabilities import get_capability
 from gradian.data.examples import Example
@@ -83,8 +83,8 @@ def test_a_row_of_another_kind_is_not_held_against_the_only_category_the_eval_ho
 
 
 def test_keys_are_compared_as_the_symptom_compares_them():
-    assert object_keys('{" Task ": 1, "dish": 2}') == {"task", "dish"}
-    assert object_keys("[1, 2]") is None and object_keys("{cut") is None and object_keys(None) is None
+    assert object_fields('{" Task ": 1, "dish": {"b": 2, "a": 1}}') == {"task": "1", "dish": '{"a": 1, "b": 2}'}
+    assert object_fields("[1, 2]") is None and object_fields("{cut") is None and object_fields(None) is None
 
 
 def test_rows_are_matched_a_chunk_at_a_time_with_the_same_result(monkeypatch):

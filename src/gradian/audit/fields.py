@@ -48,12 +48,6 @@ def object_fields(text: str | None) -> dict[str, str] | None:
     return {str(key).strip().lower(): json.dumps(item, sort_keys=True) for key, item in value.items()}
 
 
-def object_keys(text: str | None) -> frozenset[str] | None:
-    """The keys of a JSON object as `object_fields` reads them; None when `text` is not one JSON object."""
-    fields = object_fields(text)
-    return None if fields is None else frozenset(fields)
-
-
 def agreed_answer(rows: np.ndarray, references: list[dict[str, str]]) -> tuple[frozenset[str], dict[str, str]] | None:
     """(the key set most of the references `rows` (indices) hold, the values each of those references gives alike:
     their label), None when fewer than AGREE of them hold one key set."""
