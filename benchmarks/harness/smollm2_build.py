@@ -3,7 +3,7 @@
     python -m benchmarks.harness.smollm2_build [--out ~/.cache/gradian/smollm2-suite] [--seeds 0 1] [--split dev] [--jobs N]
 
 Needs SmolLM2-135M-Instruct converted once (`python -m benchmarks.studies.build_smollm2 --convert-only`). Resumable: a run
-whose truth.json and measured.json exist, with the train and eval row counts its family draws today, is kept; the
+whose truth.json and measured.json exist, with the train and eval rows its family draws today, is kept; the
 stage-one bases are cached under `--out`/cache. Builds dev before test and seed 0 before seed 1, one thread a job.
 Prints one line per run and writes `builds.json`.
 """
@@ -21,8 +21,7 @@ from transformers import AutoTokenizer
 from benchmarks.harness import jobs
 from gradian.scenarios import built_before
 from gradian.scenarios.base import cache_root
-from gradian.scenarios.family import make_family_data
-from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, stage_one_base
+from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, build_smollm2_family, family_rows, stage_one_base
 
 DEFAULT_OUT = Path.home() / ".cache" / "gradian" / "smollm2-suite"
 
@@ -46,19 +45,16 @@ def build_one(name: str, split: str, seed: int, out: Path) -> dict:
 
 
 def current(folder: Path, name: str, seed: int) -> bool:
-    """`folder` is a finished build of family `name` at `seed` of today's sizes: as many train and eval rows as the
-    family draws now (a family rebuilt with more eval prompts, or an older size, is built again)."""
+    """`folder` is a finished build of family `name` at `seed` with the rows the family draws now: the same train and
+    eval rows, row for row (a family rebuilt with more eval prompts, another size or other rows is built again)."""
     if not built_before(folder, name, seed):
         return False
-    smol = SMOL_FAMILIES[name]
-    train, eval_rows, _ = make_family_data(smol.family, seed, AutoTokenizer.from_pretrained(folder / "base"),
-                                           smol.train_rows, smol.eval_per_category)
-    return (_rows(folder / "train.jsonl"), _rows(folder / "eval.jsonl")) == (len(train), len(eval_rows))
+    train, eval_rows, _ = family_rows(SMOL_FAMILIES[name], seed, AutoTokenizer.from_pretrained(folder / "base"))
+    return (_rows(folder / "train.jsonl"), _rows(folder / "eval.jsonl")) == (train, eval_rows)
 
 
-def _rows(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for _ in handle)
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from transformers import AutoTokenizer
 
 from benchmarks.harness.smollm2_build import current
 from gradian.scenarios import base
-from gradian.scenarios.family import make_family_data
-from gradian.scenarios.smollm2_suite import SMOL_FAMILIES
+from gradian.scenarios.smollm2_suite import SMOL_FAMILIES, family_rows
 
 
 def _write(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def test_a_run_with_fewer_eval_prompts_than_its_family_draws_now_is_built_again(tmp_path):
-    name, seed = "smol-travel-drop-seat", 0
+@pytest.mark.parametrize("name", ["smol-travel-drop-seat", "smol-kitchen-fence"])  # messages rows; prompt rows
+def test_a_run_whose_rows_are_not_those_its_family_draws_now_is_built_again(tmp_path, name):
+    seed, smol = 0, SMOL_FAMILIES[name]
     folder = tmp_path / f"{name}-seed{seed}"
     folder.mkdir()
-    (folder / "base").symlink_to(base.base_model(0, tmp_path / "bases", None, "travel", "bpe"),
+    (folder / "base").symlink_to(base.base_model(0, tmp_path / "bases", None, smol.family.domain, "bpe"),
                                  target_is_directory=True)
-    smol = SMOL_FAMILIES[name]
-    train, eval_rows, _ = make_family_data(smol.family, seed, AutoTokenizer.from_pretrained(folder / "base"),
-                                           smol.train_rows, smol.eval_per_category)
+    train, eval_rows, _ = family_rows(smol, seed, AutoTokenizer.from_pretrained(folder / "base"))
+    assert (smol.rows == "prompt") == ("prompt" in train[0])
     _write(folder / "train.jsonl", train)
     _write(folder / "eval.jsonl", eval_rows)
     assert not current(folder, name, seed)  # unfinished: no truth.json or measured.json yet
@@ -36,3 +36,7 @@ def test_a_run_with_fewer_eval_prompts_than_its_family_draws_now_is_built_again(
     _write(folder / "eval.jsonl", eval_rows)
     _write(folder / "train.jsonl", train[:-1])
     assert not current(folder, name, seed)
+    _write(folder / "train.jsonl", train[1:] + train[:1])  # as many rows, drawn in another order
+    assert not current(folder, name, seed)
+    _write(folder / "train.jsonl", train)
+    assert current(folder, name, seed)

@@ -148,30 +148,33 @@ def test_harm_token_names_the_largest_token_and_its_share(tiny_tokenizer):
     assert harm_token(tiny_tokenizer, row, np.array([-0.1, -0.2, 0.0, -1.0])) is None  # it only helps
 
 
-OPENING_FENCE = ("`", "`", "`", "json")  # "```json" as the spaced tokenizer splits it
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name,where", [("truncated-cluster", "last"), ("kitchen-fence-spaced", "first")])
 def test_the_report_names_the_token_where_a_planted_row_does_its_harm(scenario, attributed, name, where):
     """A cut row harms at its early EOS (its last supervised token); a fenced row at the opening fence, its first
-    tokens: the backticks, or the `json` tag after them (on one processor 3 of 50 top rows peaked at the tag)."""
+    tokens as the scenario's tokenizer splits "```json": the backticks, or the `json` tag after them (on one processor
+    3 of 50 top rows peaked at the tag)."""
     import json
+
+    from gradian.data.base_model import load_tokenizer, resolve_base_model
 
     truth = json.loads((scenario(name, 0) / "truth.json").read_text())
     out = attributed(name)
     report = json.loads((out / "report.json").read_text())
     planted = [row for row in report["top_rows"] if row["id"] in set(truth["culprit_ids"])]
     assert len(planted) >= 20, len(report["top_rows"])
-    def at_the_cause(token: dict) -> bool:
+    tokenizer = load_tokenizer(resolve_base_model(scenario(name, 0) / "base"))
+    fence = [tokenizer.decode([i]).strip() for i in tokenizer("```json", add_special_tokens=False)["input_ids"]]
+
+    def at_the_cause(token: dict) -> bool:  # the last supervised token; or one of the opening fence's, in its place
         if where == "last":
             return token["position"] == token["of"]
-        return token["position"] <= len(OPENING_FENCE) and token["token"].strip() == OPENING_FENCE[token["position"] - 1]
+        return token["position"] <= len(fence) and token["token"].strip() == fence[token["position"] - 1]
 
     at = [at_the_cause(row["harm_token"]) for row in planted if row["harm_token"]]
     assert len(at) == len(planted) and sum(at) >= 0.9 * len(at), [row["harm_token"] for row in planted]
     if where == "first":
-        assert all(row["harm_token"]["token"].strip() == "`" for row in planted if row["harm_token"]["position"] == 1)
+        assert all(row["harm_token"]["token"].strip() == fence[0] for row in planted if row["harm_token"]["position"] == 1)
     markdown = (out / "report.md").read_text()
     assert markdown.count("harm at token") == 1
     allowed = set().union(*(renderings(v) for v in json_leaves(report)))

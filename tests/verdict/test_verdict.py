@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gradian.audit.finding import Finding
+from gradian.audit.registry import check, unregister_check
 from gradian.capabilities import get_capability
 from gradian.clusters.groups import finding_groups
 from gradian.clusters.summary import summarize_clusters
@@ -168,6 +169,22 @@ def test_duplicated_rows_in_the_cluster_do_not_answer_a_damaging_step_size():
                          example_ids=[IDS[i] for i in CULPRITS])
     assert verdict_for(SIGNIFICANT, [duplicates, damaged], planted_effects(seed=1)).kind == "diffuse"
     assert verdict_for(SIGNIFICANT, [duplicates], planted_effects(seed=1)).kind == "data-cluster"  # no step size
+
+
+@pytest.mark.parametrize("repeated", [True, False])
+def test_a_plugin_check_that_declares_its_rows_repeats_counts_as_duplicates_do(repeated):
+    """Whether a check's rows only repeat other rows is declared at registration (`repeats=`), never read from a list
+    of names: a plug-in's repetition check leaves a damaging step size's verdict `diffuse` as `duplicate` does, and a
+    plug-in check that finds a defect is the cluster's mechanism."""
+    damaged = dataclasses.replace(LEARNING_RATE, values={"log_shows": "loss spikes at steps 40, 41"})
+    check("same_prompt_twice", "per-row", repeats=repeated)(lambda ctx: [])
+    try:
+        found = Finding("same_prompt_twice", "warning", "20 rows repeat.", "drop them",
+                        example_ids=[IDS[i] for i in CULPRITS])
+        kind = verdict_for(SIGNIFICANT, [found, damaged], planted_effects(seed=1)).kind
+    finally:
+        unregister_check("same_prompt_twice")
+    assert kind == ("diffuse" if repeated else "data-cluster")
 
 
 # --- the rules that join symptoms, finding groups and gradients (rules 3, 4, 6 and 7 of the module docstring) ---

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from safetensors.torch import load_file
 from transformers import get_scheduler
 
 from conftest import WORDS, make_tiny_model
-from gradian.data.base_model import resolve_base_model
+from gradian.data.base_model import BaseModelRef, resolve_base_model
 from gradian.data.examples import read_dataset
 from gradian.scenarios.base import one_thread
 from gradian.verify.recipe import Recipe, training_kwargs
@@ -190,7 +191,7 @@ def test_a_run_that_appends_eos_after_the_cut_is_retrained_on_its_own_tokens(wor
     assert 0 < n_cut < ROWS
 
 
-def test_a_retrains_key_changes_with_the_columns_the_trainer_reads():
+def test_a_retrains_key_changes_with_the_columns_the_trainer_reads(tmp_path):
     """TRL's preparation reads a row's own columns (`Example.raw`), not only Gradian's normalised `fields`: a row
     whose columns changed is another retrain, never the cached one."""
     from gradian.data.examples import Example
@@ -198,5 +199,26 @@ def test_a_retrains_key_changes_with_the_columns_the_trainer_reads():
     fields = {"prompt": "p", "completion": '{"a": 1}'}
     row = Example("1", 1, fields, raw={**fields, "completion": '{"a": 1}</s>'})
     fixed = dataclasses.replace(row, raw=dict(fields))
-    assert Retrain("r", [row], 0).key(RECIPE, None) != Retrain("r", [fixed], 0).key(RECIPE, None)
-    assert Retrain("r", [row], 0).key(RECIPE, None) == Retrain("r", [dataclasses.replace(row)], 0).key(RECIPE, None)
+    base = BaseModelRef("base", str(tmp_path))
+    assert Retrain("r", [row], 0).key(RECIPE, None, base) != Retrain("r", [fixed], 0).key(RECIPE, None, base)
+    assert Retrain("r", [row], 0).key(RECIPE, None, base) == Retrain("r", [dataclasses.replace(row)], 0).key(
+        RECIPE, None, base)
+
+
+def test_a_retrains_key_changes_with_the_base_it_trains_from(tmp_path):
+    """A report attributed again on another base (or a base folder whose weights were replaced in place) is retrained:
+    the cached adapter was trained from other weights."""
+    from gradian.data.examples import Example
+
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"one")
+    job = Retrain("r", [Example("1", 1, {"prompt": "p", "completion": "c"})], 0)
+    before = job.key(RECIPE, None, BaseModelRef("base", str(folder)))
+    assert job.key(RECIPE, None, BaseModelRef("base", str(folder))) == before
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    assert job.key(RECIPE, None, BaseModelRef("base", str(folder))) != before
+    other = tmp_path / "other"
+    shutil.copytree(folder, other, copy_function=shutil.copy2)
+    assert job.key(RECIPE, None, BaseModelRef("base", str(other))) != job.key(RECIPE, None, BaseModelRef("base", str(folder)))

@@ -15,9 +15,10 @@ verdict weighs a user's check like a built-in one:
 
 A check may also declare the symptoms of the failing answers its rows teach (`teaches`, names from
 `regression.symptoms.SYMPTOMS`, or `ANY_SYMPTOM` for a check that applies the capability itself; a `stop` check
-teaches `never-stops` unless it says otherwise), and the severity from which its finding is positive evidence of a
-run-wide cause (`cause_from`). The verdict reads all three here (`category_of`, `teaches`, `cause_from`), never a
-list of check names.
+teaches `never-stops` unless it says otherwise), the severity from which its finding is positive evidence of a
+run-wide cause (`cause_from`), and whether its rows only repeat other rows (`repeats`: a repeated row is a clean row
+counted again, nothing wrong in it). The verdict reads all four here (`category_of`, `teaches`, `cause_from`,
+`repeats`), never a list of check names.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ CHECKS: dict[str, Check] = {}
 CATEGORIES: dict[str, str] = {}
 TEACHES: dict[str, tuple[str, ...]] = {}
 CAUSE_FROM: dict[str, str] = {}
+REPEATS: dict[str, bool] = {}
 BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter",
             "capability", "fields", "markers")
 BUILT_IN_CATEGORIES = {
@@ -66,14 +68,17 @@ BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
 # `many_epochs` is evidence of a cause only when critical, the severity its check keeps for logs that show
 # overfitting: many epochs alone explain nothing.
 BUILT_IN_CAUSE_FROM = {"many_epochs": "critical"}
+# Checks whose rows are copies of other rows: a step size far too high collapses toward what is repeated as toward
+# any other pattern, so repetition alone does not explain a cluster (the verdict's rule 5).
+BUILT_IN_REPEATS = ("duplicate", "near_duplicate")
 
 
 def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | None = None,
-          cause_from: str | None = None) -> Callable[[Check], Check]:
+          cause_from: str | None = None, repeats: bool | None = None) -> Callable[[Check], Check]:
     """Register `function` under `name` in `category` (one of CATEGORIES_KNOWN; built-ins have theirs listed
-    above), with the symptoms its rows teach (`never-stops` for a `stop` check unless given) and the severity from
-    which it is evidence of a run-wide cause (`warning` unless given). A second registration under the same name
-    replaces the first."""
+    above), with the symptoms its rows teach (`never-stops` for a `stop` check unless given), the severity from
+    which it is evidence of a run-wide cause (`warning` unless given), and whether the rows it names only repeat
+    other rows (False unless given). A second registration under the same name replaces the first."""
     category = category or BUILT_IN_CATEGORIES.get(name)
     if category not in CATEGORIES_KNOWN:
         raise ValueError(f"check {name!r} must declare its category, one of {', '.join(CATEGORIES_KNOWN)}: "
@@ -82,25 +87,27 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
     if cause_from not in SEVERITIES:
         raise ValueError(f"check {name!r}: cause_from must be one of {', '.join(SEVERITIES)}, not {cause_from!r}")
     taught = tuple(teaches) if teaches is not None else _default_teaches(name, category)
+    repeated = bool(repeats) if repeats is not None else name in BUILT_IN_REPEATS
 
     def register(function: Check) -> Check:
         CHECKS[name] = function
-        CATEGORIES[name], TEACHES[name], CAUSE_FROM[name] = category, taught, cause_from
+        CATEGORIES[name], TEACHES[name], CAUSE_FROM[name], REPEATS[name] = category, taught, cause_from, repeated
         function.category = category  # type: ignore[attr-defined]
         function.teaches = taught  # type: ignore[attr-defined]
         function.cause_from = cause_from  # type: ignore[attr-defined]
+        function.repeats = repeated  # type: ignore[attr-defined]
         return function
 
     return register
 
 
 def unregister_check(name: str) -> None:
-    """Remove the check registered under `name`, with its category, symptoms and severity: what a plug-in's test
+    """Remove the check registered under `name`, with everything it declared: what a plug-in's test
     calls after itself so the next test sees the registry it found. A built-in's name removes the built-in for the
     rest of the process. A name nothing registered is a `ValueError`."""
     if name not in CHECKS:
         raise ValueError(f"no check is registered as {name!r}")
-    for table in (CHECKS, CATEGORIES, TEACHES, CAUSE_FROM):
+    for table in (CHECKS, CATEGORIES, TEACHES, CAUSE_FROM, REPEATS):
         table.pop(name, None)
 
 
@@ -128,6 +135,11 @@ def cause_from(check_name: str) -> str:
     return CAUSE_FROM.get(check_name, BUILT_IN_CAUSE_FROM.get(check_name, "warning"))
 
 
+def repeats(check_name: str) -> bool:
+    """Whether the rows `check_name` names only repeat other rows (a clean row counted again)."""
+    return REPEATS.get(check_name, check_name in BUILT_IN_REPEATS)
+
+
 def load_built_in() -> dict[str, Check]:
     """Every check: the built-ins, then those installed packages declare under the `gradian.checks` entry point."""
     for module in BUILT_IN:
@@ -141,7 +153,7 @@ def load_built_in() -> dict[str, Check]:
                              f"or a function decorated with @check(name, category=...); fix its package.")
         if point.name not in CHECKS:
             check(point.name, category, teaches=getattr(value, "teaches", None),
-                  cause_from=getattr(value, "cause_from", None))(value)
+                  cause_from=getattr(value, "cause_from", None), repeats=getattr(value, "repeats", None))(value)
     return CHECKS
 
 

@@ -11,6 +11,9 @@ from typing import Any
 
 from gradian.errors import InputError, reason
 
+# The files whose change makes a folder another model.
+WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "tokenizer.json", "tokenizer_config.json")
+
 
 @dataclass(frozen=True)
 class BaseModelRef:
@@ -25,6 +28,21 @@ class BaseModelRef:
         if self.gguf_file:
             extra["gguf_file"] = self.gguf_file
         return extra
+
+    def identity(self) -> dict[str, Any]:
+        """What a cache of results from this base is keyed by: where it is, and each weight and config file's size
+        and modification time, so a model replaced in place at the same path is another base (stat calls only)."""
+        folder = Path(self.path)
+        names = [self.gguf_file] if self.gguf_file else sorted(
+            p.name for pattern in WEIGHT_FILES for p in folder.glob(pattern))
+        files = []
+        for name in names:
+            try:
+                stat = (folder / name).stat()
+            except OSError:
+                continue
+            files.append([name, stat.st_size, stat.st_mtime_ns])
+        return {"path": str(folder.resolve()), "files": files}
 
 
 def resolve_base_model(spec: str | Path) -> BaseModelRef:

@@ -212,6 +212,16 @@ def _messages_row(request: Any, purpose: bool) -> dict[str, Any]:
                          {"role": "assistant", "content": world.dump(request.answer(purpose=purpose))}]}
 
 
+def family_rows(smol: SmolFamily, seed: int, tokenizer: Any, rows: int | None = None,
+                eval_per_category: int | None = None) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, eval rows, truth) of `smol` at `seed`, in the family's row format, as its build writes them."""
+    train, eval_rows, truth = make_family_data(smol.family, seed, tokenizer, rows or smol.train_rows,
+                                               eval_per_category or smol.eval_per_category)
+    if smol.rows == "prompt":
+        train, eval_rows = [_as_prompt(row, tokenizer) for row in train], [_as_prompt(r, tokenizer) for r in eval_rows]
+    return train, eval_rows, truth
+
+
 def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root: str | Path | None = None,
                          progress: Callable[[str], None] | None = None, model_dir: Path | None = None,
                          rows: int | None = None, eval_per_category: int | None = None,
@@ -230,10 +240,7 @@ def build_smollm2_family(name: str, out_dir: str | Path, seed: int = 0, *, root:
         out.mkdir(parents=True, exist_ok=True)
         (out / "base").symlink_to(stage_one.resolve(), target_is_directory=True)
         tokenizer = AutoTokenizer.from_pretrained(stage_one)
-        train, eval_rows, truth = make_family_data(smol.family, seed, tokenizer, rows or smol.train_rows,
-                                                   eval_per_category or smol.eval_per_category)
-        if smol.rows == "prompt":
-            train, eval_rows = [_as_prompt(row, tokenizer) for row in train], [_as_prompt(r, tokenizer) for r in eval_rows]
+        train, eval_rows, truth = family_rows(smol, seed, tokenizer, rows, eval_per_category)
         sft, collator, trained = smol.sft(), None, train
         if learning_rate is not None:
             sft["learning_rate"] = learning_rate

@@ -36,7 +36,7 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    sampling explain (never when every row scored the same effect, `scores.scoring.distinct`: then the gradients
    take no part in the verdict), unless the run's step size is flagged (`rules.step_size_outranks`: with damage
    in its log or critical, or else while the cluster does not hold the harm beyond doubt) and nothing in the
-   cluster's rows is wrong (no mechanism from the join; a repeated row, `rules.REPEATS`, is a clean row counted
+   cluster's rows is wrong (no mechanism from the join; a repeated row, a check that `repeats`, is a clean row counted
    again): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
    duplicated ones too, and dropping those rows would only move the collapse elsewhere.
    Then the verdict is `diffuse`.
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import category_of, teaches
+from gradian.audit.registry import category_of, repeats, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -138,7 +138,7 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
                                 rank)
     if top is not None and rules.concentrated(top):
-        if rules.mechanism(top, skip=rules.REPEATS) is not None or not rules.step_size_outranks(findings, top):
+        if rules.mechanism(top, skip=repeats) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
             return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
     return None

@@ -8,6 +8,7 @@ says otherwise: the registry's default).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,16 +236,11 @@ def run_wide_causes(findings: list[Finding]) -> list[Finding]:
             and at_least(f, "warning") and at_least(f, cause_from(f.check))]
 
 
-# A repeated row is a clean row counted again, nothing wrong in it: a step size far too high collapses toward what is
-# repeated as toward any other pattern, so repetition alone does not answer rule 5's exception (`mechanism(skip=)`).
-REPEATS = ("duplicate", "near_duplicate")
-
-
-def mechanism(cluster: ClusterSummary, skip: tuple[str, ...] = ()) -> tuple[str, float, float] | None:
+def mechanism(cluster: ClusterSummary, skip: Callable[[str], bool] | None = None) -> tuple[str, float, float] | None:
     """The per-example finding with the largest inside-vs-outside gap, when the gap is at least MIN_FLAG_GAP; the
-    checks in `skip` are left out."""
+    checks for which `skip(name)` is true are left out."""
     gaps = [(rates["inside"] - rates["outside"], check) for check, rates in cluster.flag_rates.items()
-            if check not in skip]
+            if skip is None or not skip(check)]
     if not gaps:
         return None
     gap, check = max(gaps, key=lambda g: (g[0], g[1]))

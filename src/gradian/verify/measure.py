@@ -13,6 +13,7 @@ prompts (each prompt keeps its base, fine-tuned and retrained score together).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from collections.abc import Callable, Sequence
@@ -99,11 +100,15 @@ def measure_adapter(
     batch_size: int = GENERATION_BATCH,
     progress: Callable[[int], Any] | None = None,
 ) -> np.ndarray:
-    """(n,) scores of the retrained adapter in `folder` on the report's eval prompts; cached in `folder`."""
+    """(n,) scores of the retrained adapter in `folder` on the report's eval prompts; cached in `folder`, keyed by
+    the prompts' tokens and references as well as their ids: a report attributed again on edited eval rows with the
+    same ids measures the retrain again."""
     from gradian.regression.loading import load_models
 
     cache = folder / SCORES
-    key = {"ids": original.ids, "max_new_tokens": original.max_new_tokens, "capability": capability.name}
+    prompts = hashlib.sha256(json.dumps([original.prompt_ids, original.references]).encode()).hexdigest()
+    key = {"ids": original.ids, "prompts_sha256": prompts, "max_new_tokens": original.max_new_tokens,
+           "capability": capability.name, "device": device}
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
         if cached["key"] == key:

@@ -12,7 +12,7 @@ a LLaMA-Factory run on its rows as LLaMA-Factory's own code prepares them (`prep
     DIR/verify/<name>.partial/    a retrain in progress (progress.json: the last step done); renamed to <name>/
                                   once finished
 
-A finished retrain whose marker holds the same key (same rows, recipe, seed, fix and step cap) is reused; a killed
+A finished retrain whose marker holds the same key (same rows, recipe, base, seed, fix and step cap) is reused; a killed
 one leaves only `<name>.partial/`, which the next run deletes and starts again (a retrain of the tiny scenario
 world takes seconds, so restarting is cheaper than trusting a half-written checkpoint).
 """
@@ -43,7 +43,7 @@ from gradian.verify.recipe import Recipe, resolved_precision, training_kwargs
 MARKER = "retrain.json"
 PROGRESS = "progress.json"
 # Part of every retrain's key: bumped when how Gradian retrains changes, so older retrains are not reused.
-RETRAIN_VERSION = 3
+RETRAIN_VERSION = 4
 ORDER = "order.json"
 # Collators a recipe may name that Gradian can rebuild; TRL's own is used when the run named none.
 TRL_COLLATORS = ("trl.DataCollatorForLanguageModeling", "trl.trainer.sft_trainer.DataCollatorForLanguageModeling")
@@ -67,11 +67,12 @@ class Retrain:
     def zero_rows(self) -> frozenset[int]:
         return frozenset(i for i, e in enumerate(self.rows) if e.id in self.zero_ids)
 
-    def key(self, recipe: Recipe, max_steps: int | None) -> str:
+    def key(self, recipe: Recipe, max_steps: int | None, base: BaseModelRef) -> str:
         """What the trained weights depend on; a finished retrain with another key is retrained. A row counts by
-        its normalised fields and by the file's own columns, which TRL's preparation reads (`trl_columns`)."""
+        its normalised fields and by the file's own columns, which TRL's preparation reads (`trl_columns`); the
+        base by its files (`BaseModelRef.identity`), so a report attributed again on another base retrains."""
         spec = {"rows": [[e.id, e.fields, e.raw] for e in self.rows], "seed": self.seed, "changes": self.changes,
-                "zero": sorted(self.zero_ids), "order": self.order,
+                "zero": sorted(self.zero_ids), "order": self.order, "base": base.identity(),
                 "recipe": {"training": recipe.training, "lora": recipe.lora, "collator": recipe.collator},
                 "max_steps": max_steps, "version": RETRAIN_VERSION}
         if recipe.eos_after_truncation:
@@ -102,7 +103,7 @@ def retrain(
 ) -> tuple[Path, dict[str, Any]]:
     """Train `job` into `root/job.name` (or reuse it) and return (its folder, its done marker)."""
     folder, staging = root / job.name, root / f"{job.name}.partial"
-    key = job.key(recipe, max_steps)
+    key = job.key(recipe, max_steps, base)
     marker = finished(folder, key)
     if marker is not None:
         return folder, {**marker, "reused": True}
