@@ -42,6 +42,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,7 @@ class _GradientRun:
         from gradian.audit import diagnose
         from gradian.capabilities import get_capability
         from gradian.gradients.energy import share_budget
-        from gradian.gradients.extract import GradientSettings, extract_train_features
+        from gradian.gradients.extract import GradientSettings
         from gradian.regression.loading import load_models
         from gradian.regression.measure import measure_regression
         from gradian.scores.tracin import checkpoint_weights
@@ -203,12 +204,18 @@ class _GradientRun:
                                     batch_size=settings.batch_size)
         self.gradient, _ = share_budget(self.model, self.audit.rendered, gradient, settings.proj_budget,
                                         cache=out / "projection-shares.json")  # as attribute shares it
-        self.store = clock.timed("extract final", extract_train_features, self.model, self.audit.rendered,
-                                 work / "gradients", settings=self.gradient)
         run = self.audit.run
         self.checkpoints = checkpoint_weights(settings.run) if run is not None and run.checkpoints else []
         self.fresh_tracin = bool(self.checkpoints) and _fresh(
             work / "gradients-checkpoints" / f"checkpoint-{self.checkpoints[0].step}")
+
+    @cached_property
+    def store(self) -> Any:
+        """The final adapter's features of every row, extracted on first use (a study that needs none pays none)."""
+        from gradian.gradients.extract import extract_train_features
+
+        return self.clock.timed("extract final", extract_train_features, self.model, self.audit.rendered,
+                                self.work / "gradients", settings=self.gradient)
 
     def effects(self, kinds: Sequence[str], arrays: dict[str, np.ndarray]) -> None:
         """Each kind's (N,) mean effect, raw and unit-normalised, on the final adapter and by TracIn-CP."""
