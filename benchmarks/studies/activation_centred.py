@@ -21,6 +21,7 @@ from unittest import mock
 import numpy as np
 
 from benchmarks.harness import suite_quality
+from benchmarks.studies import each_run
 from gradian.gradients.sides import cosine
 from gradian.scenarios.evaluate import auprc
 from gradian.scores import activation
@@ -56,13 +57,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="suite_quality.py's --work folder")
     parser.add_argument("folders", type=Path, nargs="+")
     args = parser.parse_args()
-    records = []
-    for folder in args.folders:
-        record = run_record(folder, args.work / folder.name)
-        if record is not None:
-            records.append(record)
-            print(json.dumps(record), flush=True)
-    (RESULTS / "smollm2_activation_centred.json").write_text(json.dumps(records, indent=1) + "\n")
+    each_run(run_record, args.folders, args.work, RESULTS / "smollm2_activation_centred.json")
 
 
 if __name__ == "__main__":

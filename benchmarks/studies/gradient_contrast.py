@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import suite_quality
+from benchmarks.studies import each_run
 from gradian.data.render import IGNORE, Rendered, render_prompt
 from gradian.scenarios.evaluate import auprc
 
@@ -102,13 +103,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("folders", type=Path, nargs="+")
     args = parser.parse_args()
-    records = []
-    for folder in args.folders:
-        record = run_record(folder, args.work / folder.name)
-        if record is not None:
-            records.append(record)
-            print(json.dumps(record), flush=True)
-            args.results.write_text(json.dumps(records, indent=1) + "\n")
+    each_run(run_record, args.folders, args.work, args.results)
 
 
 if __name__ == "__main__":
