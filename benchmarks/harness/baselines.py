@@ -65,20 +65,15 @@ def length_control(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any
     """(N,) `length_control_scores` of a run's training rows, read as `--rank activation` reads them: the rows as
     trained, the base's own answers from the same cache in `out_dir` (generated when absent), the failing answers
     and references as `activation.intended_pairs` renders them. Rows with no supervised answer score 0."""
-    from gradian.data.render import render_prompt
-    from gradian.regression.base_answers import base_answers
-    from gradian.scores.activation import answer_limit, answerable, intended_pairs, trained_sequence
+    from gradian.scores.activation import intended_pairs, own_answers
 
     def length(sequence: tuple[list[int], list[bool]]) -> int:
         return sum(sequence[1])
 
     pairs = intended_pairs(failing, audit.eval_examples or [], tokenizer, audit.setup)
-    rows = answerable(audit.examples, audit.rendered)
-    trained = [trained_sequence(audit.rendered[i]) for i in rows]
-    prompts = [render_prompt(audit.examples[i], tokenizer, audit.setup) for i in rows]
-    answers, _ = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=answer_limit(trained),
-                              batch_size=batch_size)
+    own = own_answers(model, tokenizer, audit, out_dir, batch_size=batch_size)
     scores = np.zeros(len(audit.rendered))  # (N,)
-    scores[rows] = length_control_scores([length(f) for f, _ in pairs], [length(r) for _, r in pairs],
-                                         [length(t) for t in trained], [len(a.ids) for a in answers])
+    if own.rows:
+        scores[own.rows] = length_control_scores([length(f) for f, _ in pairs], [length(r) for _, r in pairs],
+                                                 [length(t) for t in own.trained], [len(a.ids) for a in own.answers])
     return scores

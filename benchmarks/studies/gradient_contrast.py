@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,47 +31,36 @@ import numpy as np
 
 from benchmarks.harness import suite_quality
 from benchmarks.studies import each_run
-from gradian.data.render import IGNORE, Rendered, render_prompt
+from gradian.data.render import IGNORE, Rendered
 from gradian.scenarios.evaluate import auprc
 
 
 def base_rendered(run: suite_quality._GradientRun) -> tuple[list[int], list[Rendered]]:
     """(the answerable rows, each one's prompt with the base's own answer as its supervised completion)."""
-    from gradian.regression.base_answers import base_answers
-    from gradian.scores.activation import answer_limit, answerable, trained_sequence
+    from gradian.scores.activation import own_answers
 
-    audit = run.audit
-    rows = answerable(audit.examples, audit.rendered)
-    prompts = [render_prompt(audit.examples[i], run.tokenizer, audit.setup) for i in rows]
-    limit = answer_limit([trained_sequence(audit.rendered[i]) for i in rows])
-    answers, _ = base_answers(run.model, run.tokenizer, prompts, run.work / "activation", max_new_tokens=limit,
-                              batch_size=run.settings.batch_size)
-    rendered = [Rendered(audit.rendered[i].example_id, list(p) + list(a.ids), [IGNORE] * len(p) + list(a.ids),
-                         len(p) + len(a.ids), len(p)) for i, p, a in zip(rows, prompts, answers, strict=True)]
-    return rows, rendered
+    own = own_answers(run.model, run.tokenizer, run.audit, run.work / "activation",
+                      batch_size=run.settings.batch_size)  # as the numbers in BENCHMARKS.md were generated
+    rendered = [Rendered(run.audit.rendered[i].example_id, list(p) + list(a.ids), [IGNORE] * len(p) + list(a.ids),
+                         len(p) + len(a.ids), len(p))
+                for i, p, a in zip(own.rows, own.prompts, own.answers, strict=True)]
+    return own.rows, rendered
 
 
 def contrast_harms(run: suite_quality._GradientRun) -> tuple[np.ndarray, np.ndarray, float]:
     """((N,) the default's harm of each row, (N,) its contrast with the base's answer, the contrast's seconds)."""
-    from gradian.gradients.extract import extract_train_features
-    from gradian.gradients.sides import position_harms_of
     from gradian.scores.pairs import base_kind
-    from gradian.scores.query import query_direction, query_states
+    from gradian.scores.query import query_direction
 
     kind = suite_quality.default_variant().split(" · ")[0]
     direction = query_direction(run.model, run.pairs(kind), base_kind(kind))
-    states = query_states(run.model, run.failing(), batch_size=run.settings.batch_size)
-    with tempfile.TemporaryDirectory() as scratch:
-        store = extract_train_features(run.model, run.audit.rendered, Path(scratch) / "rows", settings=run.gradient,
-                                       direction=direction, representations=states)
-        harm = position_harms_of(store, direction)  # (N,)
-        started = time.perf_counter()
-        rows, rendered = base_rendered(run)
-        own = extract_train_features(run.model, rendered, Path(scratch) / "own", settings=run.gradient,
-                                     direction=direction, representations=states)
-        contrast = harm.copy()
-        contrast[rows] -= position_harms_of(own, direction)
-        return harm, contrast, time.perf_counter() - started
+    batch = run.settings.batch_size
+    harm = run.extracted_harms(run.model, run.audit.rendered, direction, batch_size=batch)  # (N,)
+    started = time.perf_counter()
+    rows, rendered = base_rendered(run)
+    contrast = harm.copy()
+    contrast[rows] -= run.extracted_harms(run.model, rendered, direction, batch_size=batch)
+    return harm, contrast, time.perf_counter() - started
 
 
 def run_record(folder: Path, work: Path) -> dict | None:

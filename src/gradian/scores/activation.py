@@ -36,7 +36,7 @@ from gradian.data.render import IGNORE, render_prompt
 from gradian.errors import InputError
 from gradian.gradients.sides import cosine
 from gradian.regression.base_answers import base_answers
-from gradian.regression.generation import GENERATION_BATCH
+from gradian.regression.generation import GENERATION_BATCH, GeneratedAnswer
 from gradian.scores.pairs import answer_tokens
 from gradian.scores.relevance import mean_hidden_states
 
@@ -185,6 +185,34 @@ def check_inputs(failing: Sequence[Any]) -> None:
                          "rows, or use --rank gradient.")
 
 
+@dataclass
+class OwnAnswers:
+    """The training rows an own answer can be compared with (`answerable`), and the base's greedy answer to each."""
+
+    rows: list[int]  # indices into the run's rows
+    trained: list[Sequenced]  # each row as trained
+    prompts: list[list[int]]  # each row's prompt as rendered
+    answers: list[GeneratedAnswer]  # the base model's answer to it, adapter off
+    cached: bool  # the answers came from `out_dir`
+
+
+def own_answers(model: Any, tokenizer: Any, audit: Any, out_dir: str | Path, *, max_new_tokens: int | None = None,
+                batch_size: int = GENERATION_BATCH,
+                progress: Callable[[int], Callable[[int], Any]] | None = None) -> OwnAnswers:
+    """The base's own answers to the answerable training rows' prompts, kept in `out_dir` (`regression.base_answers`),
+    up to `max_new_tokens` (else `answer_limit`); none generated when no row is answerable. `progress(total)`, called
+    once before generating (never when the answers are kept), gives the callable that gets each batch's count."""
+    rows = answerable(audit.examples, audit.rendered)
+    if not rows:
+        return OwnAnswers([], [], [], [], True)
+    trained = [trained_sequence(audit.rendered[i]) for i in rows]
+    prompts = [render_prompt(audit.examples[i], tokenizer, audit.setup) for i in rows]
+    answers, cached = base_answers(model, tokenizer, prompts, out_dir,
+                                   max_new_tokens=max_new_tokens or answer_limit(trained), batch_size=batch_size,
+                                   progress=(lambda: progress(len(prompts))) if progress is not None else None)
+    return OwnAnswers(rows, trained, prompts, answers, cached)
+
+
 def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path, *,
                       max_new_tokens: int | None = None, batch_size: int = 16,
                       generation_batch_size: int = GENERATION_BATCH, from_departure: bool = False,
@@ -197,30 +225,26 @@ def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[
     layer = activation_layer(model)
     pairs = intended_pairs(failing, audit.eval_examples or [], tokenizer, audit.setup)
     pairs = [departed(*pair) for pair in pairs] if from_departure else pairs
-    rows = answerable(audit.examples, audit.rendered)
-    if not rows:
+    start = time.perf_counter()
+    found = own_answers(model, tokenizer, audit, out_dir, max_new_tokens=max_new_tokens,
+                        batch_size=generation_batch_size, progress=progress)
+    generated = time.perf_counter() - start
+    if not found.rows:
         raise InputError("--rank activation compares each training row's completion with the base model's own "
                          "answer to its prompt, and no training row has a prompt with a supervised answer; use "
                          "--rank gradient.")
-    trained = [trained_sequence(audit.rendered[i]) for i in rows]
-    prompts = [render_prompt(audit.examples[i], tokenizer, audit.setup) for i in rows]
-    limit = max_new_tokens or answer_limit(trained)
-
-    start = time.perf_counter()
-    answers, cached = base_answers(model, tokenizer, prompts, out_dir, max_new_tokens=limit,
-                                   batch_size=generation_batch_size,
-                                   progress=(lambda: progress(len(prompts))) if progress is not None else None)
-    generated = time.perf_counter() - start
+    rows, trained, prompts, answers = found.rows, found.trained, found.prompts, found.answers
 
     start = time.perf_counter()
     failing_states = base_states(model, [f for f, _ in pairs], layer, batch_size)  # (Q, d)
     intended_states = base_states(model, [r for _, r in pairs], layer, batch_size)  # (Q, d)
     direction = behaviour_direction(failing_states, intended_states)  # (d,)
-    own_answers = [answer_sequence(p, a.ids) for p, a in zip(prompts, answers, strict=True)]
+    own_sequences = [answer_sequence(p, a.ids) for p, a in zip(prompts, answers, strict=True)]
     if from_departure:
-        trained, own_answers = map(list, zip(*(departed(t, o) for t, o in zip(trained, own_answers, strict=True)),
+        trained, own_sequences = map(list, zip(*(departed(t, o) for t, o in zip(trained, own_sequences, strict=True)),
                                              strict=True))
-    own = base_states(model, own_answers, layer, batch_size)  # (n, d)
+    own = base_states(model, own_sequences, layer, batch_size)  # (n, d)
     scores = np.zeros(len(audit.rendered))  # (N,) the rows with nothing to compare stay at 0
     scores[rows] = difference_cosines(base_states(model, trained, layer, batch_size), own, direction)
-    return ActivationScores(scores, layer, len(pairs), len(rows), generated, time.perf_counter() - start, cached)
+    return ActivationScores(scores, layer, len(pairs), len(rows), generated, time.perf_counter() - start,
+                            found.cached)
