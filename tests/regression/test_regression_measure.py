@@ -94,6 +94,33 @@ def test_a_rerun_reuses_generations_and_other_settings_regenerate(world, monkeyp
     assert not measure_regression(model, tokenizer, examples, SHORT, setup, out, max_new_tokens=9).cached
 
 
+def test_a_base_replaced_in_place_regenerates_its_answers(world, tmp_path):
+    """The same base folder, its weights saved again with one changed: the eval answers, the base's own answers and
+    the gradient caches are keyed by the base's files, not only its folder, so nothing from the old base is reused."""
+    from transformers import AutoModelForCausalLM
+
+    from gradian.gradients.extract import SampledGradients
+    from gradian.regression.base_answers import answers_key
+
+    model, tokenizer, examples, out = world
+    setup, base_dir, adapter_dir = TrainingSetup(), tmp_path / "base", tmp_path / "adapter"
+    prompts = [render_prompt(example, tokenizer, setup) for example in examples]
+    assert not measure_regression(model, tokenizer, examples, SHORT, setup, out, max_new_tokens=8).cached
+    before = (answers_key(model, tokenizer, prompts, 8), SampledGradients.key_of(model, [], [], None))
+    same, _ = load_models(resolve_base_model(base_dir), adapter_dir, device="cpu", dtype="float64")
+    assert measure_regression(same, tokenizer, examples, SHORT, setup, out, max_new_tokens=8).cached
+    assert (answers_key(same, tokenizer, prompts, 8), SampledGradients.key_of(same, [], [], None)) == before
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float64)
+    with torch.no_grad():
+        base.lm_head.weight.mul_(1.5)
+    base.save_pretrained(base_dir)
+    replaced, _ = load_models(resolve_base_model(base_dir), adapter_dir, device="cpu", dtype="float64")
+    assert not measure_regression(replaced, tokenizer, examples, SHORT, setup, out, max_new_tokens=8).cached
+    assert answers_key(replaced, tokenizer, prompts, 8) != before[0]
+    assert SampledGradients.key_of(replaced, [], [], None) != before[1]
+
+
 def test_max_new_tokens_defaults_from_the_longest_reference(tiny_tokenizer):
     references = ['{"a": 1}', None, '{"amount": 12, "currency": "refund"}']
     longest = max(len(tiny_tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references if r)

@@ -45,6 +45,16 @@ class BaseModelRef:
         return {"path": str(folder.resolve()), "files": files}
 
 
+def loaded_identity(model: Any) -> dict[str, Any]:
+    """The identity of the base `model` was loaded from, which caches of its answers and gradients are keyed by:
+    its `BaseModelRef.identity`, kept on the model by `regression.loading.load_models`; a model loaded otherwise is
+    known by its config's `name_or_path` alone."""
+    kept = getattr(model, "gradian_base", None)
+    if kept is not None:
+        return dict(kept)
+    return {"path": str(getattr(getattr(model, "config", None), "name_or_path", ""))}
+
+
 def resolve_base_model(spec: str | Path) -> BaseModelRef:
     spec = str(spec)
     path = Path(spec)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gradian.data.base_model import loaded_identity
 from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.batches import Progress, collate, pad_id_of, plan_batches, rows_sha
 from gradian.gradients.hooks import (
@@ -63,14 +64,14 @@ class SampledGradients:
     rows: list[int]  # indices into the rendered rows
     batches: list[torch.Tensor]  # (b, Σ LoRA sizes) per batch of `rows`, in order, on CPU, scaled as the features
     # are, matrices in PEFT's order: kept as the backward gave them (one copy of them all cost more than their pass)
-    key: dict[str, str]  # adapter_sha256, scale and rows_sha of `rows`: extraction checks it matches
+    key: dict[str, Any]  # adapter_sha256, base, scale and rows_sha of `rows`: extraction checks it matches
     sides: dict[str, np.ndarray] = field(default_factory=dict)  # side name → (n, width), from the same backward
     sides_along: dict[str, str] = field(default_factory=dict)  # side name → the digest it was taken along
 
     @staticmethod
     def key_of(model: nn.Module, rendered: Sequence[Rendered], rows: list[int], scale: ParameterScale | None) -> dict:
-        return {"adapter_sha256": lora_fingerprint(model), "scale": scale.name if scale is not None else "identity",
-                "rows_sha": rows_sha([rendered[i] for i in rows])}
+        return {"adapter_sha256": lora_fingerprint(model), "base": loaded_identity(model),
+                "scale": scale.name if scale is not None else "identity", "rows_sha": rows_sha([rendered[i] for i in rows])}
 
 
 def make_projector(
@@ -298,6 +299,7 @@ def store_meta(model: nn.Module, rendered: Sequence[Rendered], settings: Gradien
         **feature_meta(ids, settings, projector, scale.name if scale is not None else "identity", matrices),
         "rows_sha": rows_sha(rendered),
         "adapter_sha256": lora_fingerprint(model),  # a retrained adapter or edited rows recompute, never reuse
+        "base": loaded_identity(model),  # so does a base replaced in place
     }
 
 
@@ -328,7 +330,7 @@ class ProjectedSample:
 
     rows: list[int]  # indices into the rendered rows
     features: np.ndarray  # (n, k) in the store dtype
-    key: dict[str, str]  # as `SampledGradients.key`
+    key: dict[str, Any]  # as `SampledGradients.key`
     sides: dict[str, np.ndarray] = field(default_factory=dict)  # as `SampledGradients.sides`
     sides_along: dict[str, str] = field(default_factory=dict)
 

@@ -3,9 +3,9 @@
 `--rank activation` compares each training row's completion with what the base model would have said to the same
 prompt. Generating an answer to every training prompt is the costliest part of that ranking, so the answers are
 kept in `base_answers/<key>.jsonl`, the key a sha256 of everything they depend on (the base model's identity, its
-dtype and stop tokens, the prompts' token ids, the token limit, greedy decoding): a rerun into the same folder
-reuses them, and any change regenerates them under another key. The adapter is not in the key: it is switched
-off while generating.
+files' sizes and times included (`loaded_identity`), its dtype and stop tokens, the prompts' token ids, the token
+limit, greedy decoding): a rerun into the same folder reuses them, and any change, a base replaced in place
+included, regenerates them under another key. The adapter is not in the key: it is switched off while generating.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradian.data.base_model import loaded_identity
 from gradian.files import atomic_write
 from gradian.regression.generation import GENERATION_BATCH, GeneratedAnswer, generate, stop_token_ids
 
@@ -26,7 +27,7 @@ def answers_key(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], ma
     """sha256 of what the base model's greedy answers to `prompts` depend on."""
     config = getattr(model, "config", None)
     identity = {
-        "base_model": str(getattr(config, "name_or_path", "")),
+        "base_model": loaded_identity(model),
         "config_sha256": _sha256(config.to_json_string(use_diff=False).encode()) if config is not None else "",
         "dtype": str(next(model.parameters()).dtype),
         "stop_token_ids": stop_token_ids(model, tokenizer),

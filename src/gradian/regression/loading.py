@@ -68,7 +68,8 @@ def load_models(
     """(PeftModel in eval mode, tokenizer). The tokenizer is the adapter folder's when the run saved one.
 
     A different `base_model_name_or_path` whose shapes still fit is a warning (`AdapterBaseWarning`, also
-    listed in `model.gradian_warnings`); shapes that do not fit raise `InputError`.
+    listed in `model.gradian_warnings`); shapes that do not fit raise `InputError`. `model.gradian_base` keeps the
+    base's `BaseModelRef.identity` (`loaded_identity`).
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -91,6 +92,7 @@ def load_models(
         raise InputError(f"PEFT could not load the adapter ({_peft_reason(error)}).", adapter_dir) from None
     peft_model.to(chosen_device).eval()
     peft_model.gradian_warnings = notes
+    peft_model.gradian_base = base.identity()  # what caches of its answers and gradients are keyed by
     tokenizer = _tokenizer(adapter_dir, base)
     check_vocabulary(tokenizer, peft_model, base)
     return peft_model, tokenizer

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gradian.capabilities import Capability, get_capability, passed
+from gradian.data.base_model import loaded_identity
 from gradian.data.examples import Example
 from gradian.data.render import render_prompt
 from gradian.data.setup import TrainingSetup
@@ -179,7 +180,7 @@ def _settings(
         "decoding": "greedy",
         "ids": [example.id for example in examples],
         "prompts_sha256": _sha256(json.dumps(prompts).encode()),
-        "base_model": str(getattr(getattr(model, "config", None), "name_or_path", "")),
+        "base_model": loaded_identity(model),
         "adapter_sha256": lora_fingerprint(model),
         "dtype": str(next(model.parameters()).dtype),
         "stop_token_ids": stop_token_ids(model, tokenizer),
