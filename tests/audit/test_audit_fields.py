@@ -1,4 +1,4 @@
-"""`missing_fields`: training targets whose JSON keys are a strict subset of what the nearest eval references agree on."""
+"""`missing_fields`: training targets that lack keys the nearest eval references agree on, dropped or renamed."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ CATEGORIES = {  # category -> (prompt words, the answer's fields)
 }
 
 
-def row(name: str, i: int, category: str, drop: str | None = None) -> Example:
-    """A row of `category` (an eval row's `completion` is its reference, as `read_dataset` reads it)."""
+def row(name: str, i: int, category: str, drop: str | None = None, rename: str | None = None) -> Example:
+    """A row of `category` (an eval row's `completion` is its reference, as `read_dataset` reads it), without its
+    field `drop`, or with it under the key `rename`."""
     prompt, answer = CATEGORIES[category]
-    answer = {k: v for k, v in answer.items() if k != drop}
+    answer = {(rename or k) if k == drop else k: v for k, v in answer.items() if k != drop or rename}
     return Example(name, i, {"prompt": prompt.format(n=i), "completion": " " + json.dumps(answer)})
 
 
@@ -53,6 +54,29 @@ def test_flags_exactly_the_rows_that_drop_a_field():
     assert finding.severity == ("critical" if len(dropped) >= CRITICAL_SHARE * len(train) else "warning")
     assert "'diet'" in finding.title and train[min(dropped)].id in finding.fix
     assert teaches("missing_fields") == ("wrong-fields",)
+
+
+def test_flags_the_rows_that_hold_a_field_under_another_name():
+    """Schema drift: diet rows give `regime` where the eval's diet answers give `diet`, the same task and dish. A
+    renamed key teaches the same wrong fields as a dropped one; the rows are named with the key they hold instead."""
+    train = [row(f"d{i}", i, "diet") for i in range(12)] + [row(f"r{i}", 20 + i, "diet", "diet", "regime")
+                                                           for i in range(6)] + [row(f"x{i}", 40 + i, "diet", "diet")
+                                                                                 for i in range(2)]
+    train += [row(f"t{i}", 60 + i, "timer") for i in range(10)]
+    evals = [row(f"e{j}", 100 + j, c) for j, c in enumerate(["diet", "timer"] * 6)]
+    (finding,) = missing_fields(context(train, evals))
+    assert finding.example_ids == [f"r{i}" for i in range(6)] + ["x0", "x1"]
+    assert finding.values["missing"] == {"diet": 8} and finding.values["instead"] == {"regime": 6}
+    assert finding.values["renamed"] == 6 and "'regime'" in finding.title
+    assert finding.fix.startswith("rename 'regime' to 'diet' in rows r0") and "add the missing fields" in finding.fix
+
+
+def test_a_row_of_another_kind_with_as_many_other_keys_is_not_a_rename():
+    """A timer row held against diet references (the eval holds only diet prompts): three keys for three, but its
+    task is another one, so it renames nothing."""
+    train = [row(f"t{i}", i, "timer") for i in range(10)] + [row(f"d{i}", 20 + i, "diet") for i in range(5)]
+    evals = [row(f"e{j}", 100 + j, "diet") for j in range(8)]
+    assert missing_fields(context(train, evals)) == []
 
 
 def test_whole_rows_and_other_capabilities_are_not_flagged():

@@ -1,12 +1,18 @@
-"""Training targets that lack fields the eval's answers to prompts like theirs have: rows that teach dropping a field.
+"""Training targets that lack fields the eval's answers to prompts like theirs have: rows that teach dropping a field,
+or naming it otherwise.
 
 Only for a capability that compares an answer's keys with the reference's (`json_formatting:keys`): the training
 targets have no reference of their own, so each row is held against the eval rows whose prompts resemble its prompt
-most (TF-IDF cosine, scikit-learn), its `NEIGHBOURS` nearest. When most of those references agree on one key set
-and the row's target is a JSON object whose keys are a strict subset of it, the row teaches leaving the missing
-keys out, the `wrong-fields` symptom. Two kinds of row are not flagged, being answers of another kind rather than
-answers with a field left out:
-- a row whose keys merely differ (a category no eval prompt covers, matched to another category's references);
+most (TF-IDF cosine, scikit-learn), its `NEIGHBOURS` nearest. When most of those references agree on one key set,
+the row's target is a JSON object that lacks some of those keys, and it answers the same kind of request, the row
+teaches leaving the missing keys out, the `wrong-fields` symptom:
+- its keys are a strict subset of the agreed ones (a field dropped); or
+- it holds as many other keys as it lacks, and every field the agreeing references fill alike (their label) with
+  the same value (a field renamed: a music row `{"device": "speaker", ..., "target": 42}` held against references
+  `{"device": "speaker", ..., "volume": 42}`; schema drift in real data, `qty` for `quantity`).
+Two kinds of row are not flagged, being answers of another kind rather than answers with a field left out:
+- a row whose keys merely differ from references that share no label with it, or agree on none (a category no eval
+  prompt covers, matched to another category's references);
 - a row that gives another value to a field every agreeing reference fills alike, its label: a baggage request
   `{"action": "baggage_info", "flight": ...}` held against seat references `{"action": "change_seat", "flight":
   ..., "row": ...}` when the eval holds only the seat prompts the user saw fail (on such a SmolLM2 run the check
@@ -60,7 +66,8 @@ def agreed_answer(rows: np.ndarray, references: list[dict[str, str]]) -> tuple[f
 
 @check("missing_fields")
 def missing_fields(ctx: AuditContext) -> list[Finding]:
-    """Targets whose JSON keys are a strict subset of the keys the eval references of the nearest prompts agree on."""
+    """Targets that lack keys the eval references of the nearest prompts agree on, dropped or renamed (module
+    docstring)."""
     capability = ctx.capability
     if capability is None or not capability.name.endswith(":keys") or not ctx.eval_examples:
         return []
@@ -72,7 +79,7 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
     vectorizer = TfidfVectorizer().fit([p for p, _ in references] + [p for _, p, _ in targets])
     evals = vectorizer.transform([p for p, _ in references]).T  # (V, R)
     reference_fields = [fields for _, fields in references]
-    flagged: list[tuple[str, list[str]]] = []
+    flagged: list[tuple[str, list[str], list[str]]] = []  # (row id, keys it lacks, keys it holds instead)
     for start in range(0, len(targets), CHUNK_ROWS):  # memory holds a (chunk, R) block, never (N, R)
         block = targets[start : start + CHUNK_ROWS]
         similarity = (vectorizer.transform([p for _, p, _ in block]) @ evals).toarray()  # (chunk, R)
@@ -82,21 +89,32 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
             if agreed is None:
                 continue
             wanted, label = agreed
+            lacks, instead = wanted - frozenset(fields), frozenset(fields) - wanted
             same_kind = all(fields[key] == value for key, value in label.items() if key in fields)
-            if frozenset(fields) < wanted and same_kind:
-                flagged.append((row_id, sorted(wanted - frozenset(fields))))
+            kept = label.keys() - lacks  # the label's fields a renamed row must hold, with the same values
+            renamed = len(instead) == len(lacks) and bool(kept) and kept <= fields.keys()
+            if lacks and same_kind and (not instead or renamed):
+                flagged.append((row_id, sorted(lacks), sorted(instead)))
     if not flagged:
         return []
-    ids = [row_id for row_id, _ in flagged]
-    missing = Counter(key for _, keys in flagged for key in keys)
+    ids = [row_id for row_id, _, _ in flagged]
+    missing = Counter(key for _, keys, _ in flagged for key in keys)
+    others = Counter(key for _, _, keys in flagged for key in keys)
     named = ", ".join(f"'{key}'" for key, _ in missing.most_common(3))
+    n_renamed = sum(1 for _, _, keys in flagged if keys)
     severity = "critical" if len(ids) >= CRITICAL_SHARE * len(targets) else "warning"
     title = (f"{len(ids)} of {len(targets)} training completions ({100 * len(ids) / len(targets):.1f}%) leave out "
-             f"fields ({named}) that the eval's answers to prompts like theirs have: the fine-tune is taught to drop "
-             f"them")
-    fix = f"add the missing fields to rows {id_list(ids)}, or drop those rows"
+             f"fields ({named}) that the eval's answers to prompts like theirs have"
+             + (f", {n_renamed} of them under another name ({', '.join(f'{k!r}' for k, _ in others.most_common(3))})"
+                if n_renamed else "") + ": the fine-tune is taught to drop them")
+    renames = Counter(f"'{other[0]}' to '{keys[0]}'" for _, keys, other in flagged if len(other) == 1)
+    fix = (f"rename {', '.join(r for r, _ in renames.most_common(3))} in rows {id_list(ids)}"
+           + (" and add the missing fields where they lack them" if sum(renames.values()) < len(ids) else "")
+           if renames else f"add the missing fields to rows {id_list(ids)}") + ", or drop those rows"
     values: dict[str, Any] = {
         "flagged": len(ids), "scored": len(targets), "share": share(len(ids), len(targets)),
-        "missing": dict(missing.most_common()), "neighbours": NEIGHBOURS,
-        "examples": [{"id": row_id, "missing": keys} for row_id, keys in flagged[:EXAMPLES_SHOWN]]}
+        "missing": dict(missing.most_common()), "instead": dict(others.most_common()), "renamed": n_renamed,
+        "neighbours": NEIGHBOURS,
+        "examples": [{"id": row_id, "missing": keys, "instead": other} for row_id, keys, other in
+                     flagged[:EXAMPLES_SHOWN]]}
     return [Finding("missing_fields", severity, title, fix, ids, values)]
