@@ -6,10 +6,17 @@ import json
 import random
 from types import SimpleNamespace
 
+import pytest
+
 from gradian.audit.fields import CRITICAL_SHARE, missing_fields, object_fields
 from gradian.audit.registry import teaches
 from gradian.capabilities import get_capability
-from gradian.data.examples import Example
+from gradian.data.examples import Example, read_dataset
+from gradian.scenarios.family import make_family_data
+from gradian.scenarios.suite import FAMILIES
+from gradian.scenarios.tokenizer import build_tokenizer
+
+RENAMES = sorted(name for name, family in FAMILIES.items() if any(p.cause.startswith("rename") for p in family.plants))
 
 CATEGORIES = {  # category -> (prompt words, the answer's fields)
     "timer": ("set a timer for {n} minutes", {"task": "timer", "minutes": 5, "label": "tea"}),
@@ -69,6 +76,19 @@ def test_flags_the_rows_that_hold_a_field_under_another_name():
     assert finding.values["missing"] == {"diet": 8} and finding.values["instead"] == {"regime": 6}
     assert finding.values["renamed"] == 6 and "'regime'" in finding.title
     assert finding.fix.startswith("rename 'regime' to 'diet' in rows r0") and "add the missing fields" in finding.fix
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", RENAMES)
+def test_the_suite_rename_families_planted_rows_are_the_rows_flagged(name, seed, tmp_path):
+    """Every rename family of the scenario suite, as it draws its rows (no model: the check reads text): the check
+    names the planted rows, all of them and no clean one."""
+    train, eval_rows, truth = make_family_data(FAMILIES[name], seed, build_tokenizer(["x"], "fused"))
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in eval_rows))
+    examples = read_dataset(tmp_path / "train.jsonl")
+    (finding,) = missing_fields(context(examples, read_dataset(tmp_path / "eval.jsonl", eval_set=True)))
+    assert sorted(finding.example_ids) == truth["culprit_ids"]
 
 
 def test_a_row_of_another_kind_with_as_many_other_keys_is_not_a_rename():
