@@ -1,6 +1,6 @@
 """The verdict `gradian attribute` gives, with its defaults, on every built run of the scenario suite.
 
-    python -m benchmarks.harness.suite_verdicts RUNS_DIR --work DIR [--markdown OUT.md]
+    python -m benchmarks.harness.suite_verdicts RUNS_DIR --work DIR [--markdown OUT.md] [--jobs N]
 
 RUNS_DIR holds the folders `benchmarks/harness/suite_build.py` wrote. The expected verdict follows the family's kind and
 what its build measured (`attribute`'s own paired test decides whether there is a regression to explain):
@@ -20,6 +20,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from benchmarks.harness import jobs
 
 RIGHT_PRECISION, RIGHT_RECALL = 0.9, 0.5  # a data-cluster verdict is right when it names mostly planted rows, enough
 
@@ -92,13 +94,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--only", nargs="*", help="folder names to run (default: every folder)")
+    parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="runs at once (default: CPUs)")
     args = parser.parse_args()
-    rows = []
-    for folder in sorted(p for p in args.runs.iterdir() if (p / "measured.json").exists()):
-        if args.only and folder.name not in args.only:
-            continue
-        rows.append(verdict_of(folder, args.work / folder.name))
-        print(json.dumps(rows[-1]), flush=True)
+    folders = [p for p in sorted(args.runs.iterdir()) if (p / "measured.json").exists()
+               and (not args.only or p.name in args.only)]
+    rows = jobs.run_jobs(verdict_of, [(folder, args.work / folder.name) for folder in folders], args.jobs,
+                         lambda row: print(json.dumps(row), flush=True))
     (args.work / "verdicts.json").write_text(json.dumps(rows, indent=1) + "\n")
     text = markdown(rows)
     if args.markdown:
