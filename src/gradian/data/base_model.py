@@ -42,7 +42,7 @@ class BaseModelRef:
             except OSError:
                 continue
             files.append([name, stat.st_size, stat.st_mtime_ns])
-        return {"path": str(folder.resolve()), "files": files}
+        return {"path": str(folder.resolve()) if folder.exists() else self.path, "files": files}  # a hub id as given
 
 
 def loaded_identity(model: Any) -> dict[str, Any]:
