@@ -71,7 +71,8 @@ class SampledGradients:
     @staticmethod
     def key_of(model: nn.Module, rendered: Sequence[Rendered], rows: list[int], scale: ParameterScale | None) -> dict:
         return {"adapter_sha256": lora_fingerprint(model), "base": loaded_identity(model),
-                "scale": scale.name if scale is not None else "identity", "rows_sha": rows_sha([rendered[i] for i in rows])}
+                "scale": scale.name if scale is not None else "identity",
+                "rows_sha": rows_sha([rendered[i] for i in rows])}
 
 
 def make_projector(

@@ -209,7 +209,8 @@ def prepared_rows(job: Retrain, setup: TrainingSetup, tokenizer: Any, settings: 
         setup = replace(setup, llamafactory={**setup.llamafactory, "cutoff_len": cutoff}, max_length=cutoff)
     prepared = render_dataset(job.rows, tokenizer, setup)
     kept = [(e, r) for e, r in zip(job.rows, prepared, strict=True) if not r.dropped]
-    rows = [{"input_ids": r.input_ids, "completion_mask": [int(label != IGNORE) for label in r.labels]} for _, r in kept]
+    rows = [{"input_ids": r.input_ids, "completion_mask": [int(label != IGNORE) for label in r.labels]}
+            for _, r in kept]
     settings.update(completion_only_loss=True, assistant_only_loss=False, max_length=None, packing=False)
     return replace(job, rows=[e for e, _ in kept]), rows, settings
 
