@@ -205,17 +205,6 @@ def test_a_retrains_key_changes_with_the_columns_the_trainer_reads(tmp_path):
         RECIPE, None, base)
 
 
-def test_a_hub_ids_identity_is_the_id_wherever_it_is_read(tmp_path, monkeypatch):
-    """A base named by a hub id (in the local HF cache) is no folder here: its identity is the id as given, not a
-    path under the working folder, so a rerun from another folder finds its caches."""
-    ref = BaseModelRef("org/model", "org/model")
-    monkeypatch.chdir(tmp_path)
-    first = ref.identity()
-    (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")
-    assert ref.identity() == first == {"path": "org/model", "files": []}
-
-
 def test_a_retrains_key_changes_with_the_base_it_trains_from(tmp_path):
     """A report attributed again on another base (or a base folder whose weights were replaced in place) is retrained:
     the cached adapter was trained from other weights."""

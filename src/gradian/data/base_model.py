@@ -42,7 +42,7 @@ class BaseModelRef:
             except OSError:
                 continue
             files.append([name, stat.st_size, stat.st_mtime_ns])
-        return {"path": str(folder.resolve()) if folder.exists() else self.path, "files": files}  # a hub id as given
+        return {"path": str(folder.resolve()), "files": files}
 
 
 def loaded_identity(model: Any) -> dict[str, Any]:
