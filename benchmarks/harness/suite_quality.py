@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import bergson_baseline, jobs
-from gradian.scenarios.evaluate import auprc  # the one AUPRC, the library's
+from gradian.scenarios.evaluate import auprc, planted  # the one AUPRC, the library's
 
 QUERY_KINDS = ("naive", "contrastive", "contrastive-first", "repaired", "repaired-first", "departure", "departure-first")
 HARM_ARRAYS = {"positions": "positions/{kind}", "tokens": "harm/{kind}"}  # `· <harm>` variant -> its rows' harm
@@ -81,8 +81,8 @@ def cluster_first(scores: np.ndarray, labels: np.ndarray, positive: np.ndarray) 
     if len(clusters) == 0:
         return None
     harm = np.maximum(robust_z(scores)[0], 0.0)
-    planted = max(clusters, key=lambda c: (positive & (labels == c)).sum())
-    return bool(planted == max(clusters, key=lambda c: harm[labels == c].sum()))
+    most = max(clusters, key=lambda c: (positive & (labels == c)).sum())
+    return bool(most == max(clusters, key=lambda c: harm[labels == c].sum()))
 
 
 def causes_named(scores: np.ndarray, ids: Sequence[str], causes: list[dict], k: int) -> list[bool]:
@@ -448,7 +448,7 @@ def evaluate(meta: dict[str, Any], arrays: dict[str, np.ndarray], truth: dict[st
     if not meta["attributed"]:
         return {**record, "methods": {}}
     ids = meta["ids"]
-    positive = np.array([i in set(truth["culprit_ids"]) for i in ids])
+    positive = planted(ids, truth)
     labels, k, per_epoch = np.array(meta["labels"]), int(positive.sum()), meta["epoch_seconds"]
     record["methods"] = {
         name: {"auprc": auprc(s, positive), "precision_at_k": precision_at_k(s, positive, k),

@@ -23,7 +23,7 @@ import numpy as np
 from benchmarks.harness import suite_quality
 from benchmarks.studies import each_run
 from gradian.gradients.sides import cosine
-from gradian.scenarios.evaluate import auprc
+from gradian.scenarios.evaluate import auprc, planted
 from gradian.scores import activation
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -47,7 +47,7 @@ def run_record(folder: Path, work: Path) -> dict | None:
                                              batch_size=run.settings.batch_size)
     with np.load(work / "ingredients.npz") as arrays:
         plain = arrays["activation"]
-    positive = np.array([i in set(truth["culprit_ids"]) for i in meta["ids"]])
+    positive = planted(meta["ids"], truth)
     return {"run": folder.name, "split": truth["split"], "family": truth["family"],
             "centred": auprc(found.cosine, positive), "plain": auprc(plain, positive)}
 

@@ -23,7 +23,7 @@ import numpy as np
 from gradian import GradianCallback, attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios import attribute_settings, build, built_before
-from gradian.scenarios.evaluate import auprc, oracle_auprc, random_scores
+from gradian.scenarios.evaluate import auprc, oracle_auprc, planted, random_scores
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "captured_tracin.json"
 FAMILIES = ("tickets-cut", "travel-cut-small", "kitchen-fence-spaced")  # the dev families tests/e2e gates
@@ -51,7 +51,7 @@ def measure(name: str, work: Path, seed: int) -> dict:
     for way, options in WAYS.items():
         report = attribute(attribute_settings(captured, out, **options)).report
         rows = read_examples(out)
-        positive = np.array([r["id"] in set(truth["culprit_ids"]) for r in rows])
+        positive = planted([r["id"] for r in rows], truth)
         row[way] = auprc(np.array([r["rank_score"] for r in rows]), positive)
         row[f"{way} verdict"] = report["verdict"]["kind"]
     ids = [r["id"] for r in rows]

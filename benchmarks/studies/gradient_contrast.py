@@ -32,7 +32,7 @@ import numpy as np
 from benchmarks.harness import suite_quality
 from benchmarks.studies import each_run
 from gradian.data.render import IGNORE, Rendered
-from gradian.scenarios.evaluate import auprc
+from gradian.scenarios.evaluate import auprc, planted
 
 
 def base_rendered(run: suite_quality._GradientRun) -> tuple[list[int], list[Rendered]]:
@@ -76,7 +76,7 @@ def run_record(folder: Path, work: Path) -> dict | None:
         return None  # refused by the gate, or nothing planted: nothing was ranked
     run = suite_quality._GradientRun(settings, work, suite_quality.Clock())
     harm, contrast, seconds = contrast_harms(run)
-    positive = np.array([r.example_id in set(truth["culprit_ids"]) for r in run.audit.rendered])
+    positive = planted([r.example_id for r in run.audit.rendered], truth)
     ingredients = work / "ingredients.npz"  # suite_quality's, where it ranked the run
     activation = np.load(ingredients)["activation"] if ingredients.exists() else None
     return {"run": folder.name, "split": truth["split"], "family": truth["family"], "culprits": int(positive.sum()),

@@ -25,7 +25,7 @@ import numpy as np
 from gradian import attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios import attribute_settings
-from gradian.scenarios.evaluate import auprc
+from gradian.scenarios.evaluate import auprc, planted
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 HALVES = ("smollm2_quality.json", "smollm2_quality_test.json")  # the ranked runs' records, written by smollm2_suite
@@ -55,9 +55,9 @@ def measure(record: dict, suite: Path) -> dict:
     folder = Path(record["folder"])
     truth = json.loads((folder / "truth.json").read_text())
     effect, ids, seconds = ekfac_run(folder, suite / "quality" / folder.name)
-    planted = np.array([i in set(truth["culprit_ids"]) for i in ids])
-    out = {"run": folder.name, "split": record["split"], "n_culprits": int(planted.sum()),
-           "EK-FAC": auprc(-effect, planted), "EK-FAC seconds": seconds, "epoch_seconds": record["epoch_seconds"]}
+    planted_rows = planted(ids, truth)
+    out = {"run": folder.name, "split": record["split"], "n_culprits": int(planted_rows.sum()),
+           "EK-FAC": auprc(-effect, planted_rows), "EK-FAC seconds": seconds, "epoch_seconds": record["epoch_seconds"]}
     out.update({name: record["methods"][key]["auprc"] for name, key in COLUMNS.items()})
     return out
 

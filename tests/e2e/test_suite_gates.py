@@ -22,14 +22,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
 from gradian import attribute
 from gradian.report.rows import read_examples
 from gradian.scenarios import attribute_settings
-from gradian.scenarios.evaluate import oracle_auprc
+from gradian.scenarios.evaluate import oracle_auprc, planted
 from gradian.settings import AUTO_ROW_HARM
 
 pytestmark = pytest.mark.slow
@@ -43,7 +42,7 @@ def _attributed(scenario, attributed, family):
 
 
 def _auprc(rows, truth):
-    positive = np.array([row["id"] in set(truth["culprit_ids"]) for row in rows])
+    positive = planted([row["id"] for row in rows], truth)
     return average_precision_score(positive, [row["rank_score"] for row in rows]), \
         oracle_auprc([row["id"] for row in rows], truth)
 
@@ -76,7 +75,7 @@ def test_the_combined_rank_finds_the_small_cluster(scenario, attributed, attribu
 @pytest.mark.parametrize("family", ["travel-cut-small", "kitchen-fence-spaced"])
 def test_the_verdict_names_the_planted_rows(scenario, attributed, family):
     report, _, truth = _attributed(scenario, attributed, family)
-    named, planted = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
+    named, culprits = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
     assert report["verdict"]["kind"] == "data-cluster", report["verdict"]["summary"]
-    assert len(named & planted) >= 0.95 * len(named) and len(named & planted) >= 0.95 * len(planted), (
-        len(named), len(planted), len(named & planted))
+    assert len(named & culprits) >= 0.95 * len(named) and len(named & culprits) >= 0.95 * len(culprits), (
+        len(named), len(culprits), len(named & culprits))

@@ -196,7 +196,7 @@ def test_activation_rank_puts_the_planted_rows_of_a_truncated_cluster_on_top(sce
     from gradian import attribute
     from gradian.report.rows import read_examples
     from gradian.scenarios import attribute_settings
-    from gradian.scenarios.evaluate import auprc, oracle_auprc
+    from gradian.scenarios.evaluate import auprc, oracle_auprc, planted
 
     folder = scenario("truncated-cluster", 0)
     truth = json.loads((folder / "truth.json").read_text())
@@ -206,7 +206,7 @@ def test_activation_rank_puts_the_planted_rows_of_a_truncated_cluster_on_top(sce
     assert report["settings"]["rank"] == "activation" == report["ranking"]["rank"]
     rows = read_examples(out)
     ids = [row["id"] for row in rows]
-    positive = np.array([i in set(truth["culprit_ids"]) for i in ids])
+    positive = planted(ids, truth)
     by_cosine = auprc(np.array([row["rank_score"] for row in rows]), positive)
     by_effect = auprc(-np.array([row["effect"] for row in rows]), positive)
     assert by_cosine >= 0.95 and by_cosine > oracle_auprc(ids, truth), by_cosine

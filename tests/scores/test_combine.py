@@ -163,7 +163,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     from gradian import attribute
     from gradian.report.rows import read_examples
     from gradian.scenarios import attribute_settings
-    from gradian.scenarios.evaluate import oracle_auprc
+    from gradian.scenarios.evaluate import oracle_auprc, planted
 
     folder = scenario("truncated-cluster", 0)
     truth = json.loads((folder / "truth.json").read_text())
@@ -173,7 +173,7 @@ def test_combined_rank_puts_the_planted_rows_on_top_of_a_truncated_cluster(scena
     assert report["settings"]["rank"] == "combined" and report["settings"]["checkpoints"] == "off"
     rows = read_examples(out)
     ids = [row["id"] for row in rows]
-    positive = np.array([i in set(truth["culprit_ids"]) for i in ids])
+    positive = planted(ids, truth)
     combined = ap(-np.array([row["effect"] for row in rows]), positive)
     parts = {name: ap(sign * np.array([row[name] for row in rows]), positive)
              for name, sign in (("gradient_effect", -1), ("relevance_tfidf", 1), ("relevance_repsim", 1))}

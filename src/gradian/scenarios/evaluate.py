@@ -24,6 +24,12 @@ def auprc(scores: np.ndarray, positive: np.ndarray) -> float:
     return float(average_precision_score(positive, np.asarray(scores, dtype=np.float64)))
 
 
+def planted(ids: Sequence[str], truth: dict[str, Any]) -> np.ndarray:
+    """(N,) bool: which of the rows `ids` the scenario's `truth.json` planted (its `culprit_ids`)."""
+    culprits = set(truth["culprit_ids"])
+    return np.array([example_id in culprits for example_id in ids], dtype=bool)
+
+
 def random_scores(n_rows: int, seed: int = 0) -> np.ndarray:
     """(N,) a seeded random order: the floor every method must clear."""
     return np.random.default_rng(seed).random(n_rows)
@@ -47,15 +53,12 @@ def category_oracle(ids: Sequence[str], truth: dict[str, Any], seed: int = 0,
 def oracle_auprc(ids: Sequence[str], truth: dict, seed: int = 0,
                  row_categories: Sequence[str | None] | None = None) -> float:
     """AUPRC of the category oracle, the planted culprits positive."""
-    culprits = set(truth["culprit_ids"])
-    positive = np.array([example_id in culprits for example_id in ids])
-    return auprc(category_oracle(ids, truth, seed, row_categories), positive)
+    return auprc(category_oracle(ids, truth, seed, row_categories), planted(ids, truth))
 
 
 def culprit_metrics(effect: np.ndarray, ids: Sequence[str], truth: dict, seed: int = 0) -> dict[str, float]:
     """AUPRC and precision at k = number of culprits, ranking by −effect (most harmful first), and separation."""
-    culprits = set(truth["culprit_ids"])
-    positive = np.array([example_id in culprits for example_id in ids])
+    positive = planted(ids, truth)
     if not positive.any():
         raise ValueError("this scenario has no planted culprit rows")
     order = np.argsort(effect, kind="stable")
