@@ -108,9 +108,12 @@ def missing_fields(ctx: AuditContext) -> list[Finding]:
              + (f", {n_renamed} of them under another name ({', '.join(f'{k!r}' for k, _ in others.most_common(3))})"
                 if n_renamed else "") + ": the fine-tune is taught to drop them")
     renames = Counter(f"'{other[0]}' to '{keys[0]}'" for _, keys, other in flagged if len(other) == 1)
-    fix = (f"rename {', '.join(r for r, _ in renames.most_common(3))} in rows {id_list(ids)}"
-           + (" and add the missing fields where they lack them" if sum(renames.values()) < len(ids) else "")
-           if renames else f"add the missing fields to rows {id_list(ids)}") + ", or drop those rows"
+    if renames:
+        fix = f"rename {', '.join(r for r, _ in renames.most_common(3))} in rows {id_list(ids)}"
+        fix += " and add the missing fields where they lack them" if sum(renames.values()) < len(ids) else ""
+    else:
+        fix = f"add the missing fields to rows {id_list(ids)}"
+    fix += ", or drop those rows"
     values: dict[str, Any] = {
         "flagged": len(ids), "scored": len(targets), "share": share(len(ids), len(targets)),
         "missing": dict(missing.most_common()), "instead": dict(others.most_common()), "renamed": n_renamed,

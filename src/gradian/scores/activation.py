@@ -242,7 +242,7 @@ def activation_scores(model: Any, tokenizer: Any, audit: Any, failing: Sequence[
     own_sequences = [answer_sequence(p, a.ids) for p, a in zip(prompts, answers, strict=True)]
     if from_departure:
         trained, own_sequences = map(list, zip(*(departed(t, o) for t, o in zip(trained, own_sequences, strict=True)),
-                                             strict=True))
+                                               strict=True))
     own = base_states(model, own_sequences, layer, batch_size)  # (n, d)
     scores = np.zeros(len(audit.rendered))  # (N,) the rows with nothing to compare stay at 0
     scores[rows] = difference_cosines(base_states(model, trained, layer, batch_size), own, direction)
