@@ -151,6 +151,18 @@ def test_readers_without_or_with_a_bad_record(tmp_path):
         read_run_record(tmp_path)
 
 
+def test_an_edited_field_is_named_where_a_written_record_reads(recorded, tmp_path):
+    """The schema takes every record the callback writes, and names the field an edit broke (a collator class that
+    is not text crashed the line `diagnose` prints)."""
+    out, _, _ = recorded
+    data = json.loads((out / "gradian_run.json").read_text())
+    assert read_run_record(out).data == data
+    data["collator"]["class"] = True
+    (tmp_path / "gradian_run.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"at collator\.class: True is not of type .*edited or damaged"):
+        read_run_record(tmp_path)
+
+
 def test_an_order_with_a_row_outside_the_dataset_is_not_replayed(recorded):
     out, _, _ = recorded
     record = read_run_record(out)

@@ -293,6 +293,7 @@ record_keys = ("format", "version", "steps", "rows", "hashes", "step", "epoch", 
 @example(record={"format": "gradian_run", "version": 1, "steps": [{"rows": ["a"], "epoch": 0}]})
 @example(record={"format": "gradian_run", "version": 1, "steps": [{"rows": [1], "epoch": 10**12}]})
 @example(record={"format": "gradian_run", "version": 1, "steps": [{"step": 1, "learning_rate": "x"}]})
+@example(record={"format": "gradian_run", "version": 1, "collator": {"class": True}})
 @bounded
 def test_fuzz_run_record(record, folder):
     """gradian_run.json of the right format and version, its fields fuzzed: every property a reader uses answers."""

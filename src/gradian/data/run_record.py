@@ -24,6 +24,9 @@ what no framework writes down (schema version 1, every key always present, `null
   takes off a text's end) and `shuffled` (TRL's `shuffle_dataset`); null when the callback could not read the rows.
   Records written before Gradian kept the rows have no `rows` key and are read as before: their rows re-rendered.
 
+`run_record.schema.json` (shipped beside this module) holds each field's type; a record that breaks it, or holds a
+non-finite learning rate or an epoch past its steps, is refused with one sentence naming the field (exit 2).
+
 Indices are into the trainer's own train dataset (`trainer.train_dataset`, after TRL tokenized, filtered and,
 with `shuffle_dataset`, shuffled it), so a replay feeds that dataset; the hashes tie a row to its tokens whatever
 the index. Rows with identical tokens are interchangeable to training; the record names the first of them.
@@ -31,6 +34,7 @@ the index. Rows with identical tokens are interchangeable to training; the recor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -45,6 +49,7 @@ from packaging.version import InvalidVersion, Version
 from gradian.data.checkpoints import checkpoint_folders
 from gradian.data.framework_version import VersionRange
 from gradian.errors import InputError
+from gradian.schemas import load_schema, schema_problem, validator_of
 
 RECORD_NAME = "gradian_run.json"
 RECORD_FORMAT = "gradian_run"
@@ -182,34 +187,20 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
 
 
 def _shape_problem(data: dict[str, Any]) -> str | None:
-    """What in a record is not as GradianCallback writes it, among the fields `RunRecord` reads; None when all is."""
-    for name in ("collator", "rendering", "trainer", "dataset", "seeds"):
-        if data.get(name) is not None and not isinstance(data[name], dict):
-            return f"{name} is not an object"
-    trainer = data.get("trainer") or {}
-    if not isinstance(trainer.get("versions") or {}, dict) or not all(
-            isinstance(v, (str, type(None))) for v in (trainer.get("versions") or {}).values()):
-        return "trainer.versions is not an object of version strings"
-    if not isinstance(trainer.get("class"), (str, type(None))):
-        return "trainer.class is not text"
-    if not isinstance(data.get("steps") or [], list):
-        return "steps is not a list"
+    """What in a record is not as GradianCallback writes it (`run_record.schema.json`, plus what a schema cannot
+    say: a finite learning rate, an epoch no later than the steps allow); None when all is."""
+    problem = schema_problem(_validator(), data)
+    if problem:
+        return problem
     steps = data.get("steps") or []
     for number, step in enumerate(steps, start=1):
-        if not isinstance(step, dict):
-            return f"step entry {number} is not an object"
-        if not isinstance(step.get("rows") or [], list) or not all(
-                i is None or _whole(i) and i >= 0 for i in step.get("rows") or []):
-            return f"step entry {number}'s rows are not dataset indices"
-        if step.get("step") is not None and not _whole(step["step"]):
-            return f"step entry {number}'s step is not a whole number"
-        if step.get("epoch") is not None and not (_whole(step["epoch"]) and 0 <= step["epoch"] <= len(steps)):
+        if (step.get("epoch") or 0) > len(steps):
             return f"step entry {number}'s epoch is not an epoch index"
-        rate = step.get("learning_rate")
-        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not math.isfinite(rate)):
+        if not math.isfinite(step.get("learning_rate") or 0.0):
             return f"step entry {number}'s learning_rate is not a number"
     return None
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+@functools.cache
+def _validator() -> Any:
+    return validator_of(load_schema("gradian.data", "run_record.schema.json"))

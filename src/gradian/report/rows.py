@@ -23,6 +23,7 @@ from gradian.audit.finding import Finding
 from gradian.clusters.summary import RowFlags
 from gradian.data.columns import mask_of
 from gradian.errors import InputError, reason
+from gradian.schemas import schema_problem, validator_of
 
 EXAMPLES_FILE = "examples.jsonl"
 
@@ -98,26 +99,9 @@ def _no_constant(name: str) -> Any:
 def schema_validator(definition: str | None = None) -> Any:
     """A validator of report.json (`definition=None`) or of one of its `$defs` (`"example"`: a line of
     examples.jsonl), from the JSON Schema the package ships."""
-    import jsonschema
-
     from gradian.report.schema_doc import report_schema
 
     schema = report_schema()
     if definition is not None:
         schema = {"$schema": schema.get("$schema"), "$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
-    return jsonschema.validators.validator_for(schema)(schema)
-
-
-def schema_problem(validator: Any, value: Any) -> str | None:
-    """The first way `value` breaks the schema, in a few words (`at verdict: 'x' is not of type 'object'`)."""
-    import jsonschema
-
-    try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    except RecursionError:
-        return "nested too deeply"
-    if error is None:
-        return None
-    where = ".".join(map(str, error.absolute_path)) or "the top level"
-    message = " ".join(error.message.split())
-    return f"at {where}: {message[:150]}{'...' if len(message) > 150 else ''}"
+    return validator_of(schema)

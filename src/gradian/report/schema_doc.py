@@ -8,10 +8,10 @@ tests validate every report.json (and examples.jsonl line) against it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from importlib.resources import files
 from typing import Any
+
+from gradian.schemas import load_schema
 
 # The sections, in the doc's order: ($defs key, heading).
 SECTIONS = [("verdict", "verdict"), ("cause", "verdict.causes"), ("regression", "regression"), ("finding", "findings"), ("example", "examples"),
@@ -23,11 +23,6 @@ SECTIONS = [("verdict", "verdict"), ("cause", "verdict.causes"), ("regression", 
 Kind = Callable[[dict[str, Any]], str]  # a property's schema -> its type in words
 
 TABLE_HEAD = ["| field | type | meaning |", "|---|---|---|"]
-
-
-def load_schema(package: str, name: str) -> dict[str, Any]:
-    """A JSON Schema shipped as a data file of `package`."""
-    return json.loads(files(package).joinpath(name).read_text(encoding="utf-8"))
 
 
 def report_schema() -> dict[str, Any]:

@@ -21,8 +21,9 @@ from gradian.errors import InputError, reason
 from gradian.guard import inputs, refuse_overwrite
 from gradian.lock import LOCK_NAME, output_lock
 from gradian.regression.loading import pick_device_dtype, read_adapter_config
-from gradian.report.rows import EXAMPLES_FILE, read_examples, schema_problem, schema_validator
+from gradian.report.rows import EXAMPLES_FILE, read_examples, schema_validator
 from gradian.report.schema import SCHEMA_VERSION
+from gradian.schemas import schema_problem
 from gradian.space import allocated, require_space
 from gradian.verify.measure import measure_adapter, read_original
 from gradian.verify.pages import HTML, MARKDOWN, write_pages

@@ -36,8 +36,8 @@ import numpy as np
 from gradian.files import atomic_write
 from gradian.regression.statistics import change, compare
 from gradian.report.schema import jsonable
-from gradian.report.schema_doc import load_schema
 from gradian.report.wording import pct
+from gradian.schemas import load_schema
 from gradian.verify.measure import Original, mean_scores, recovery
 from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
