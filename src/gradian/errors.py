@@ -15,10 +15,13 @@ class InputError(Exception):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
+        """One line: a path or spec with a newline or another unprintable character in it is shown quoted and
+        escaped (`'nope:\\n0'`), and a message's line breaks become spaces."""
         where = ""
         if self.path is not None:
-            where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
-        return f"{where}{self.message}"
+            shown = self.path if self.path.isprintable() else repr(self.path)
+            where = f"{shown}:{self.line}: " if self.line is not None else f"{shown}: "
+        return f"{where}{' '.join(self.message.splitlines())}"
 
 
 def reason(error: BaseException, limit: int = 200) -> str:

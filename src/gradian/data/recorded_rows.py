@@ -173,8 +173,8 @@ def _misfit(tensors: dict[str, np.ndarray], reference: dict[str, Any]) -> str | 
     missing = sorted((set(SHAPES) | {"content"}) - set(tensors))
     if missing:
         return f"no {', '.join(missing)} tensor"
-    n, offsets = len(tensors["offsets"]) - 1, tensors["offsets"]
-    sizes = {"T": len(tensors["input_ids"]), "N": n, "N+1": n + 1}
+    n, offsets = tensors["offsets"].size - 1, tensors["offsets"]  # size, not len: a tensor may have no dimension
+    sizes = {"T": tensors["input_ids"].size, "N": n, "N+1": n + 1}
     for name, (dtype, size) in SHAPES.items():
         if tensors[name].dtype != dtype or tensors[name].shape != (sizes[size],):
             return f"{name} is {tensors[name].dtype} {tensors[name].shape}, not {np.dtype(dtype)} of {size}"
@@ -182,6 +182,8 @@ def _misfit(tensors: dict[str, np.ndarray], reference: dict[str, Any]) -> str | 
         return f"content is {tensors['content'].shape}, not (N, {CONTENT_BYTES})"
     if n != reference.get("rows") or offsets[0] != 0 or offsets[-1] != sizes["T"] or np.any(np.diff(offsets) < 0):
         return f"its {n} rows and offsets do not fit the {reference.get('rows')} rows gradian_run.json records"
+    if np.any(tensors["input_ids"] < 0):
+        return "a negative token id"
     if np.any(tensors["over_limit"] >= len(OVER_LIMITS)):
         return "an over_limit code out of range"
     return None
