@@ -59,6 +59,8 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
         check_space(settings, audit, len(prepared.checkpoints), len(audit.eval_examples or []))  # before generating
         measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
+        if measured is not None and measured.cached:
+            say("regression: the answers kept in the output folder were reused; only their scores were computed again")
         if settings.served_outputs is not None:
             say("served: scoring the served answers and diffing the served path with training's")
         as_served = served(settings, audit, measured, tokenizer, given, ranks)

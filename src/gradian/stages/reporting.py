@@ -16,6 +16,7 @@ from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.setup import preparation
 from gradian.gradients.store import FeatureStore
 from gradian.regression.measure import RegressionResult
+from gradian.regression.stricter import stricter_drop
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows
 from gradian.report.schema import Attribution, Context, build_report
@@ -56,6 +57,8 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     summary = measured.summary.to_dict() if measured is not None else {}
     summary |= {"training_noise": training_noise} if training_noise is not None else {}
+    if measured is not None and not summary.get("significant"):
+        summary["stricter"] = stricter_drop(measured.rows, get_capability(settings.capability))
     effects = ranking.effects if ranking is not None else None  # (Q, N)
     effect = None if ranking is None else ranking.effect  # (N,)
     labels = clusters.labels if clusters is not None else None

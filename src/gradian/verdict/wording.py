@@ -114,8 +114,24 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     else:
         reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
                   "training rows.")
+    moved = regression.get("stricter")
+    if moved:
+        return (f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}",
+                f"Rerun with --capability {moved['capability']} and the same --out to attribute that drop (the answers "
+                "are kept, so only their scores are computed again).")
     return (f"{measured(regression)} {reason}{training_noise(regression)}", "Nothing to fix. To detect a smaller "
             "drop, measure on more eval prompts, or rerun with --force to attribute anyway.")
+
+
+def stricter(regression: dict[str, Any]) -> str:
+    """The drop a stricter capability sees in the same answers (`regression.stricter`), as a sentence; "" without."""
+    moved = regression.get("stricter")
+    if not moved:
+        return ""
+    return (f" But the answers moved on what {regression.get('capability')} does not check: on {moved['capability']} "
+            f"(the same answers, the same references) the fine-tuned model scores {pct(moved['finetuned_rate'])} vs "
+            f"{pct(moved['base_rate'])} for the base model ({moved['n_broken']} answers broken, {moved['n_fixed']} "
+            f"fixed, p = {number(moved['p_value'])}).")
 
 
 def training_noise(regression: dict[str, Any]) -> str:
