@@ -43,6 +43,8 @@ def read_json_object(path: Path, damaged: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"is not valid JSON ({error.msg}); {damaged}.", path, error.lineno) from None
+    except RecursionError:
+        raise InputError(f"is JSON nested too deeply to read; {damaged}.", path) from None
     if not isinstance(value, dict):
         raise InputError(f"should hold a JSON object; {damaged}.", path)
     return value

@@ -369,3 +369,30 @@ def test_recorded_rows_unmutated_read():
     recorded = RecordedRows(Path("rows"), _valid_rows())
     assert recorded.row(0, "a").labels == [-100, -100, 7, 2] and recorded.row(1, "b").over_limit == "truncated"
     assert recorded.content(0) == b"\x01" * 8 and recorded.content(1) is None
+
+
+DEEP = "[" * 5000 + "]" * 5000  # past the JSON parser's recursion limit: json.loads raises RecursionError
+
+
+@pytest.mark.parametrize("where", ["trainer_state.json", "adapter_config.json", "config.json", "gradian_run.json",
+                                   "served.jsonl", "completion"])
+def test_json_nested_too_deeply_is_one_sentence(where, folder, tmp_path):
+    """Found by hand after the fuzz budgets never generated it: JSON nested past the parser's recursion limit
+    raised RecursionError (exit 3) in every reader that caught only JSONDecodeError. Each refuses it in one sentence,
+    or reads past it where the text is a training answer (a row cut in the data is told by its brackets)."""
+    from gradian.audit.truncation import json_cut
+    from gradian.regression.served import read_served_outputs
+
+    if where == "completion":
+        assert json_cut(DEEP) is None and json_cut(DEEP[:-1]) == "unbalanced JSON (1 unclosed bracket)"
+        return
+    if where == "served.jsonl":
+        path = tmp_path / where
+        path.write_text(DEEP + "\n")
+        assert answer(lambda: read_served_outputs(path, ["e1"]), path, names=str(path)) is None
+        return
+    run = _fresh_run(folder, "deep")
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 1, "log_history": []}))
+    (run / where).write_text(DEEP)
+    read = (lambda: read_run(run)) if where != "config.json" else (lambda: read_run(run, config=run / where))
+    assert answer(read, run, names=str(run / where)) is None

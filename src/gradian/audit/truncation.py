@@ -206,7 +206,7 @@ def json_cut(text: str) -> str | None:
     try:
         json.loads(body)
         return None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested too deeply to parse: the depth scan below reads it
         pass
     depth, in_string = json_depth(body)
     if in_string:

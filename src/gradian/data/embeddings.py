@@ -73,7 +73,7 @@ def base_matrices(folder: str | Path) -> list[Matrix]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return []
         keys: dict[Path, list[str]] = {}
         for key, name in weight_map.items():

@@ -92,7 +92,7 @@ def _run_folder_file(folder: Path) -> Path | None:
             first = handle.readline(65536)
         try:
             row = json.loads(first)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return None
         if isinstance(row, dict) and {"current_steps", "total_steps"} <= set(row):
             return log

@@ -196,7 +196,7 @@ class LlamaFactoryCode:
             if path.is_file():
                 try:
                     value = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, ValueError):
+                except (OSError, UnicodeDecodeError, ValueError, RecursionError):
                     raise InputError(f"is not a readable {INFO_FILE} (LLaMA-Factory's dataset registry); fix it.",
                                      path) from None
                 return (value if isinstance(value, dict) else {}), path.parent

@@ -204,6 +204,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         value = json.loads(text) if path.suffix == ".json" else load_yaml(text, path)
     except json.JSONDecodeError as error:
         raise InputError(f"is not valid JSON ({error.msg}).", path, error.lineno) from None
+    except RecursionError:
+        raise InputError("is JSON nested too deeply to read; fix the config.", path) from None
     except yaml.YAMLError as error:
         line = error.problem_mark.line + 1 if getattr(error, "problem_mark", None) else None
         raise InputError(f"is not valid YAML ({getattr(error, 'problem', None) or 'parse error'}).", path, line) from None

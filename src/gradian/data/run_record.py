@@ -171,7 +171,7 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise InputError(f"is not a readable run record ({type(error).__name__}); delete it or retrain with "
                          f"GradianCallback.", path) from None
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:

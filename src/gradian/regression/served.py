@@ -105,6 +105,9 @@ def _served_row(line: str, path: Path, number: int) -> tuple[str, str]:
     except json.JSONDecodeError as error:
         raise InputError(f"this line is not valid JSON ({error.msg}); each line is "
                          '{"id": ..., "output": ...}.', path, number) from None
+    except RecursionError:
+        raise InputError('this line is JSON nested too deeply to read; each line is {"id": ..., "output": ...}.',
+                         path, number) from None
     if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("output"), str):
         raise InputError('each line needs an "id" and an "output" string, {"id": ..., "output": ...}.', path, number)
     if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):

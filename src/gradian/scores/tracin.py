@@ -129,7 +129,7 @@ def _logged_rates(path: Path) -> Callable[[np.ndarray], np.ndarray]:
     after the last)."""
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise InputError(f"could not be read as JSON ({reason(error)}); the run folder looks damaged.", path) from None
     log = state.get("log_history") if isinstance(state, dict) else None
     points = sorted({(row["step"], float(row["learning_rate"])) for row in log or [] if isinstance(row, dict)
