@@ -396,3 +396,46 @@ def test_json_nested_too_deeply_is_one_sentence(where, folder, tmp_path):
     (run / where).write_text(DEEP)
     read = (lambda: read_run(run)) if where != "config.json" else (lambda: read_run(run, config=run / where))
     assert answer(read, run, names=str(run / where)) is None
+
+
+SERVE_KEYS = ("eos_token_id", "max_new_tokens", "dtype", "torch_dtype", "pad_token_id", "chat_template", "name",
+              "template")
+
+
+@FUZZ
+@given(generation=json_values(SERVE_KEYS) | st.none(), config=json_values(SERVE_KEYS) | st.none(),
+       template=st.binary(max_size=60) | st.none())
+@example(generation={"eos_token_id": ["x"]}, config=None, template=None)  # found by this test: ValueError
+@example(generation={"eos_token_id": 1.5}, config=None, template=None)  # TypeError
+@example(generation=None, config=None, template=b"\xff")  # UnicodeDecodeError
+@bounded
+def test_fuzz_served_export(generation, config, template, folder):
+    """The served model folder's generation_config.json, config.json and chat_template.jinja with any values: what
+    serving says (stop ids, token limit, dtype, template) of the types the differences read, or one InputError."""
+    from gradian.regression.serving_diff import read_export
+
+    served = _fresh_run(folder, "served")
+    for name, value in (("generation_config.json", generation), ("config.json", config)):
+        if value is not None:
+            (served / name).write_text(json.dumps(value))
+    if template is not None:
+        (served / "chat_template.jinja").write_bytes(template)
+    export = answer(lambda: read_export(served), served)
+    if export is not None:
+        assert export.eos_token_ids is None or all(isinstance(i, int) and i >= 0 for i in export.eos_token_ids)
+        assert export.max_new_tokens is None or (isinstance(export.max_new_tokens, int) and export.max_new_tokens > 0)
+        assert export.chat_template is None or isinstance(export.chat_template, str)
+
+
+@FUZZ
+@given(lines=st.lists(json_values(("id", "output")) | st.fixed_dictionaries(
+    {"id": scalars, "output": scalars}), max_size=4) | st.binary(max_size=200))
+@bounded
+def test_fuzz_served_outputs(lines, tmp_path_factory):
+    """--served-outputs as bytes or JSON lines of any shape: {eval id: text} for every eval row, or one InputError."""
+    from gradian.regression.served import read_served_outputs
+
+    path = tmp_path_factory.mktemp("served") / "served.jsonl"
+    path.write_bytes(lines if isinstance(lines, bytes) else "\n".join(json.dumps(v) for v in lines).encode())
+    outputs = answer(lambda: read_served_outputs(path, ["e1", "1"]), path, names=str(path))
+    assert outputs is None or (set(outputs) == {"e1", "1"} and all(isinstance(v, str) for v in outputs.values()))

@@ -79,14 +79,30 @@ def read_export(folder: str | Path) -> ServedExport:
                          "generation_config.json, tokenizer files).", path)
     generation = _json_file(path / "generation_config.json")
     config = _json_file(path / "config.json")
+    source = "generation_config.json" if "eos_token_id" in generation else "config.json"
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
-    eos_ids = None if eos is None else [eos] if isinstance(eos, int) else [int(i) for i in eos]
+    eos_ids = None if eos is None else _token_ids(eos, path / source)
     limit = generation.get("max_new_tokens")
+    if limit is not None and not (_whole(limit) and limit > 0):
+        raise InputError(f"max_new_tokens is {limit!r}, not a positive whole number; export the served model folder "
+                         "again.", path / "generation_config.json")
     tokenizer = _tokenizer(path) if any((path / name).is_file() for name in TOKENIZER_FILES) else None
     dtype = config.get("dtype", config.get("torch_dtype"))
-    return ServedExport(str(path), eos_ids, int(limit) if isinstance(limit, int) else None, tokenizer,
-                        _chat_template(path, tokenizer), any(path.glob("*.safetensors")),
-                        dtype if isinstance(dtype, str) else None)
+    return ServedExport(str(path), eos_ids, limit, tokenizer, _chat_template(path, tokenizer),
+                        any(path.glob("*.safetensors")), dtype if isinstance(dtype, str) else None)
+
+
+def _token_ids(value: Any, path: Path) -> list[int]:
+    """`eos_token_id` as generation_config.json holds it: one token id or a list of them."""
+    ids = value if isinstance(value, list) else [value]
+    if not all(_whole(i) and i >= 0 for i in ids):
+        raise InputError(f"eos_token_id is {value!r}, not a token id or a list of them; export the served model "
+                         "folder again.", path)
+    return ids
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _json_file(path: Path) -> dict[str, Any]:
@@ -107,10 +123,14 @@ def _tokenizer(path: Path) -> Any:
 def _chat_template(path: Path, tokenizer: Any) -> str | None:
     jinja = path / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InputError("is not UTF-8 text; export the served model folder again.", jinja) from None
     template = _json_file(path / "tokenizer_config.json").get("chat_template")
     if isinstance(template, list):  # named templates: the default one is what a chat endpoint uses
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
     return template if isinstance(template, str) else getattr(tokenizer, "chat_template", None)
 
 
