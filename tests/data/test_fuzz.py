@@ -2,7 +2,8 @@
 
 Readers: `read_dataset` (JSONL / JSON array, train and eval set), `read_run` (trainer_state.json,
 adapter_config.json, gradian_run.json, a config YAML/JSON through `data.safe_yaml`), `read_training_args` (a pickle,
-mutated, through its safe unpickler), and the audit over a fuzzed run folder. The budget, the time limit per input
+mutated, through its safe unpickler), `read_recorded_rows` (gradian_rows.safetensors), the served answers and the
+served model folder (`--served-outputs`, `--served-model`), and the audit over a fuzzed run folder. The budget, the time limit per input
 and the checks (one sentence, input unchanged) are `tests/fuzzing.py`'s. A failure the fuzzer found is pinned with
 `@example` under its test.
 """
