@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
+
+LOG_DIR_VARIABLE = "GRADIAN_LOG_DIR"
 
 
 class InputError(Exception):
@@ -28,3 +35,28 @@ def reason(error: BaseException, limit: int = 200) -> str:
     """The first line of a library's error message, to quote inside one sentence (never a traceback)."""
     lines = str(error).strip().splitlines()
     return lines[0][:limit] if lines else type(error).__name__
+
+
+def log_folder() -> Path:
+    """Where crash logs go: $GRADIAN_LOG_DIR, else $XDG_STATE_HOME/gradian/logs, else ~/.local/state/gradian/logs."""
+    if os.environ.get(LOG_DIR_VARIABLE):
+        return Path(os.environ[LOG_DIR_VARIABLE])
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "gradian" / "logs"
+
+
+def write_crash_log(error: BaseException) -> Path | None:
+    """A new log file holding the command line and `error`'s traceback (the temporary folder when the log folder
+    cannot be written); None when no file could be written at all."""
+    text = (f"gradian crashed at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\ncommand: {' '.join(sys.argv)}\n"
+            f"python: {sys.version.split()[0]}\n\n" + "".join(traceback.format_exception(error)))
+    for folder in (log_folder(), Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(prefix="gradian-crash-", suffix=".log", dir=folder)
+            with os.fdopen(handle, "w", encoding="utf-8", errors="replace") as stream:
+                stream.write(text)
+            return Path(name)
+        except OSError:
+            continue
+    return None

@@ -11,6 +11,7 @@ into `output_dir` and each `checkpoint-N/` (`record`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import sys
@@ -40,6 +41,7 @@ from gradian.callback.record import (
 )
 from gradian.data.checkpoints import checkpoint_dir
 from gradian.data.run_record import read_run_record
+from gradian.errors import reason, write_crash_log
 from gradian.gradients.settings import GradientSettings
 
 TEXT_COLUMNS = ("prompt", "completion", "text")
@@ -47,6 +49,35 @@ TEXT_COLUMNS = ("prompt", "completion", "text")
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+class CaptureSetupError(ValueError):
+    """`capture=True` on a run it cannot capture (packed rows): raised at `on_train_begin`, before step one."""
+
+
+Hook = Callable[..., None]
+
+
+def guarded(hook: Hook) -> Hook:
+    """A callback hook that never stops training on a fault of Gradian's: the fault turns the callback off for the rest
+    of the run (`GradianCallback.fail`), and training goes on. Its own answers, a `PreflightError` on a critical
+    finding and a `CaptureSetupError`, still stop the run before step one, as documented."""
+
+    @functools.wraps(hook)
+    def run(self: GradianCallback, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.failure is not None:
+            return
+        try:
+            hook(self, args, state, control, **kwargs)
+            for part in (self.recorder, self.capture):  # a fault inside the model's forward or backward (`soft`)
+                if part is not None and part.error is not None:
+                    raise part.error
+        except (PreflightError, CaptureSetupError):
+            raise
+        except Exception as error:  # noqa: BLE001 - any fault of Gradian's: reported in one line, training goes on
+            self.fail(error, args, state)
+
+    return run
 
 
 class GradianCallback(TrainerCallback):
@@ -74,7 +105,33 @@ class GradianCallback(TrainerCallback):
         self.echo = echo or _stderr
         self.result: PreflightResult | None = None
         self.recorder: RunRecorder | None = None
+        self.failure: str | None = None  # why the callback turned itself off (`fail`), else None
 
+    def fail(self, error: Exception, args: Any, state: Any) -> None:
+        """Turn the callback off after a fault of its own: its hooks come off the model, the record is written once
+        more marked `failed` (readers refuse it, naming the step), and one line says so with the log holding the
+        traceback. Training goes on."""
+        log = write_crash_log(error)
+        where = f"the traceback is in {log}" if log is not None else "no log file could be written"
+        step = getattr(state, "global_step", 0)
+        self.failure = (f"GradianCallback stopped at step {step} on an internal error ({type(error).__name__}: "
+                        f"{reason(error)})")
+        recorder, self.recorder, capture, self.capture = self.recorder, None, self.capture, None
+        for part in (recorder, capture):
+            if part is not None:
+                try:
+                    part.detach()
+                except Exception:  # noqa: BLE001, S110 - already failing: the hooks come off as far as they can
+                    pass
+        if recorder is not None and state.is_world_process_zero:
+            try:
+                recorder.write(args.output_dir, complete=False, failed=self.failure)
+            except OSError:
+                pass
+        self.echo(f"Gradian: {self.failure}; training goes on without the preflight, run record and capture from "
+                  f"here; {where}; please report it with that file.")
+
+    @guarded
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = calling_trainer()
         loader = kwargs.get("train_dataloader")
@@ -141,18 +198,20 @@ class GradianCallback(TrainerCallback):
         self.recorder.attach(model)
         if self.capture_settings is not None:
             if getattr(args, "padding_free", False) or getattr(args, "packing", False):
-                raise ValueError("capture=True needs one dataset row per batch row; packing and padding_free put "
-                                 "several rows in one sequence: turn them off or capture off")
+                raise CaptureSetupError("capture=True needs one dataset row per batch row; packing and padding_free "
+                                        "put several rows in one sequence: turn them off or capture off")
             world = args.world_size if getattr(args, "average_tokens_across_devices", False) else 1
             self.capture = StepCapture(model, args.output_dir, self.capture_settings, rank=args.process_index,
                                        loss_scale=float(world))
             self.capture.attach(model)
             self.recorder.on_batch = self.capture.micro_batch
 
+    @guarded
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
             self.recorder.begin_step(state.epoch)
 
+    @guarded
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
             self.recorder.optimizer_stepped(kwargs.get("optimizer"))
@@ -161,10 +220,12 @@ class GradianCallback(TrainerCallback):
             self.capture.optimizer_stepped(state.global_step + 1, current["rows"], current["learning_rate"],
                                            kwargs["optimizer"])
 
+    @guarded
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.recorder is not None:
             self.recorder.end_step(state.global_step)
 
+    @guarded
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is not None:
             self.capture.flush()  # a checkpoint's steps are on disk before a resume can start from it
@@ -174,6 +235,7 @@ class GradianCallback(TrainerCallback):
             if folder.is_dir():
                 self.recorder.write(folder, complete=False)
 
+    @guarded
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is not None:
             self.capture.detach()

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from gradian.callback.record import soft
 from gradian.curvature.adam import adam_inverse_sqrt
 from gradian.data.run_record import RunRecord
 from gradian.errors import InputError
@@ -62,13 +63,14 @@ class StepCapture:
         self.step: list[list[torch.Tensor]] = [[] for _ in self.matrices]  # micro-batches of the current step
         self.kappa: float | None = None  # d(training loss) / d(summed token NLL) of the current micro-batch
         self.problem: str | None = None
+        self.error: Exception | None = None  # the first fault of its hooks (`record.soft`)
         self.hooks = ExitStack()
         self.kept: list[KeptStep] = []  # steps not yet written
         self.adam = False
 
     def attach(self, model: torch.nn.Module) -> None:
-        self.hooks.enter_context(capture_gradients(self.matrices, self._on_grad))
-        self.hooks.callback(model.register_forward_hook(self._outputs).remove)
+        self.hooks.enter_context(capture_gradients(self.matrices, soft(self._on_grad, self)))
+        self.hooks.callback(model.register_forward_hook(soft(self._outputs, self)).remove)
 
     def detach(self) -> None:
         self.hooks.close()
@@ -92,7 +94,7 @@ class StepCapture:
         if not module.training or self.kappa is not None or log_probs is None or mask is None:
             return
         if isinstance(log_probs, torch.Tensor) and log_probs.requires_grad:
-            log_probs.register_hook(lambda grad: self._kappa_from(grad, mask.bool()))
+            log_probs.register_hook(soft(lambda grad: self._kappa_from(grad, mask.bool()), self))
 
     def _kappa_from(self, grad: torch.Tensor, mask: torch.Tensor) -> None:
         values = -grad[mask]  # (supervised tokens,)

@@ -131,6 +131,20 @@ def _joined(ids: np.ndarray, starts: list[int], first: int, known: Callable[[str
     return first + 1, single  # no run of segments is a dataset row: keep the segment as it came
 
 
+def soft(hook: Callable[..., Any], owner: Any) -> Callable[..., None]:
+    """`hook` keeping its first error on `owner.error` rather than raising it into the trainer's forward or backward,
+    where Gradian's hooks run: a fault of Gradian's never stops training (`GradianCallback` reports it at the step's
+    end). After an error the hook does nothing."""
+    def run(*args: Any, **kwargs: Any) -> None:
+        if owner.error is not None:
+            return
+        try:
+            hook(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - any fault of Gradian's: kept, reported, training goes on
+            owner.error = error
+    return run
+
+
 class RunRecorder:
     """Collects `gradian_run.json` while training runs; `to_dict()` is the record (`data.run_record` reads it)."""
 
@@ -138,13 +152,14 @@ class RunRecorder:
         self.header = header
         self.table = table
         self.steps: list[dict[str, Any]] = list(steps or [])
+        self.error: Exception | None = None  # the first fault of its hook (`soft`)
         self.current: dict[str, Any] | None = None
         self.handle: Any = None
         self.on_batch: Callable[[dict[str, Any]], None] | None = None  # told of every training micro-batch
 
     def attach(self, model: torch.nn.Module) -> None:
         """Start seeing every micro-batch the model is fed while it trains."""
-        self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
+        self.handle = model.register_forward_pre_hook(soft(self._seen, self), with_kwargs=True)
 
     def detach(self) -> None:
         if self.handle is not None:
@@ -180,13 +195,14 @@ class RunRecorder:
         self.steps.append(self.current)
         self.current = None
 
-    def to_dict(self, complete: bool) -> dict[str, Any]:
+    def to_dict(self, complete: bool, failed: str | None = None) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "version": RECORD_VERSION, **self.header, "steps": self.steps,
-                "complete": complete}
+                "complete": complete, **({"failed": failed} if failed else {})}
 
-    def write(self, folder: str | Path, complete: bool) -> Path:
-        """Write the record into `folder` atomically (a kill never leaves half a file)."""
-        text = json.dumps(self.to_dict(complete), indent=1, default=str) + "\n"
+    def write(self, folder: str | Path, complete: bool, failed: str | None = None) -> Path:
+        """Write the record into `folder` atomically (a kill never leaves half a file); `failed`: why the callback
+        stopped recording, which makes readers refuse the record."""
+        text = json.dumps(self.to_dict(complete, failed), indent=1, default=str) + "\n"
         return atomic_write(Path(folder) / RECORD_NAME, text)
 
 

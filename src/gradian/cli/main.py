@@ -10,8 +10,8 @@ import warnings
 import click
 
 from gradian import __version__
-from gradian.cli.exit_codes import BAD_INPUT, EPILOG, INTERNAL, INTERRUPTED, write_crash_log
-from gradian.errors import InputError, reason
+from gradian.cli.exit_codes import BAD_INPUT, EPILOG, INTERNAL, INTERRUPTED
+from gradian.errors import InputError, reason, write_crash_log
 from gradian.space import disk_full_sentence, is_disk_full, is_out_of_memory, out_of_memory_sentence
 
 

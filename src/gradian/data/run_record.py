@@ -18,6 +18,8 @@ what no framework writes down (schema version 1, every key always present, `null
   `learning_rate` (the rate that step's update used), `rows` (dataset indices of every row its micro-batches fed
   the model, in order; null where a row matched no dataset row) and `hashes` (`row_hash` of each row's tokens);
 - `preflight`: the findings preflight printed (`Finding.to_dict()` each); `complete`: true once training ended;
+  `failed` (present only then): why the callback turned itself off mid-run after a fault of its own; such a record
+  is refused, since it stops at that step;
 - `rows`: the trainer's own rows, stored beside the record in `gradian_rows.safetensors` (`data.recorded_rows`
   owns that file): `file` (its name), `sha256` and `bytes` (of the whole file), `rows`, `with_content` (rows whose
   text the trainer kept, so a dataset row can be tied to them), `eos_stripped` (the EOS strings the content hash
@@ -183,6 +185,9 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
     if problem:
         raise InputError(f"is not a record GradianCallback wrote ({problem}); it was edited or damaged: remove it from "
                          "the run folder, or retrain with GradianCallback.", path)
+    if data.get("failed"):
+        raise InputError(f"says {data['failed']}, so it does not cover the whole run: remove it from the run folder "
+                         "to read the run without it (and report the fault with the log it names).", path)
     return RunRecord(path.resolve(), data)
 
 
