@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
@@ -61,7 +62,9 @@ Hook = Callable[..., None]
 def guarded(hook: Hook) -> Hook:
     """A callback hook that never stops training on a fault of Gradian's: the fault turns the callback off for the rest
     of the run (`GradianCallback.fail`), and training goes on. Its own answers, a `PreflightError` on a critical
-    finding and a `CaptureSetupError`, still stop the run before step one, as documented."""
+    finding and a `CaptureSetupError`, still stop the run before step one, as documented. Under torch.distributed
+    with several processes a fault still stops the run: the record gathers every rank's rows each step, so one rank
+    turned off alone would leave the others waiting for it."""
 
     @functools.wraps(hook)
     def run(self: GradianCallback, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -75,6 +78,8 @@ def guarded(hook: Hook) -> Hook:
         except (PreflightError, CaptureSetupError):
             raise
         except Exception as error:  # noqa: BLE001 - any fault of Gradian's: reported in one line, training goes on
+            if several_processes():  # one rank turned off would leave the others waiting in the record's gather
+                raise
             self.fail(error, args, state)
 
     return run
@@ -248,6 +253,11 @@ class GradianCallback(TrainerCallback):
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             path = self.recorder.write(args.output_dir, complete=True)
             self.echo(f"Gradian: wrote {path} ({len(self.recorder.steps)} optimizer steps recorded)")
+
+
+def several_processes() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and \
+        torch.distributed.get_world_size() > 1
 
 
 def calling_trainer() -> Any:
