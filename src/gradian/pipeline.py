@@ -16,6 +16,7 @@ from gradian.settings import AttributeSettings
 from gradian.stages import (
     AttributeResult,
     attributes,
+    check_projection,
     check_space,
     cluster,
     extract,
@@ -57,6 +58,7 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
         model, tokenizer = load(settings, audit, ranks)
         audit = weigh_renderings(settings, audit, model, write=ranks.is_main)  # EOS after the cut, by the fine-tune
         prepared = prepare(settings, audit, model)  # reads optimizer.pt and checkpoints now: a bad one stops us early
+        check_projection(settings, model)  # before generating, as is the disk check
         check_space(settings, audit, len(prepared.checkpoints), len(audit.eval_examples or []))  # before generating
         measured = regression(settings, audit, model, tokenizer, bar=bar, ranks=ranks)
         if measured is not None and measured.cached:

@@ -468,6 +468,8 @@ ATTRIBUTE_CASES += [
     Case("attribute-option-max-new-tokens-zero", 2, _option("--max-new-tokens", "0"), "new"),
     Case("attribute-option-min-effect-above-one", 2, _option("--min-effect", "2"), "effect"),
     Case("attribute-option-proj-dim-zero", 2, _option("--proj-dim", "0"), "proj"),
+    # a projection smaller than the adapter's LoRA matrices was exit 3 (ValueError) after generating
+    Case("attribute-option-proj-dim-below-the-matrices", 2, _option("--proj-dim", "1"), "--proj-dim 1 is smaller"),
     Case("attribute-option-negative-seed", 2, _option("--seed", "-1"), "seed"),
     Case("attribute-option-unknown-device", 2, _option("--device", "bogus"), "bogus"),
     Case("attribute-option-device-mps-absent", 2, _option("--device", "mps"), "mps: MPS"),

@@ -24,6 +24,7 @@ from torch import nn
 
 from gradian.data.base_model import loaded_identity
 from gradian.data.render import IGNORE, Rendered
+from gradian.errors import InputError
 from gradian.gradients.batches import Progress, collate, pad_id_of, plan_batches, rows_sha
 from gradian.gradients.hooks import (
     LoraMatrix,
@@ -80,6 +81,10 @@ def make_projector(
 ) -> KroneckerProjector:
     """The projector of `model`'s LoRA matrices under `settings`: training features and queries share it."""
     shapes = [m.shape for m in matrices or lora_matrices(model)]
+    if settings.proj_dim is not None and settings.proj_dim < len(shapes):
+        raise InputError(f"--proj-dim {settings.proj_dim} is smaller than the adapter's {len(shapes)} LoRA matrices, "
+                         f"which keep at least one float each: give --proj-dim {len(shapes)} or more, or leave it out "
+                         "for the automatic size.")
     return KroneckerProjector(shapes, settings.proj_dim, settings.seed, settings.budget_weights)
 
 

@@ -26,7 +26,7 @@ stages after `extract` run on rank 0 alone.
 """
 
 from gradian.stages.artifacts import AttributeResult, Clusters, Extraction, Prepared, Scores
-from gradian.stages.extraction import captured_extraction, check_space, extract
+from gradian.stages.extraction import captured_extraction, check_projection, check_space, extract
 from gradian.stages.failures import (
     ServedInputs,
     attributes,
@@ -51,6 +51,6 @@ from gradian.stages.run import (
 )
 
 __all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "ServedInputs", "adapter_dir", "attributes",
-           "captured_extraction", "check_space", "cluster", "extract", "harm_of_rows", "harm_tokens", "load",
+           "captured_extraction", "check_projection", "check_space", "cluster", "extract", "harm_of_rows", "harm_tokens", "load",
            "output_folder", "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score",
            "served", "served_inputs", "tokenizer_source", "tracin_checkpoints", "training_noise", "weigh_renderings"]

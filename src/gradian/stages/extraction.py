@@ -15,7 +15,13 @@ from gradian.errors import InputError
 from gradian.gradients.check import GradientCheck, check_gradients, disagreement
 from gradian.gradients.distributed import Ranks
 from gradian.gradients.energy import share_budget
-from gradian.gradients.extract import GradientSettings, ParameterScale, extract_train_features, project_sample
+from gradian.gradients.extract import (
+    GradientSettings,
+    ParameterScale,
+    extract_train_features,
+    make_projector,
+    project_sample,
+)
 from gradian.gradients.hooks import lora_matrices
 from gradian.gradients.sides import SideTaker
 from gradian.gradients.store import FeatureStore
@@ -95,6 +101,13 @@ def gradient_settings(settings: ExtractSettings) -> GradientSettings:
     return GradientSettings(proj_dim=settings.proj_dim if settings.proj_dim is not None else
                             GradientSettings().proj_dim, seed=settings.seed, batch_size=settings.batch_size,
                             shard_rows=settings.shard_rows)
+
+
+def check_projection(settings: ExtractSettings, model: Any) -> None:
+    """Plan the projection before anything long, so a --proj-dim the adapter cannot take stops the run before any
+    generation (`extract.make_projector` raises `InputError`)."""
+    if settings.checkpoints != "captured":
+        make_projector(model, gradient_settings(settings))
 
 
 def check_space(settings: ExtractSettings, audit: DiagnoseResult, checkpoints: int, queries: int = 0) -> None:
