@@ -149,6 +149,9 @@ DATASET_CASES = [
     Case("dataset-missing-file", 2, lambda ws, s: diagnose_args(ws, s / "nope.jsonl"), "nope.jsonl"),
     Case("dataset-name-too-long", 2, lambda ws, s: diagnose_args(ws, s / ("a" * 300 + ".jsonl")), "a" * 300),
     Case("dataset-is-a-folder", 2, lambda ws, s: diagnose_args(ws, s), "cases"),
+    # a max_length of 0 or below was audited as given ("400 of 400 rows exceed max_length=-5")
+    Case("run-option-max-length-negative", 2, lambda ws, s: diagnose_args(ws, ws.dataset, "--max-length", "-5"),
+         "--max-length"),
     Case("dataset-is-a-pipe", 2, _dataset(os.mkfifo), "train.jsonl"),  # opening it would block forever
     Case("dataset-links-to-dev-zero", 2, _dataset(lambda path: path.symlink_to("/dev/zero")), "train.jsonl"),
     Case("dataset-eval-broken-line", 2, _dataset(GOOD + "{oops\n", eval_set=True), "train.jsonl:2:"),
@@ -283,6 +286,10 @@ RUN_CASES = [
     Case("run-config-yaml-broken", 2, _run(_write("sft_config.yaml", "max_length: [1, 2\nlearning_rate: 1e-4\n")),
          "sft_config.yaml"),
     Case("run-config-yaml-list", 2, _run(_write("sft_config.yaml", "- 1\n- 2\n")), "sft_config.yaml"),
+    # a max length of 0 or below was audited as given ("400 of 400 rows exceed max_length=-5"); no run trains so:
+    # TRL's truncation (pyarrow's list_slice) refuses a negative stop
+    Case("run-config-max-length-negative", 2, _run(_write("sft_config.yaml", "max_length: -5\n")),
+         "sft_config.yaml: holds a setting Gradian cannot use (max_length is -5"),
     Case("run-config-json-broken", 2, _run(_write("sft_config.json", '{"max_length": }')), "sft_config.json:1:"),
     Case("run-config-not-utf8", 2, _run(_write("sft_config.yaml", b"max_length: \xff\n")), "sft_config.yaml"),
     Case("run-config-explicit-missing", 2, _run(lambda run: None, "--config", "{run}/none.yaml"), "none.yaml"),
@@ -290,7 +297,6 @@ RUN_CASES = [
          "sft_config.yaml"),
     Case("run-config-bad-truncation-mode", 2, _run(_write("sft_config.yaml", "truncation_mode: sideways\n")),
          "sft_config.yaml"),
-    Case("run-config-negative-max-length", 1, _run(_write("sft_config.yaml", "max_length: -5\n"))),
     Case("run-config-template-not-utf8", 2, _run(_both(_write("tpl.jinja", b"\xff\xfe{{ x }}"),
                                                       _write("sft_config.yaml", "chat_template_path: tpl.jinja\n"))),
          "tpl.jinja"),

@@ -25,7 +25,7 @@ WRITES = ("findings.json", "findings.md")  # into --out
 @click.option("--run", "run_dir", default=None, help="The trainer's output_dir (adapter, trainer_state, checkpoints).")
 @click.option("--config", default=None, help="TRL SFTConfig or axolotl YAML/JSON (default: found in --run).")
 @click.option("--base-model", required=True, help="Model folder, .gguf file or hub id in the local cache.")
-@click.option("--max-length", type=int, default=None, help="Override the run's max_length.")
+@click.option("--max-length", type=click.IntRange(min=1), default=None, help="Override the run's max_length.")
 @click.option("--capability", default=None,
               help="Score every training completion with this capability too (the names `attribute` takes: "
                    "json_formatting, regex:P, module:function …; capabilities that need a reference are skipped).")

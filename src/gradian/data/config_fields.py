@@ -63,7 +63,7 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for old, new in (("max_seq_length", "max_length"), ("max_length", "max_length")):
         if old in config:
-            out[new] = _int_or_none(config[old])
+            out[new] = _length_or_none(config[old], old)
     for name in ("truncation_mode", "dataset_text_field"):
         if isinstance(config.get(name), str):
             out[name] = config[name]
@@ -90,7 +90,7 @@ def _trl_fields(config: dict[str, Any], path: Path | None) -> dict[str, Any]:
 def _axolotl_fields(config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"truncation_mode": "keep_start"}
     if "sequence_len" in config:
-        out["max_length"] = _int_or_none(config["sequence_len"])
+        out["max_length"] = _length_or_none(config["sequence_len"], "sequence_len")
     if config.get("excess_length_strategy") is not None:
         strategy = str(config["excess_length_strategy"]).lower()
         if strategy not in ("drop", "truncate", "raise"):
@@ -131,7 +131,7 @@ def _llamafactory_fields(config: dict[str, Any]) -> dict[str, Any]:
     # the YAML but its hub tokens (hf_hub_token...): it is shown in the report
     out: dict[str, Any] = {"llamafactory": {key: value for key, value in config.items() if not key.endswith("_token")}}
     if "cutoff_len" in config:
-        out["max_length"] = _int_or_none(config["cutoff_len"])
+        out["max_length"] = _length_or_none(config["cutoff_len"], "cutoff_len")
     if "train_on_prompt" in config:
         out["completion_only_loss"] = not bool(config["train_on_prompt"])
     if isinstance(config.get("packing"), bool):
@@ -171,12 +171,14 @@ def _numbers(config: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _int_or_none(value: Any) -> int | None:
-    """A whole number, or None; raises ValueError for text, infinities and fractions (the caller names the file)."""
+def _length_or_none(value: Any, name: str) -> int | None:
+    """A token length (a whole number ≥ 1), or None; raises ValueError for text, infinities, fractions, zero and
+    negatives (the caller names the file)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
-        raise ValueError(f"expected a whole number, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value) \
+            or value < 1:
+        raise ValueError(f"{name} is {value!r}, where a positive whole number belongs")
     return int(value)
 
 
