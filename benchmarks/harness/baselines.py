@@ -60,8 +60,7 @@ def length_control_scores(failing: Sequence[int], intended: Sequence[int], train
     return differences * np.sign(direction)
 
 
-def length_control(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path, *,
-                   batch_size: int = 16) -> np.ndarray:
+def length_control(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any], out_dir: str | Path) -> np.ndarray:
     """(N,) `length_control_scores` of a run's training rows, read as `--rank activation` reads them: the rows as
     trained, the base's own answers from the same cache in `out_dir` (generated when absent), the failing answers
     and references as `activation.intended_pairs` renders them. Rows with no supervised answer score 0."""
@@ -71,7 +70,7 @@ def length_control(model: Any, tokenizer: Any, audit: Any, failing: Sequence[Any
         return sum(sequence[1])
 
     pairs = intended_pairs(failing, audit.eval_examples or [], tokenizer, audit.setup)
-    own = own_answers(model, tokenizer, audit, out_dir, batch_size=batch_size)
+    own = own_answers(model, tokenizer, audit, out_dir)  # generated as `--rank activation` generates them
     scores = np.zeros(len(audit.rendered))  # (N,)
     if own.rows:
         scores[own.rows] = length_control_scores([length(f) for f, _ in pairs], [length(r) for _, r in pairs],

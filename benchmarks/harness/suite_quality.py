@@ -275,7 +275,7 @@ class _GradientRun:
         self.clock.seconds["activation"] -= found.generation_seconds
         self.clock.seconds["base answers"] = found.generation_seconds
         arrays["length control"] = self.clock.timed("length control", length_control, self.model, self.tokenizer,
-                                                    self.audit, failing, where, batch_size=batch)
+                                                    self.audit, failing, where)
         self.departed_activation(failing, arrays)
 
     def departed_activation(self, failing: list[Any], arrays: dict[str, np.ndarray]) -> None:
