@@ -51,6 +51,7 @@ from gradian.stages.run import (
 )
 
 __all__ = ["AttributeResult", "Clusters", "Extraction", "Prepared", "Scores", "ServedInputs", "adapter_dir", "attributes",
-           "captured_extraction", "check_projection", "check_space", "cluster", "extract", "harm_of_rows", "harm_tokens", "load",
-           "output_folder", "parameter_scale", "prepare", "queries", "rank", "regression", "report", "run_audit", "score",
-           "served", "served_inputs", "tokenizer_source", "tracin_checkpoints", "training_noise", "weigh_renderings"]
+           "captured_extraction", "check_projection", "check_space", "cluster", "extract", "harm_of_rows",
+           "harm_tokens", "load", "output_folder", "parameter_scale", "prepare", "queries", "rank", "regression",
+           "report", "run_audit", "score", "served", "served_inputs", "tokenizer_source", "tracin_checkpoints",
+           "training_noise", "weigh_renderings"]

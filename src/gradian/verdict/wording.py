@@ -114,13 +114,13 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     else:
         reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
                   "training rows.")
+    text = f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}"
     moved = regression.get("stricter")
     if moved:
-        return (f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}",
-                f"Rerun with --capability {moved['capability']} and the same --out to attribute that drop (the answers "
-                "are kept, so only their scores are computed again).")
-    return (f"{measured(regression)} {reason}{training_noise(regression)}", "Nothing to fix. To detect a smaller "
-            "drop, measure on more eval prompts, or rerun with --force to attribute anyway.")
+        return text, (f"Rerun with --capability {moved['capability']} and the same --out to attribute that drop (the "
+                      "answers are kept, so only their scores are computed again).")
+    return text, ("Nothing to fix. To detect a smaller drop, measure on more eval prompts, or rerun with --force to "
+                  "attribute anyway.")
 
 
 def stricter(regression: dict[str, Any]) -> str:
