@@ -83,7 +83,8 @@ class ExtractSettings:
         "help": "before any row is ranked, compare a few rows' gradients as the run takes them (batched, padded, "
                 "in the model's dtype) with the same rows' taken alone, unpadded, in float32, and refuse when they "
                 "disagree (bf16 rounding or a padding fault would rank noise); --no-gradient-check ranks without it"})
-    seed: int = field(default=0, metadata={"min": 0, "help": "seeds projections, bootstraps and clustering"})
+    seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1,  # numpy's and scikit-learn's seed range
+                                           "help": "seeds projections, bootstraps and clustering"})
     shard_rows: int = field(default=16384, metadata={"min": 1,
         "help": "rows per feature-store file; under torchrun each process writes whole files"})
 
@@ -100,13 +101,17 @@ class ExtractSettings:
 
 def check_fields(settings: Any) -> None:
     """Every field of a settings dataclass within what its type and metadata allow: a `Literal` field one of its
-    choices, a field with a `min` (None or) at least that; the CLI's choices and ranges come from the same place."""
+    choices, a field with a `min` or `max` (None or) within it; the CLI's choices and ranges come from the same
+    place."""
     for spec in fields(settings):
         allowed, least, value = choices(type(settings), spec.name), spec.metadata.get("min"), getattr(settings, spec.name)
+        most = spec.metadata.get("max")
         if allowed and value not in allowed:
             raise ValueError(f"{spec.name} must be one of {allowed}, not {value!r}")
         if least is not None and value is not None and value < least:
             raise ValueError(f"{spec.name} must be {'0 or more' if least == 0 else f'at least {least}'}, not {value}")
+        if most is not None and value is not None and value > most:
+            raise ValueError(f"{spec.name} must be at most {most}, not {value}")
 
 
 @dataclass

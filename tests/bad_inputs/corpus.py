@@ -477,6 +477,8 @@ ATTRIBUTE_CASES += [
     # a projection smaller than the adapter's LoRA matrices was exit 3 (ValueError) after generating
     Case("attribute-option-proj-dim-below-the-matrices", 2, _option("--proj-dim", "1"), "--proj-dim 1 is smaller"),
     Case("attribute-option-negative-seed", 2, _option("--seed", "-1"), "seed"),
+    # a seed past 2**32 - 1 was exit 3 at the clustering, after everything else had run
+    Case("attribute-option-seed-past-32-bits", 2, _option("--seed", str(2**32)), "--seed"),
     Case("attribute-option-unknown-device", 2, _option("--device", "bogus"), "bogus"),
     Case("attribute-option-device-mps-absent", 2, _option("--device", "mps"), "mps: MPS"),
     Case("attribute-adapter-r-nan", 2, _adapter(_adapter_config(r=float("nan"))), "adapter_config.json"),

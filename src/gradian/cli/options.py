@@ -32,13 +32,15 @@ def settings_options(command: typing.Callable, cls: type = AttributeSettings) ->
 
 
 def option_type(cls: type, spec: dataclasses.Field, hint: typing.Any) -> typing.Any:
-    """The click type of settings field `spec`: its `Literal` choices, its range from `min`, a folder, or its type."""
+    """The click type of settings field `spec`: its `Literal` choices, its range from `min` and `max`, a folder, or its
+    type."""
     allowed = choices(cls, spec.name)
     if allowed:
         return click.Choice(allowed)
     kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
     if spec.metadata.get("folder"):
         return click.Path(file_okay=False)
-    if "min" in spec.metadata:
-        return (click.IntRange if kind is int else click.FloatRange)(min=spec.metadata["min"])
+    if "min" in spec.metadata or "max" in spec.metadata:
+        return (click.IntRange if kind is int else click.FloatRange)(min=spec.metadata.get("min"),
+                                                                        max=spec.metadata.get("max"))
     return kind
