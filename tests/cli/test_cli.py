@@ -45,6 +45,14 @@ def test_unknown_option_is_a_usage_error(cli_runner):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", [["demo"], ["scenario", "build", "truncated-cluster"]])
+def test_a_seed_numpy_cannot_take_is_a_usage_error(cli_runner, command, tmp_path):
+    """A scenario's seed past numpy's range was exit 3 once the build began (found by an option sweep)."""
+    result = cli_runner.invoke(cli, [*command, "--seed", "-5", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "'--seed': -5 is not in the range" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("missing", ["--dataset", "--base-model", "--adapter", "--eval-dataset", "--capability"])
 def test_a_missing_required_option_is_a_usage_error_before_any_work(cli_runner, missing, tmp_path):
     """Every required setting is asked for up front (click >= 8.3 read an explicit `default=None` as a value, so
