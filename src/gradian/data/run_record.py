@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from packaging.version import InvalidVersion, Version
 from gradian.data.checkpoints import checkpoint_folders
 from gradian.data.framework_version import VersionRange
 from gradian.errors import InputError
+from gradian.files import read_json_object
 from gradian.schemas import load_schema, schema_problem, validator_of
 
 RECORD_NAME = "gradian_run.json"
@@ -171,12 +171,8 @@ def read_run_record(run_dir: str | Path) -> RunRecord | None:
     path = find_record(run_dir)
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise InputError(f"is not a readable run record ({type(error).__name__}); delete it or retrain with "
-                         f"GradianCallback.", path) from None
-    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+    data = read_json_object(path, "delete it or retrain with GradianCallback")
+    if data.get("format") != RECORD_FORMAT:
         raise InputError("is not a gradian_run.json written by GradianCallback; remove it from the run folder.", path)
     if data.get("version") != RECORD_VERSION:
         raise InputError(f"is a run record of version {data.get('version')!r}; this Gradian reads version "

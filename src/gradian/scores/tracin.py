@@ -22,7 +22,6 @@ place; the model's own adapter weights are put back afterwards, also when someth
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from gradian.data.render import Rendered
 from gradian.data.run_folder import newest_with
 from gradian.data.run_record import RunRecord
 from gradian.errors import InputError, reason
+from gradian.files import read_json_object
 from gradian.gradients.extract import extract_train_features
 from gradian.gradients.hooks import lora_fingerprint
 from gradian.gradients.settings import GradientSettings
@@ -127,11 +127,7 @@ def _recorded_rates(record: RunRecord) -> Callable[[np.ndarray], np.ndarray]:
 def _logged_rates(path: Path) -> Callable[[np.ndarray], np.ndarray]:
     """lr(t) linearly interpolated between the `learning_rate` entries of `log_history` (flat before the first and
     after the last)."""
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise InputError(f"could not be read as JSON ({reason(error)}); the run folder looks damaged.", path) from None
-    log = state.get("log_history") if isinstance(state, dict) else None
+    log = read_json_object(path, "the run folder looks damaged").get("log_history")
     points = sorted({(row["step"], float(row["learning_rate"])) for row in log or [] if isinstance(row, dict)
                      and _number(row.get("step")) and _number(row.get("learning_rate"))})
     if not points:
