@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from transformers import TrainerCallback
 
 from gradian.callback.capture import StepCapture
@@ -38,6 +37,7 @@ from gradian.callback.record import (
     qualified_name,
     record_header,
     row_contents,
+    world_size,
     write_rows,
 )
 from gradian.data.checkpoints import checkpoint_dir
@@ -78,7 +78,7 @@ def guarded(hook: Hook) -> Hook:
         except (PreflightError, CaptureSetupError):
             raise
         except Exception as error:  # noqa: BLE001 - any fault of Gradian's: reported in one line, training goes on
-            if several_processes():  # one rank turned off would leave the others waiting in the record's gather
+            if world_size() > 1:  # one rank turned off would leave the others waiting in the record's gather
                 raise
             self.fail(error, args, state)
 
@@ -253,11 +253,6 @@ class GradianCallback(TrainerCallback):
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             path = self.recorder.write(args.output_dir, complete=True)
             self.echo(f"Gradian: wrote {path} ({len(self.recorder.steps)} optimizer steps recorded)")
-
-
-def several_processes() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and \
-        torch.distributed.get_world_size() > 1
 
 
 def calling_trainer() -> Any:

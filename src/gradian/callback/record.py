@@ -206,11 +206,16 @@ class RunRecorder:
         return atomic_write(Path(folder) / RECORD_NAME, text)
 
 
+def world_size() -> int:
+    """How many processes each step's rows are gathered from: torch.distributed's world, 1 without it."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return 1
+    return torch.distributed.get_world_size()
+
+
 def _gathered(rows: list[Any], hashes: list[str]) -> tuple[list[Any], list[str]]:
     """Under torchrun every rank feeds its own micro-batches: the step's rows are all ranks' rows, rank by rank."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return rows, hashes
-    world = torch.distributed.get_world_size()
+    world = world_size()
     if world == 1:
         return rows, hashes
     parts: list[Any] = [None] * world
