@@ -30,6 +30,7 @@ CHECKPOINT_MODES: tuple[str, ...] = get_args(CheckpointMode)
 PROJ_BUDGETS: tuple[str, ...] = get_args(ProjBudget)
 RANKS: tuple[str, ...] = get_args(RankRule)
 ROW_HARMS: tuple[str, ...] = get_args(RowHarm)
+MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's seeds stop here
 GENERATION_BATCH = 64  # prompts a batch when models answer (`regression.generation`, which halves it on out of memory)
 AUTO_ROW_HARM = "positions"  # what auto reads where it can: the suite's dev rule chose it (BENCHMARKS.md)
 
@@ -83,7 +84,7 @@ class ExtractSettings:
         "help": "before any row is ranked, compare a few rows' gradients as the run takes them (batched, padded, "
                 "in the model's dtype) with the same rows' taken alone, unpadded, in float32, and refuse when they "
                 "disagree (bf16 rounding or a padding fault would rank noise); --no-gradient-check ranks without it"})
-    seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1,  # numpy's and scikit-learn's seed range
+    seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED,
                                            "help": "seeds projections, bootstraps and clustering"})
     shard_rows: int = field(default=16384, metadata={"min": 1,
         "help": "rows per feature-store file; under torchrun each process writes whole files"})

@@ -9,6 +9,7 @@ import click
 
 from gradian.cli.exit_codes import EPILOG
 from gradian.cli.progress import console, say
+from gradian.settings import MAX_SEED
 
 
 @click.command("demo", epilog=EPILOG)
@@ -16,7 +17,7 @@ from gradian.cli.progress import console, say
               help="Folder for the scenario and the reports.")
 @click.option("--model", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True,
               help="tiny: a ~1M-parameter Llama (minutes on a laptop); smollm2: SmolLM2-135M-Instruct (about 25 minutes on one CPU thread).")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Seed of the scenario (which category, how many rows).")
 @click.pass_context
 def demo_command(ctx: click.Context, out: str, model: str, seed: int) -> None:

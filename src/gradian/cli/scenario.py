@@ -8,6 +8,7 @@ import click
 
 from gradian.cli.exit_codes import EPILOG
 from gradian.cli.progress import console, say
+from gradian.settings import MAX_SEED
 
 
 @click.group("scenario", epilog=EPILOG)
@@ -35,9 +36,9 @@ def list_command(as_json: bool) -> None:
 @scenario_command.command("build", epilog=EPILOG)
 @click.argument("name")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="New folder for the scenario.")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Draws the culprit share, the category and the row order.")
-@click.option("--base-seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+@click.option("--base-seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Seed of the cached tiny base model.")
 def build_command(name: str, out: str, seed: int, base_seed: int) -> None:
     """Build scenario NAME: base model, train/eval data, a real LoRA run, truth.json and measured.json."""
