@@ -57,13 +57,14 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     ids = ids_of(audit.examples)  # a StringColumn: no list of N ids
     summary = measured.summary.to_dict() if measured is not None else {}
     summary |= {"training_noise": training_noise} if training_noise is not None else {}
+    capability = get_capability(settings.capability)
     if measured is not None and not summary.get("significant"):
-        summary["stricter"] = stricter_drop(measured.rows, get_capability(settings.capability))
+        summary["stricter"] = stricter_drop(measured.rows, capability)
     effects = ranking.effects if ranking is not None else None  # (Q, N)
     effect = None if ranking is None else ranking.effect  # (N,)
     labels = clusters.labels if clusters is not None else None
     failing = measured.failures() if measured is not None else []
-    symptoms = classify_failures(failing, get_capability(settings.capability)) if measured is not None else None
+    symptoms = classify_failures(failing, capability) if measured is not None else None
     shown = None  # (Q,) the symptom of each query's failing answer, in the effects' row order
     if symptoms is not None and query is not None and effects is not None and len(query.pairs) == len(effects):
         shown = [symptoms.by_id.get(pair.eval_id) for pair in query.pairs]
