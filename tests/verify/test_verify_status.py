@@ -115,3 +115,15 @@ def test_a_removal_that_fixes_its_failures_but_uncovers_others_says_so():
                            "verify/p/scores.json)")
     quiet = status({**v, "answers": {**moved, "newly_failing": 0}})[1]
     assert quiet == "removing the 10 rows answers no better than removing as many rows at random"
+
+
+@pytest.mark.parametrize("verdict", ["data-cluster", "no-regression"])
+def test_capped_retrains_never_confirm(verdict):
+    confirmed = removal_verification(0.95, [outcome("fine-tuned", True)], ())
+    if verdict == "no-regression":  # nothing lost, nothing moved: confirmed when the retrains are the run's
+        confirmed = {**confirmed, "verdict": verdict, "reseeded_regression": {"significant": False},
+                     "retrains": [{**r, "beyond_seed_noise": False} for r in confirmed["retrains"]]}
+    assert status(confirmed)[0] == "confirmed"
+    state, reason = status({**confirmed, "capped": True, "max_steps": 1})
+    assert state == "inconclusive"
+    assert "capped at 1 optimizer step " in reason and "rerun without it" in reason

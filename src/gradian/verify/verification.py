@@ -10,7 +10,8 @@ otherwise):
   itself (the zero-weight retrain that removes nothing reproduces it exactly); a fix with the fine-tune.
 - `not-confirmed`: the answer's retrain does no better on average than the fine-tune, or than the random controls
   (their per-prompt mean): acting on it does no better than removing rows at random;
-- `inconclusive`: better on average, but not beyond every comparison; or nothing Gradian could retrain to test.
+- `inconclusive`: better on average, but not beyond every comparison; or nothing Gradian could retrain to test; or
+  what would confirm, shown by retrains that `--max-steps` capped (a debugging option: they are not the run).
 A removal's net rate can hide two moves: `answers` counts, per prompt, the failing answers its retrain fixes and
 the right answers it breaks, and the status reason names the second when there are any (a removal that fixes what it
 was named for can uncover another failure). The named rows dropped from the file (what the next action says to do)
@@ -241,7 +242,18 @@ def _reseeded_regression(after: np.ndarray, original: Original, report: dict[str
 
 
 def status(v: dict[str, Any]) -> tuple[str, str]:
-    """The status rule of the module docstring, with the reason in one sentence."""
+    """The status rule of the module docstring, with the reason in one sentence. Retrains capped by `--max-steps`
+    are not the run retrained, so what they show is at most `inconclusive`."""
+    state, reason = _status(v)
+    if state == "confirmed" and v.get("capped"):
+        steps = v["max_steps"]
+        return "inconclusive", (f"{reason}, but every retrain was capped at {steps} optimizer "
+                                f"step{'' if steps == 1 else 's'} "
+                                "(--max-steps), so they are not the run retrained; rerun without it to confirm")
+    return state, reason
+
+
+def _status(v: dict[str, Any]) -> tuple[str, str]:
     if v["verdict"] == "no-regression" or v["finetuned_rate"] >= v["base_rate"]:
         moved = [r["name"] for r in v["retrains"] if r["beyond_seed_noise"]]
         if v["reseeded_regression"]["significant"]:
