@@ -112,3 +112,63 @@ def test_the_streamed_columns_name_rows_as_read_dataset_does(tmp_path):
 def test_two_explicit_ids_alike_are_still_a_duplicate(tmp_path):
     with pytest.raises(InputError, match=r"ids.jsonl:3: duplicate id '2'"):
         _ids(tmp_path, [{"id": 2}, {}, {"id": "2"}])
+
+
+SHAPES = [
+    {"prompt": "p", "completion": "c", "category": "a"},
+    {"id": "abc", "messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]},
+    {"text": "t ü"},
+]
+
+
+def test_gzip_jsonl_and_parquet_read_as_the_jsonl(tmp_path):
+    """A training file as users keep one (datasets' `to_parquet`, a gzip-compressed JSONL) reads as the same rows,
+    ids and shapes as the JSONL; a Parquet row leaves out the columns it holds no value for."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    plain = read_dataset(write(tmp_path, SHAPES))
+    squeezed = tmp_path / "train.jsonl.gz"
+    squeezed.write_bytes(gzip.compress((tmp_path / "train.jsonl").read_bytes()))
+    columns = {key: [row.get(key) for row in SHAPES] for row in SHAPES for key in row}
+    pq.write_table(pa.table(columns), tmp_path / "train.parquet")  # every row holds every column, nulls between
+    for path in (squeezed, tmp_path / "train.parquet"):
+        found = read_dataset(path)
+        assert [(e.id, e.line, e.fields, e.raw) for e in found] == [(e.id, e.line, e.fields, e.raw) for e in plain]
+    array = tmp_path / "rows.json.gz"
+    array.write_bytes(gzip.compress(json.dumps(SHAPES).encode()))
+    assert [e.fields for e in read_dataset(array)] == [e.fields for e in plain]
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("train.jsonl.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"broken", "not a readable gzip file"),
+    ("train.parquet", b"PAR1" + b"\x00" * 20 + b"PAR1", "not a readable Parquet file"),
+    ("train.zip", b"PK\x03\x04" + b"\x00" * 30, "is a ZIP archive"),
+    ("train.csv", b"prompt,completion\np,c\n", "is a CSV file"),
+])
+def test_a_format_gradian_cannot_read_is_named(tmp_path, name, content, words):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError) as caught:
+        read_dataset(path)
+    assert words in str(caught.value) and str(caught.value).startswith(str(path))
+    assert "\n" not in str(caught.value)
+
+
+def test_the_cleaned_file_of_a_parquet_or_gzip_dataset_is_its_rows_as_jsonl(tmp_path):
+    """train.cleaned.jsonl copies a JSONL file's lines; from a binary source it writes each kept row back."""
+    import gzip
+
+    import numpy as np
+
+    from gradian.report.writers import write_cleaned
+
+    write(tmp_path, SHAPES)
+    squeezed = tmp_path / "train.jsonl.gz"
+    squeezed.write_bytes(gzip.compress((tmp_path / "train.jsonl").read_bytes()))
+    for source in (tmp_path / "train.jsonl", squeezed):
+        out = write_cleaned(tmp_path / f"{source.name}.cleaned.jsonl", read_dataset(source), np.array([1]))
+        kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        assert kept == [SHAPES[0], SHAPES[2]]

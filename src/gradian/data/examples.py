@@ -1,4 +1,5 @@
-"""Examples as the trainer sees them: TRL dataset shapes, read from JSONL or a JSON array.
+"""Examples as the trainer sees them: TRL dataset shapes, read from JSONL or a JSON array (either gzip-compressed
+too), or a Parquet file (datasets' `to_parquet`; each row as the JSON object it would be in JSONL, numbered as lines).
 
 Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 
@@ -26,8 +27,10 @@ out to be a name already given (`collect_dataset`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +43,9 @@ Messages = list[dict[str, Any]]
 T = TypeVar("T")
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+GZIP, PARQUET = b"\x1f\x8b", b"PAR1"  # the first bytes of the two binary formats read
+OTHER_FORMATS = {b"PK\x03\x04": "a ZIP archive", b"ARROW1": "an Arrow file", b"\x28\xb5\x2f\xfd": "a zstd-compressed file",
+                 b"BZh": "a bzip2-compressed file", b"\xfd7zXZ": "an xz-compressed file"}  # refused, by name
 REGISTRY_BYTES = 16 * 1024 * 1024  # a dataset registry is small; a file past this is never read whole to find one
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -209,13 +215,35 @@ def _line_id(line: int, taken: dict[str, int], explicit: frozenset[str]) -> str:
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line, row) of a JSONL file or a JSON array, gzip-compressed or not; (row number, row) of a Parquet file."""
     with open(path, "rb") as handle:
+        magic = handle.read(8)
+    if magic.startswith(PARQUET):
+        yield from _parquet_rows(path)
+        return
+    other = next((kind for start, kind in OTHER_FORMATS.items() if magic.startswith(start)), None)
+    if other is None and path.suffix.lower() in (".csv", ".tsv"):
+        other = "a CSV file"
+    if other is not None:
+        raise InputError(f"is {other}; Gradian reads JSONL, a JSON array, gzip-compressed JSONL or Parquet: write the "
+                         "rows as JSONL (datasets' `Dataset.to_json`) and pass that file.", path)
+    if not magic.startswith(GZIP):
+        yield from _json_rows(path, open)
+        return
+    try:
+        yield from _json_rows(path, gzip.open)
+    except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged stream
+        raise InputError(f"is not a readable gzip file ({reason(error)}); compress the JSONL again.", path) from None
+
+
+def _json_rows(path: Path, opener: Callable[..., Any]) -> Iterator[tuple[int, Any]]:
+    with opener(path, "rb") as handle:
         head = handle.read(4096).lstrip()
     if head.startswith(b"["):
-        yield from enumerate(_json_array(path), start=1)
+        yield from enumerate(_json_array(path, opener), start=1)
         return
     first = True
-    with open(path, "rb") as handle:
+    with opener(path, "rb") as handle:
         for line, data in enumerate(handle, start=1):
             text = _decode(data, path, line).strip()
             if not text:
@@ -229,13 +257,31 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 first = False
                 yield line, row
             except json.JSONDecodeError as error:
-                if first and head.startswith(b"{") and (sources := _registry(path)):
+                if first and head.startswith(b"{") and opener is open and (sources := _registry(path)):
                     raise refuse_registry(path, sources) from None
                 raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); fix or remove this line.",
                                  path, line) from None
             except (RecursionError, ValueError) as error:  # nesting too deep, an integer past Python's digit limit
                 raise InputError(f"JSON Gradian cannot read ({_reason(error)}); simplify or remove this line.",
                                  path, line) from None
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each row of a Parquet file as the JSON object it would be in JSONL: a column the row leaves null is left out
+    (a columnar file pads every row with every column), and a value JSON has no type for (a timestamp, bytes) is
+    its text. Numbered from 1, as lines are."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    number = 0
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                number += 1
+                yield number, json.loads(json.dumps({k: v for k, v in row.items() if v is not None}, default=str))
+    except (pyarrow.ArrowException, OSError) as error:
+        raise InputError(f"is not a readable Parquet file ({reason(error)}); write it again, or pass the rows as "
+                         "JSONL.", path) from None
 
 
 def _registry(path: Path) -> list[str] | None:
@@ -257,8 +303,9 @@ def _check_encodable(row: Any, path: Path, line: int) -> None:
                          path, line) from None
 
 
-def _json_array(path: Path) -> list[Any]:
-    text = _decode(path.read_bytes(), path, None)
+def _json_array(path: Path, opener: Callable[..., Any] = open) -> list[Any]:
+    with opener(path, "rb") as handle:
+        text = _decode(handle.read(), path, None)
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as error:

@@ -77,7 +77,8 @@ def write_cleaned(path: Path, examples: Sequence[Example], culprits: np.ndarray)
     """The training file minus the culprit rows (`culprits`: their positions), every other line byte-for-byte.
 
     When the examples' source file is JSONL whose lines still hold the same rows, its lines are copied; otherwise
-    (a JSON array, a file changed or gone) each kept row is written back as one JSON line. Written a line at a
+    (a JSON array, gzip-compressed JSONL, Parquet, a file changed or gone) each kept row is written back as one
+    JSON line. Written a line at a
     time through a temporary file.
     """
     source = _unchanged_source(examples)
@@ -102,18 +103,21 @@ def _unchanged_source(examples: Sequence[Example]) -> Path | None:
     sources = examples.sources if isinstance(examples, ExampleColumns) else list({e.source for e in examples})
     if len(sources) != 1 or not sources[0] or not Path(sources[0]).is_file():
         return None
-    with open(sources[0], encoding="utf-8-sig", newline="") as stream:
-        number, line = 0, ""
-        for example in examples:  # dataset order is line order for a JSONL file
-            if example.line <= number:
-                return None
-            while number < example.line:
-                line = stream.readline()
-                if not line:
+    try:
+        with open(sources[0], encoding="utf-8-sig", newline="") as stream:
+            number, line = 0, ""
+            for example in examples:  # dataset order is line order for a JSONL file
+                if example.line <= number:
                     return None
-                number += 1
-            if not _same_row(line, example.raw):
-                return None
+                while number < example.line:
+                    line = stream.readline()
+                    if not line:
+                        return None
+                    number += 1
+                if not _same_row(line, example.raw):
+                    return None
+    except UnicodeDecodeError:  # gzip-compressed JSONL or Parquet: each kept row is written back
+        return None
     return Path(sources[0])
 
 
