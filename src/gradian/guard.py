@@ -41,11 +41,12 @@ class Read:
 def inputs(*, dataset: str | Path | None, base_model: str | Path | None, adapter: str | Path | None = None,
            run: str | Path | None = None, config: str | Path | None = None, eval_dataset: str | Path | None = None,
            capability: str | None = None) -> list[Read]:
-    """What a command reads, as its options name it: the files, and the folders read as a whole."""
+    """What a command reads, as its options name it: the files, and the folders read as a whole (a dataset saved by
+    `save_to_disk` among them)."""
     files = (("--dataset", dataset), ("--eval-dataset", eval_dataset), ("--config", config),
              ("--capability", capability_file(capability)))
     folders = (("--run", run), ("--adapter", adapter), ("--base-model", base_model))
-    return ([Read(option, path) for option, path in files if path] +
+    return ([Read(option, path, whole=os.path.isdir(path)) for option, path in files if path] +
             [Read(option, path, whole=True) for option, path in folders if path])
 
 

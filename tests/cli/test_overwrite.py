@@ -173,3 +173,11 @@ def test_the_guard_counts_a_capability_plugin_file_as_an_input(tmp_path):
     with pytest.raises(InputError, match="--capability"):
         refuse_overwrite(tmp_path / "out", ATTRIBUTE_WRITES,
                          inputs(dataset=None, base_model=None, capability=f"json_schema:{schema}"))
+
+
+def test_the_guard_reads_a_saved_dataset_folder_whole(tmp_path):
+    saved = tmp_path / "saved"  # a folder `save_to_disk` wrote, passed as --dataset
+    saved.mkdir()
+    (saved / "state.json").write_text("{}")
+    with pytest.raises(InputError, match="inside --dataset"):
+        refuse_overwrite(saved / "out", ATTRIBUTE_WRITES, inputs(dataset=saved, base_model=None))

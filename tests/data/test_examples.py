@@ -172,3 +172,19 @@ def test_the_cleaned_file_of_a_parquet_or_gzip_dataset_is_its_rows_as_jsonl(tmp_
         out = write_cleaned(tmp_path / f"{source.name}.cleaned.jsonl", read_dataset(source), np.array([1]))
         kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
         assert kept == [SHAPES[0], SHAPES[2]]
+
+
+def test_a_dataset_saved_to_disk_reads_as_the_jsonl(tmp_path):
+    """A folder datasets' `save_to_disk` wrote reads as its rows; a saved DatasetDict asks for the split's folder."""
+    import datasets
+
+    plain = read_dataset(write(tmp_path, SHAPES))
+    saved = datasets.Dataset.from_dict({key: [row.get(key) for row in SHAPES] for row in SHAPES for key in row})
+    saved.save_to_disk(str(tmp_path / "saved"))
+    found = read_dataset(tmp_path / "saved")
+    assert [(e.id, e.line, e.fields, e.raw) for e in found] == [(e.id, e.line, e.fields, e.raw) for e in plain]
+    datasets.DatasetDict({"train": saved, "test": saved}).save_to_disk(str(tmp_path / "splits"))
+    with pytest.raises(InputError, match=r"saved DatasetDict \(splits: test, train\); pass the folder of the split"):
+        read_dataset(tmp_path / "splits")
+    with pytest.raises(InputError, match="is a folder, expected a JSONL file"):
+        read_dataset(tmp_path / "splits" / "..")

@@ -21,7 +21,7 @@ WRITES = ("findings.json", "findings.md")  # into --out
 
 @click.command("diagnose", epilog=EPILOG)
 @click.option("--dataset", required=True,
-              help="Training rows (JSONL, a JSON array, either gzip-compressed, or Parquet).")
+              help="Training rows (JSONL, a JSON array, either gzip-compressed, Parquet, or a save_to_disk folder).")
 @click.option("--eval-dataset", default=None, help="Eval rows, to find train/eval overlap.")
 @click.option("--run", "run_dir", default=None, help="The trainer's output_dir (adapter, trainer_state, checkpoints).")
 @click.option("--config", default=None, help="TRL SFTConfig or axolotl YAML/JSON (default: found in --run).")

@@ -1,5 +1,6 @@
 """Examples as the trainer sees them: TRL dataset shapes, read from JSONL or a JSON array (either gzip-compressed
-too), or a Parquet file (datasets' `to_parquet`; each row as the JSON object it would be in JSONL, numbered as lines).
+too), a Parquet file (datasets' `to_parquet`) or a dataset folder (`save_to_disk`): each columnar row as the JSON
+object it would be in JSONL, numbered as lines are.
 
 Supported rows (the shapes TRL's SFTTrainer accepts, plus Alpaca and ShareGPT):
 
@@ -174,9 +175,14 @@ def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
     except (OSError, ValueError) as error:  # a name too long, a symlink loop, a NUL byte
         raise InputError(f"cannot be opened ({getattr(error, 'strerror', None) or reason(error)}); check the path.",
                          path) from None
-    if path.is_dir():
-        raise InputError("is a folder, expected a JSONL file (one JSON object per line).", path)
-    if not path.is_file():  # a pipe would block, a device would never end
+    if path.is_dir() and (path / "dataset_dict.json").is_file():
+        splits = ", ".join(sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())) or "none found"
+        raise InputError(f"is a saved DatasetDict (splits: {splits}); pass the folder of the split the run trained "
+                         "on.", path)
+    if path.is_dir() and not (path / "state.json").is_file():
+        raise InputError("is a folder, expected a JSONL file (one JSON object per line) or a dataset saved by "
+                         "datasets' `save_to_disk`.", path)
+    if not (path.is_file() or path.is_dir()):  # a pipe would block, a device would never end
         raise InputError("is not a regular file (a pipe or a device); pass the JSONL file itself.", path)
     first_line_of: dict[str, int] = {}
     named: set[str] = set()  # ids given to rows without one
@@ -215,7 +221,11 @@ def _line_id(line: int, taken: dict[str, int], explicit: frozenset[str]) -> str:
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line, row) of a JSONL file or a JSON array, gzip-compressed or not; (row number, row) of a Parquet file."""
+    """(line, row) of a JSONL file or a JSON array, gzip-compressed or not; (row number, row) of a Parquet file or
+    a dataset folder `save_to_disk` wrote."""
+    if path.is_dir():
+        yield from _saved_rows(path)
+        return
     with open(path, "rb") as handle:
         magic = handle.read(8)
     if magic.startswith(PARQUET):
@@ -267,21 +277,40 @@ def _json_rows(path: Path, opener: Callable[..., Any]) -> Iterator[tuple[int, An
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """Each row of a Parquet file as the JSON object it would be in JSONL: a column the row leaves null is left out
-    (a columnar file pads every row with every column), and a value JSON has no type for (a timestamp, bytes) is
-    its text. Numbered from 1, as lines are."""
+    """Each row of a Parquet file as the JSON object it would be in JSONL (a columnar file pads every row with every
+    column: `_numbered`), numbered from 1 as lines are."""
     import pyarrow
     import pyarrow.parquet as pq
 
-    number = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                number += 1
-                yield number, json.loads(json.dumps({k: v for k, v in row.items() if v is not None}, default=str))
+        yield from _numbered(batch.to_pylist() for batch in pq.ParquetFile(path).iter_batches(batch_size=1024))
     except (pyarrow.ArrowException, OSError) as error:
         raise InputError(f"is not a readable Parquet file ({reason(error)}); write it again, or pass the rows as "
                          "JSONL.", path) from None
+
+
+def _saved_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each row of a dataset `save_to_disk` wrote (its Arrow files), as `_parquet_rows` reads a Parquet row."""
+    import datasets
+    import pyarrow
+
+    try:
+        saved = datasets.load_from_disk(str(path))
+        yield from _numbered(saved.select(range(start, min(start + 1024, len(saved)))).to_list()
+                             for start in range(0, len(saved), 1024))
+    except (pyarrow.ArrowException, OSError, ValueError, KeyError) as error:
+        raise InputError(f"is not a readable saved dataset ({reason(error)}); save it again, or pass the rows as "
+                         "JSONL.", path) from None
+
+
+def _numbered(batches: Iterator[list[dict[str, Any]]]) -> Iterator[tuple[int, Any]]:
+    """(1-based number, row) of columnar rows: a column the row leaves null is left out, and a value JSON has no
+    type for (a timestamp, bytes) is its text."""
+    number = 0
+    for batch in batches:
+        for row in batch:
+            number += 1
+            yield number, json.loads(json.dumps({k: v for k, v in row.items() if v is not None}, default=str))
 
 
 def _registry(path: Path) -> list[str] | None:
