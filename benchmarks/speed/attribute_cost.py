@@ -5,7 +5,8 @@ each wall time by the run's own epoch: `train_runtime / epoch` from the run fold
 with nothing else on the machine, one thread, to compare two versions of Gradian: alternate them (for another
 checkout, put its `src` first on PYTHONPATH).
 
-    OMP_NUM_THREADS=1 python -m benchmarks.speed.attribute_cost ~/.cache/gradian/smollm2-suite/runs/smol-kitchen-fence-seed0
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.attribute_cost ~/.cache/gradian/smollm2-suite/runs/smol-kitchen-fence-seed0 \
+        [more run folders] [--stages] [--results R.json]
 
 `--copies K` explains the same run as if its training file held each row K times (ids made distinct, the text
 unchanged): the costs that do not grow with the rows (the answers to the eval prompts, the query, the energy pass's
@@ -88,27 +89,36 @@ def stage_clock() -> Iterator[dict[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a built scenario folder (base/, run/, train.jsonl, eval.jsonl)")
+    parser.add_argument("folders", type=Path, nargs="+",
+                        help="built scenario folders (base/, run/, train.jsonl, eval.jsonl), explained one at a time")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rank", default=None, help="attribute's --rank (default: its own default)")
     parser.add_argument("--copies", type=int, default=1, help="each training row this many times (module docstring)")
     parser.add_argument("--stages", action="store_true", help="each stage's seconds too")
+    parser.add_argument("--results", type=Path, help="also write every run's seconds here (JSON), as they come")
     args = parser.parse_args()
-    epoch = epoch_seconds(args.folder) * args.copies
-    print(f"gradian from {Path(gradian.__file__).parent}; the run's epoch {epoch:.1f} s"
-          + (f" (its own times {args.copies})" if args.copies > 1 else ""))
-    with tempfile.TemporaryDirectory() as work:
-        folder = copied(args.folder, args.copies, Path(work) / "run") if args.copies > 1 else args.folder
-        for _ in range(args.repeats):
-            out = Path(work) / "out"
-            with stage_clock() as stages:
-                start = time.perf_counter()
-                attribute(attribute_settings(folder, out, **({"rank": args.rank} if args.rank else {})))
-                seconds = time.perf_counter() - start
-            shutil.rmtree(out)
-            print(f"attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs", flush=True)
-            if args.stages:
-                print("  " + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items()), flush=True)
+    print(f"gradian from {Path(gradian.__file__).parent}")
+    records = []
+    for folder in args.folders:
+        epoch = epoch_seconds(folder) * args.copies
+        print(f"{folder.name}: the run's epoch {epoch:.1f} s" + (f" (its own times {args.copies})" if args.copies > 1
+                                                                 else ""), flush=True)
+        with tempfile.TemporaryDirectory() as work:
+            explained = copied(folder, args.copies, Path(work) / "run") if args.copies > 1 else folder
+            for _ in range(args.repeats):
+                out = Path(work) / "out"
+                with stage_clock() as stages:
+                    start = time.perf_counter()
+                    attribute(attribute_settings(explained, out, **({"rank": args.rank} if args.rank else {})))
+                    seconds = time.perf_counter() - start
+                shutil.rmtree(out)
+                print(f"  attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs", flush=True)
+                if args.stages:
+                    print("  " + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items()), flush=True)
+                records.append({"run": folder.name, "copies": args.copies, "epoch_s": epoch, "attribute_s": seconds,
+                                "epochs": seconds / epoch, "stages": dict(stages)})
+                if args.results:
+                    args.results.write_text(json.dumps(records, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ class ExtractSettings:
     base_model: str = field(metadata={"help": "local folder, .gguf file or hub id in the local cache"})
     adapter: str = field(metadata={"help": "PEFT adapter folder (adapter_config.json + weights)"})
     dataset: str = field(metadata={"help": (
-        "the training rows the adapter was trained on (JSONL, a JSON array, either gzip-compressed, Parquet, or a save_to_disk folder)")})
+        "the training rows the adapter was trained on (JSONL, a JSON array, either gzip-compressed, Parquet, or a "
+        "save_to_disk folder)")})
     out: str = field(metadata={"help": "output folder; every stage is resumable in it, and `gradian attribute` "
                                        "into a folder `gradian extract` filled reuses its features"})
     run: str | None = field(default=None, metadata={"help": "training run folder (trainer_state.json, checkpoints)"})

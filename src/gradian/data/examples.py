@@ -45,8 +45,8 @@ T = TypeVar("T")
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 GZIP, PARQUET = b"\x1f\x8b", b"PAR1"  # the first bytes of the two binary formats read
-OTHER_FORMATS = {b"PK\x03\x04": "a ZIP archive", b"ARROW1": "an Arrow file", b"\x28\xb5\x2f\xfd": "a zstd-compressed file",
-                 b"BZh": "a bzip2-compressed file", b"\xfd7zXZ": "an xz-compressed file"}  # refused, by name
+OTHER_FORMATS = {b"PK\x03\x04": "a ZIP archive", b"ARROW1": "an Arrow file", b"BZh": "a bzip2-compressed file",
+                 b"\x28\xb5\x2f\xfd": "a zstd-compressed file", b"\xfd7zXZ": "an xz-compressed file"}  # refused, by name
 REGISTRY_BYTES = 16 * 1024 * 1024  # a dataset registry is small; a file past this is never read whole to find one
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
