@@ -1,6 +1,8 @@
 """The verdict `gradian attribute` gives, with its defaults, on every built run of the scenario suite.
 
-    python -m benchmarks.harness.suite_verdicts RUNS_DIR --work DIR [--markdown OUT.md] [--jobs N]
+    python -m benchmarks.harness.suite_verdicts RUNS_DIR --work DIR [--markdown OUT.md] [--jobs N] [--adapter-scale S]
+
+`--adapter-scale S` runs `attribute --adapter-scale S` instead of its default (the verdicts under another point).
 
 RUNS_DIR holds the folders `benchmarks/harness/suite_build.py` wrote. The expected verdict follows the family's kind and
 what its build measured (`attribute`'s own paired test decides whether there is a regression to explain):
@@ -32,9 +34,9 @@ def expected(kind: str, significant: bool) -> str:
     return {"data-cluster": "data-cluster", "setup": "setup"}.get(kind, "diffuse")
 
 
-def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
-    """The verdict on the run in `folder`, from the report in `out` (`attribute` with its defaults writes it there
-    when there is none)."""
+def verdict_of(folder: Path, out: Path, adapter_scale: float | None = None) -> dict[str, Any]:
+    """The verdict on the run in `folder`, from the report in `out` (`attribute` with its defaults, or at
+    `adapter_scale`, writes it there when there is none)."""
     from gradian import attribute
     from gradian.settings import AttributeSettings
 
@@ -43,7 +45,8 @@ def verdict_of(folder: Path, out: Path) -> dict[str, Any]:
         settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"),
                                      run=str(folder / "run"), dataset=str(folder / "train.jsonl"),
                                      eval_dataset=str(folder / "eval.jsonl"),
-                                     capability=truth.get("capability", "json_formatting"), out=str(out))
+                                     capability=truth.get("capability", "json_formatting"), out=str(out),
+                                     **({"adapter_scale": adapter_scale} if adapter_scale is not None else {}))
         attribute(settings)
     report = json.loads((out / "report.json").read_text())
     significant = bool(report["regression"].get("significant")) and report["regression"].get("delta", 0) < 0
@@ -95,10 +98,12 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--only", nargs="*", help="folder names to run (default: every folder)")
     parser.add_argument("--jobs", type=int, default=jobs.default_jobs(), help="runs at once (default: CPUs)")
+    parser.add_argument("--adapter-scale", type=float, default=None, help="attribute's --adapter-scale")
     args = parser.parse_args()
     folders = [p for p in sorted(args.runs.iterdir()) if (p / "measured.json").exists()
                and (not args.only or p.name in args.only)]
-    rows = jobs.run_jobs(verdict_of, [(folder, args.work / folder.name) for folder in folders], args.jobs,
+    rows = jobs.run_jobs(verdict_of, [(folder, args.work / folder.name, args.adapter_scale) for folder in folders],
+                         args.jobs,
                          lambda row: print(json.dumps(row), flush=True))
     (args.work / "verdicts.json").write_text(json.dumps(rows, indent=1) + "\n")
     text = markdown(rows)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gradian.gradients.distributed import Ranks, join
+from gradian.gradients.point import adapter_point, gradient_point
 from gradian.settings import AttributeSettings
 from gradian.stages import (
     AttributeResult,
@@ -74,29 +75,32 @@ def attribute(settings: AttributeSettings, *, say: Say | None = None, bar: Bar |
                 else None
             return report(settings, audit, measured, served=as_served, training_noise=noise)
 
-        query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
-        say((f"gradients: the gradients GradianCallback captured in training, {len(audit.rendered)} training rows"
-             if settings.checkpoints == "captured" else
-             f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
-            + (f", {ranks.world} processes" if ranks.world > 1 else "")
-            + (", with their harmful positions" if query.harm_direction is not None else "")
-            + (", with their RepSim" if query.states is not None else ""))
-        extraction = extract(settings, audit, model, ranks=ranks, bar=bar, prepared=prepared,
-                             query=query)
-        if not ranks.is_main:
-            return None  # rank 0 scores, ranks, clusters and reports
+        point = gradient_point(settings, prepared.checkpoints)
+        with adapter_point(model, point):  # the gradient stages read the adapter there (B × point)
+            query = queries(settings, audit, measured, model, tokenizer, prepared, ranks=ranks)
+            say((f"gradients: the gradients GradianCallback captured in training, {len(audit.rendered)} training rows"
+                 if settings.checkpoints == "captured" else
+                 f"gradients: per-example LoRA gradients of {len(audit.rendered)} training rows")
+                + (f", read with the adapter's B × {point:g}" if point != 1.0 else "")
+                + (f", {ranks.world} processes" if ranks.world > 1 else "")
+                + (", with their harmful positions" if query.harm_direction is not None else "")
+                + (", with their RepSim" if query.states is not None else ""))
+            extraction = extract(settings, audit, model, ranks=ranks, bar=bar, prepared=prepared,
+                                 query=query)
+            if not ranks.is_main:
+                return None  # rank 0 scores, ranks, clusters and reports
 
-        over = (f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else
-                f", TracIn over {extraction.captured_steps} captured steps" if extraction.captured_steps else "")
-        say(f"scores: {len(query.pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} "
-            f"preconditioner{over}")
-        scores = score(settings, extraction, model, audit, query, bar=bar)
-        if query.row_harm == "tokens":
-            say("scores: each training row's harmful tokens, one forward-mode pass per batch")
-        if settings.rank == "activation":
-            say("ranking: the base model's answers to the training prompts and the rows' activation differences")
-        ranking = rank(settings, scores, extraction, model, audit, query, bar=bar, tokenizer=tokenizer)
-        say("clusters: grouping and naming the training rows")
-        clusters = cluster(settings, audit, extraction.store, ranking.effects)
-        return report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
-                      extraction=extraction, model=model, tokenizer=tokenizer, served=as_served)
+            over = (f", TracIn-CP over {len(extraction.checkpoints)} checkpoints" if extraction.checkpoints else
+                    f", TracIn over {extraction.captured_steps} captured steps" if extraction.captured_steps else "")
+            say(f"scores: {len(query.pairs)} failing eval rows, {settings.query} query, {settings.preconditioner} "
+                f"preconditioner{over}")
+            scores = score(settings, extraction, model, audit, query, bar=bar)
+            if query.row_harm == "tokens":
+                say("scores: each training row's harmful tokens, one forward-mode pass per batch")
+            if settings.rank == "activation":
+                say("ranking: the base model's answers to the training prompts and the rows' activation differences")
+            ranking = rank(settings, scores, extraction, model, audit, query, bar=bar, tokenizer=tokenizer)
+            say("clusters: grouping and naming the training rows")
+            clusters = cluster(settings, audit, extraction.store, ranking.effects)
+            return report(settings, audit, measured, query=query, ranking=ranking, clusters=clusters,
+                          extraction=extraction, model=model, tokenizer=tokenizer, served=as_served)

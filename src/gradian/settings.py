@@ -73,6 +73,11 @@ class ExtractSettings:
                 "(BENCHMARKS.md); captured: TracIn over the steps each row trained at, from the gradients "
                 "GradianCallback(capture=True) took in training (the run folder's gradian_capture/), with no "
                 "extraction pass"})
+    adapter_scale: float = field(default=1.0, metadata={"min": 0.0, "max": 1.0, "help": (
+        "read the gradients with every LoRA B matrix times this: 1 (default) the fine-tune itself; below 1 a point "
+        "on the way from the base (B starts at 0), where a row the base already answers alike carries less of the "
+        "harm. 0.75 ranked best on the real-model suite's dev half and worst on the tiny proxy's cut and fenced "
+        "families (BENCHMARKS.md); the final adapter only, not TracIn-CP or --rank activation")})
     proj_dim: int | None = field(default=None, metadata={"min": 1, "help": "projected feature size; None: automatic"})
     proj_budget: ProjBudget = field(default="energy", metadata={
         "help": "how proj_dim is shared over the LoRA matrices when they are projected: energy (shares ∝ each "

@@ -28,7 +28,8 @@ def extract_command(**options: typing.Any) -> None:
     `--run` as its own `--run-path`); `gradian attribute` runs the same way.
     """
     from gradian.gradients.distributed import join, leave
-    from gradian.stages import extract, load, output_folder, run_audit
+    from gradian.gradients.point import adapter_point, gradient_point
+    from gradian.stages import extract, load, output_folder, prepare, run_audit
 
     try:
         settings = ExtractSettings(**options)
@@ -43,7 +44,10 @@ def extract_command(**options: typing.Any) -> None:
         speak(f"gradients: {len(audit.rendered)} training rows"
               + (" (as the trainer prepared them, from the run's record)" if audit.setup.rows_from == "record" else "")
               + (f", {ranks.world} processes" if ranks.world > 1 else ""))
-        extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None)
+        prepared = prepare(settings, audit, model)
+        with adapter_point(model, gradient_point(settings, prepared.checkpoints)):  # where attribute reads them
+            extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None,
+                                 prepared=prepared)
     leave(ranks)
     if ranks.is_main:
         stores = [extraction.store, *extraction.checkpoint_stores]
