@@ -235,8 +235,9 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     if other is None and path.suffix.lower() in (".csv", ".tsv"):
         other = "a CSV file"
     if other is not None:
-        raise InputError(f"is {other}; Gradian reads JSONL, a JSON array, gzip-compressed JSONL or Parquet: write the "
-                         "rows as JSONL (datasets' `Dataset.to_json`) and pass that file.", path)
+        raise InputError(f"is {other}; Gradian reads JSONL or a JSON array (either gzip-compressed), Parquet, or a "
+                         "folder `save_to_disk` wrote: write the rows as JSONL (datasets' `Dataset.to_json`) and pass "
+                         "that file.", path)
     if not magic.startswith(GZIP):
         yield from _json_rows(path, open)
         return
