@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def each_run(run_record: Callable[[Path, Path], dict | None], folders: Sequence[Path], work: Path,
@@ -19,3 +20,22 @@ def each_run(run_record: Callable[[Path, Path], dict | None], folders: Sequence[
             print(json.dumps(record), flush=True)
             results.write_text(json.dumps(records, indent=1) + "\n")
     return records
+
+
+def ranked_run(folder: Path, work: Path) -> tuple[Any, dict, Any] | None:
+    """(the run `suite_quality.py` ranks, its truth.json, (N,) which rows are planted) for a study of the default's
+    gradients; `gradian attribute` runs into `work/attribute` first where `suite_quality.py` has not. None where
+    nothing was ranked (refused by the gate, or nothing planted)."""
+    from benchmarks.harness import suite_quality
+    from gradian import attribute
+    from gradian.scenarios.evaluate import planted
+
+    settings = suite_quality._settings(folder, work)
+    if not (Path(settings.out) / "report.json").exists():
+        attribute(settings)
+    report = json.loads((Path(settings.out) / "report.json").read_text())
+    truth = json.loads((folder / "truth.json").read_text())
+    if not (truth["culprit_ids"] and report["clusters"]):
+        return None
+    run = suite_quality._GradientRun(settings, work, suite_quality.Clock())
+    return run, truth, planted([r.example_id for r in run.audit.rendered], truth)

@@ -19,35 +19,17 @@ extraction of every row and the queries' backward. Writes each run's harms to `W
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from benchmarks.harness import suite_quality
-from benchmarks.studies import each_run
-from gradian.scenarios.evaluate import auprc, planted
+from benchmarks.studies import each_run, ranked_run
+from gradian.gradients.point import adapter_point
+from gradian.scenarios.evaluate import auprc
 
 SCALES = (1.0, 0.75, 0.5, 0.25, 0.0)
-
-
-@contextmanager
-def scaled_b(model: torch.nn.Module, scale: float) -> Iterator[None]:
-    """Every LoRA B matrix times `scale` inside the block, restored after."""
-    saved = [(p, p.detach().clone()) for name, p in model.named_parameters() if "lora_B" in name]
-    with torch.no_grad():
-        for p, _ in saved:
-            p.mul_(scale)
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for p, value in saved:
-                p.copy_(value)
 
 
 def harms_at(run: suite_quality._GradientRun, scale: float) -> tuple[np.ndarray, float]:
@@ -57,7 +39,7 @@ def harms_at(run: suite_quality._GradientRun, scale: float) -> tuple[np.ndarray,
 
     kind = suite_quality.default_variant().split(" · ")[0]
     started = time.perf_counter()
-    with scaled_b(run.model, scale):
+    with adapter_point(run.model, scale):
         direction = query_direction(run.model, run.pairs(kind), base_kind(kind))
         harm = run.extracted_harms(run.model, run.audit.rendered, direction, batch_size=run.settings.batch_size)
     return harm, time.perf_counter() - started
@@ -65,17 +47,10 @@ def harms_at(run: suite_quality._GradientRun, scale: float) -> tuple[np.ndarray,
 
 def run_record(folder: Path, work: Path, scales: tuple[float, ...] = SCALES) -> dict | None:
     """The run's AUPRCs at each point; `gradian attribute` runs into `work/attribute` first where it has not."""
-    from gradian import attribute
-
-    settings = suite_quality._settings(folder, work)
-    if not (Path(settings.out) / "report.json").exists():
-        attribute(settings)
-    report = json.loads((Path(settings.out) / "report.json").read_text())
-    truth = json.loads((folder / "truth.json").read_text())
-    if not (truth["culprit_ids"] and report["clusters"]):
+    found = ranked_run(folder, work)
+    if found is None:
         return None  # refused by the gate, or nothing planted: nothing was ranked
-    run = suite_quality._GradientRun(settings, work, suite_quality.Clock())
-    positive = planted([r.example_id for r in run.audit.rendered], truth)
+    run, truth, positive = found
     harms, seconds = {}, {}
     for scale in scales:
         harms[f"s={scale:g}"], seconds[f"s={scale:g}"] = harms_at(run, scale)

@@ -23,16 +23,15 @@ Prints one line per run, AUPRC of the planted rows for the default, the contrast
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.harness import suite_quality
-from benchmarks.studies import each_run
+from benchmarks.studies import each_run, ranked_run
 from gradian.data.render import IGNORE, Rendered
-from gradian.scenarios.evaluate import auprc, planted
+from gradian.scenarios.evaluate import auprc
 
 
 def base_rendered(run: suite_quality._GradientRun) -> tuple[list[int], list[Rendered]]:
@@ -65,18 +64,11 @@ def contrast_harms(run: suite_quality._GradientRun) -> tuple[np.ndarray, np.ndar
 
 def run_record(folder: Path, work: Path) -> dict | None:
     """The run's AUPRCs; `gradian attribute` runs into `work/attribute` first where `suite_quality.py` has not."""
-    from gradian import attribute
-
-    settings = suite_quality._settings(folder, work)
-    if not (Path(settings.out) / "report.json").exists():
-        attribute(settings)
-    report = json.loads((Path(settings.out) / "report.json").read_text())
-    truth = json.loads((folder / "truth.json").read_text())
-    if not (truth["culprit_ids"] and report["clusters"]):
+    found = ranked_run(folder, work)
+    if found is None:
         return None  # refused by the gate, or nothing planted: nothing was ranked
-    run = suite_quality._GradientRun(settings, work, suite_quality.Clock())
+    run, truth, positive = found
     harm, contrast, seconds = contrast_harms(run)
-    positive = planted([r.example_id for r in run.audit.rendered], truth)
     ingredients = work / "ingredients.npz"  # suite_quality's, where it ranked the run
     activation = np.load(ingredients)["activation"] if ingredients.exists() else None
     return {"run": folder.name, "split": truth["split"], "family": truth["family"], "culprits": int(positive.sum()),
