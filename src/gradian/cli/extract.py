@@ -41,11 +41,13 @@ def extract_command(**options: typing.Any) -> None:
         speak("audit: rendering the rows as trained")
         audit = run_audit(settings, write=False)
         model, _ = load(settings, audit, ranks)
+        prepared = prepare(settings, audit, model)
+        point = gradient_point(settings, prepared.checkpoints)
         speak(f"gradients: {len(audit.rendered)} training rows"
               + (" (as the trainer prepared them, from the run's record)" if audit.setup.rows_from == "record" else "")
+              + (f", read with the adapter's B × {point:g}" if point != 1.0 else "")
               + (f", {ranks.world} processes" if ranks.world > 1 else ""))
-        prepared = prepare(settings, audit, model)
-        with adapter_point(model, gradient_point(settings, prepared.checkpoints)):  # where attribute reads them
+        with adapter_point(model, point):  # where attribute reads them
             extraction = extract(settings, audit, model, ranks=ranks, bar=bar if ranks.is_main else None,
                                  prepared=prepared)
     leave(ranks)
