@@ -21,10 +21,11 @@ import torch
 
 from benchmarks.harness.run_all import prepared
 from gradian.gradients.energy import share_budget
+from gradian.gradients.point import restored_weights
 from gradian.scenarios.evaluate import culprit_metrics
 from gradian.scores.pairs import base_kind, query_pairs
 from gradian.scores.scoring import total_effect
-from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
+from gradian.scores.tracin import checkpoint_weights, load_checkpoint, tracin_cp_effects
 from gradian.settings import AttributeSettings
 
 

@@ -15,9 +15,10 @@ from conftest import make_tiny_model
 from gradian.data.render import IGNORE, Rendered
 from gradian.errors import InputError
 from gradian.gradients.extract import extract_train_features
+from gradian.gradients.point import restored_weights
 from gradian.gradients.settings import GradientSettings
 from gradian.scores.queries import QueryPair
-from gradian.scores.tracin import checkpoint_weights, load_checkpoint, restored_weights, tracin_cp_effects
+from gradian.scores.tracin import checkpoint_weights, load_checkpoint, tracin_cp_effects
 
 torch.set_num_threads(2)
 

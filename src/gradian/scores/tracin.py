@@ -22,8 +22,7 @@ place; the model's own adapter weights are put back afterwards, also when someth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from gradian.errors import InputError, reason
 from gradian.files import read_json_object
 from gradian.gradients.extract import extract_train_features
 from gradian.gradients.hooks import lora_fingerprint
+from gradian.gradients.point import adapter_name, restored_weights
 from gradian.gradients.settings import GradientSettings
 from gradian.gradients.store import FeatureStore
 from gradian.scores.queries import QueryPair, query_features
@@ -149,7 +149,7 @@ def load_checkpoint(model: nn.Module, checkpoint: Checkpoint | str | Path) -> No
     folder = checkpoint.path if isinstance(checkpoint, Checkpoint) else Path(checkpoint)
     _check_adapter_file(folder)
     path = folder / ADAPTER_FILE
-    adapter = _adapter_name(model)
+    adapter = adapter_name(model)
     try:
         result: Any = set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter)
     except Exception as error:  # a size mismatch: the checkpoint is from another adapter configuration
@@ -162,29 +162,9 @@ def load_checkpoint(model: nn.Module, checkpoint: Checkpoint | str | Path) -> No
         raise InputError(f"{what} ({extra}); is the checkpoint from this run?", path)
 
 
-def _adapter_name(model: nn.Module) -> str:
-    if not hasattr(model, "peft_config"):
-        raise InputError("the model has no PEFT adapter; load the base model with its LoRA adapter first.")
-    return getattr(model, "active_adapter", None) or "default"
-
-
 def _is_adapter_key(key: str, adapter: str) -> bool:
     parts = key.split(".")
     return adapter in parts and any(part.startswith("lora_") for part in parts)
-
-
-@contextmanager
-def restored_weights(model: nn.Module) -> Iterator[None]:
-    """Put the adapter weights the model holds now back on exit, also after an error."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    adapter = _adapter_name(model)
-    saved = {key: value.detach().clone() for key, value in get_peft_model_state_dict(model, adapter_name=adapter)
-             .items()}
-    try:
-        yield
-    finally:
-        set_peft_model_state_dict(model, saved, adapter_name=adapter)
 
 
 def checkpoint_stores(
