@@ -296,9 +296,8 @@ def _saved_rows(path: Path) -> Iterator[tuple[int, Any]]:
     import pyarrow
 
     try:
-        saved = datasets.load_from_disk(str(path))
-        yield from _numbered(saved.select(range(start, min(start + 1024, len(saved)))).to_list()
-                             for start in range(0, len(saved), 1024))
+        saved = datasets.load_from_disk(str(path)).with_format("arrow")  # its Arrow tables, as a Parquet file's
+        yield from _numbered(table.to_pylist() for table in saved.iter(batch_size=1024))
     except (pyarrow.ArrowException, OSError, ValueError, KeyError) as error:
         raise InputError(f"is not a readable saved dataset ({reason(error)}); save it again, or pass the rows as "
                          "JSONL.", path) from None
