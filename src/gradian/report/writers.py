@@ -77,9 +77,8 @@ def write_cleaned(path: Path, examples: Sequence[Example], culprits: np.ndarray)
     """The training file minus the culprit rows (`culprits`: their positions), every other line byte-for-byte.
 
     When the examples' source file is JSONL whose lines still hold the same rows, its lines are copied; otherwise
-    (a JSON array, gzip-compressed JSONL, Parquet, a file changed or gone) each kept row is written back as one
-    JSON line. Written a line at a
-    time through a temporary file.
+    (a JSON array, gzip-compressed JSONL, Parquet, a saved dataset folder, a file changed or gone) each kept row is
+    written back as one JSON line. Written a line at a time through a temporary file.
     """
     source = _unchanged_source(examples)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -116,7 +115,7 @@ def _unchanged_source(examples: Sequence[Example]) -> Path | None:
                     number += 1
                 if not _same_row(line, example.raw):
                     return None
-    except UnicodeDecodeError:  # gzip-compressed JSONL or Parquet: each kept row is written back
+    except UnicodeDecodeError:  # gzip-compressed JSONL, Parquet, or a file re-encoded since: rows are written back
         return None
     return Path(sources[0])
 
