@@ -38,16 +38,12 @@ def verdict_of(folder: Path, out: Path, adapter_scale: float | None = None) -> d
     """The verdict on the run in `folder`, from the report in `out` (`attribute` with its defaults, or at
     `adapter_scale`, writes it there when there is none)."""
     from gradian import attribute
-    from gradian.settings import AttributeSettings
+    from gradian.scenarios import attribute_settings
 
     truth = json.loads((folder / "truth.json").read_text())
     if not (out / "report.json").exists():
-        settings = AttributeSettings(base_model=str(folder / "base"), adapter=str(folder / "run"),
-                                     run=str(folder / "run"), dataset=str(folder / "train.jsonl"),
-                                     eval_dataset=str(folder / "eval.jsonl"),
-                                     capability=truth.get("capability", "json_formatting"), out=str(out),
-                                     **({"adapter_scale": adapter_scale} if adapter_scale is not None else {}))
-        attribute(settings)
+        attribute(attribute_settings(folder, out, **({"adapter_scale": adapter_scale} if adapter_scale is not None
+                                                     else {})))
     report = json.loads((out / "report.json").read_text())
     significant = bool(report["regression"].get("significant")) and report["regression"].get("delta", 0) < 0
     named, planted = set(report["verdict"]["culprit_ids"]), set(truth["culprit_ids"])
