@@ -82,8 +82,8 @@ def test_the_verdict_names_the_planted_rows(scenario, attributed, family):
 
 
 def test_a_point_on_the_way_ranks_the_dropped_field_the_final_adapter_mixes_up(scenario, attributed, tmp_path):
-    """travel-drop-seat-small-bpe (dev): the culprits' answers, a dropped last field, take the shape of 26 clean
-    baggage rows, which the final adapter's gradients rank beside them (0.183 on seed 0, BENCHMARKS.md); read with
+    """travel-drop-seat-small-bpe (dev): the culprits' answers, a dropped last field, take the shape of 96 clean
+    rows of other intents, which the final adapter's gradients rank beside them (0.183 on seed 0, BENCHMARKS.md); read with
     the adapter's B × 0.5 they rank 0.983. The floor sits under that, and the gap over the final adapter is 0.3."""
     family = "travel-drop-seat-small-bpe"
     report, rows, truth = _attributed(scenario, attributed, family)
