@@ -13,6 +13,10 @@ unchanged): the costs that do not grow with the rows (the answers to the eval pr
 sample, the gradient check, the report's top rows) are then spread over K times the rows. Its epoch is the run's
 epoch times K, an estimate: an epoch of K times the rows takes K times the steps of the same shapes.
 
+`--retime` trains one epoch of the run's own recipe (its sft_config.yaml, rows, base and seed) in this process before
+explaining it, and divides by that epoch instead of the build's: the build may have trained beside other jobs, and a
+ratio is only a ratio when both sides were timed in one run on a quiet machine.
+
 `--stages` also prints each stage's seconds inside the run (`stage_clock`: the pipeline's stages, the extraction's
 energy pass, gradient check and long pass, and the report's harm tokens), to see where the time goes.
 """
@@ -29,12 +33,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 import gradian
 import gradian.pipeline
 import gradian.stages.extraction
 import gradian.stages.reporting
 from gradian import attribute
 from gradian.scenarios import attribute_settings
+from gradian.scenarios.finetune import train_lora
 
 STAGES = {gradian.pipeline: ("run_audit", "load", "regression", "queries", "extract", "score", "rank", "cluster",
                              "report"),
@@ -46,6 +53,22 @@ def epoch_seconds(folder: Path) -> float:
     """The run's training seconds per epoch, from the last entry of its trainer_state.json."""
     last = json.loads((folder / "run" / "trainer_state.json").read_text())["log_history"][-1]
     return float(last["train_runtime"]) / float(last["epoch"])
+
+
+def retimed_epoch(folder: Path) -> float:
+    """Seconds of one epoch of the run's own recipe, trained now: the rows, base, seed and sft_config.yaml of the
+    scenario folder (its LoRA settings and collator as the build passed them)."""
+    config = yaml.safe_load((folder / "run" / "sft_config.yaml").read_text())
+    lora = {"r": config.pop("lora_r"), "lora_alpha": config.pop("lora_alpha"),
+            "lora_dropout": config.pop("lora_dropout"), "target_modules": config.pop("lora_target_modules")}
+    collator = config.pop("data_collator", None)
+    config.pop("use_peft", None)
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines() if line.strip()]
+    truth = folder / "truth.json"
+    seed = int(json.loads(truth.read_text()).get("seed", 0)) if truth.exists() else 0
+    with tempfile.TemporaryDirectory() as work:
+        train_lora(folder / "base", rows, Path(work) / "run", {**config, "num_train_epochs": 1}, lora, collator, seed)
+        return epoch_seconds(Path(work))
 
 
 def copied(folder: Path, copies: int, into: Path) -> Path:
@@ -94,15 +117,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rank", default=None, help="attribute's --rank (default: its own default)")
     parser.add_argument("--copies", type=int, default=1, help="each training row this many times (module docstring)")
+    parser.add_argument("--retime", action="store_true", help="train one epoch of the run's recipe here first and "
+                        "divide by it (module docstring)")
     parser.add_argument("--stages", action="store_true", help="each stage's seconds too")
     parser.add_argument("--results", type=Path, help="also write every run's seconds here (JSON), as they come")
     args = parser.parse_args()
     print(f"gradian from {Path(gradian.__file__).parent}")
     records = []
     for folder in args.folders:
-        epoch = epoch_seconds(folder) * args.copies
+        built = epoch_seconds(folder)
+        epoch = (retimed_epoch(folder) if args.retime else built) * args.copies
         print(f"{folder.name}: the run's epoch {epoch:.1f} s" + (f" (its own times {args.copies})" if args.copies > 1
-                                                                 else ""), flush=True)
+                                                                 else "") +
+              (f", retimed here (the build's: {built:.1f} s)" if args.retime else ""), flush=True)
         with tempfile.TemporaryDirectory() as work:
             explained = copied(folder, args.copies, Path(work) / "run") if args.copies > 1 else folder
             for _ in range(args.repeats):
@@ -115,7 +142,8 @@ def main() -> None:
                 print(f"  attribute {seconds:.1f} s = {seconds / epoch:.2f} epochs", flush=True)
                 if args.stages:
                     print("  " + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items()), flush=True)
-                records.append({"run": folder.name, "copies": args.copies, "epoch_s": epoch, "attribute_s": seconds,
+                records.append({"run": folder.name, "copies": args.copies, "epoch_s": epoch,
+                                "build_epoch_s": built * args.copies, "retimed": args.retime, "attribute_s": seconds,
                                 "epochs": seconds / epoch, "stages": dict(stages)})
                 if args.results:
                     args.results.write_text(json.dumps(records, indent=1) + "\n")
