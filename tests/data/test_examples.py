@@ -70,8 +70,19 @@ def test_bad_input_names_file_and_line(tmp_path, content, line, words):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="no such file; check the path"):
         read_dataset(tmp_path / "nope.jsonl")
+
+
+def test_hub_name_says_how_to_save_it(tmp_path, monkeypatch):
+    """A Hub dataset's name, as TRL's dataset_name takes one: the sentence says how to write it to a file."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as error:
+        read_dataset("HuggingFaceH4/ultrachat_200k")
+    assert "never downloads" in str(error.value) and 'load_dataset("HuggingFaceH4/ultrachat_200k"' in str(error.value)
+    assert "\n" not in str(error.value)
+    with pytest.raises(InputError, match="no such file; check the path"):  # a file's name is not a Hub name
+        read_dataset("data/train.jsonl")
 
 
 @pytest.mark.parametrize("content", ['{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n",

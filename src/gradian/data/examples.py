@@ -159,6 +159,19 @@ def collect_dataset(path: str | Path, collect: Callable[[Iterator[Example]], T],
         return collect(iter_dataset(path, eval_set=eval_set, text_field=text_field, explicit=taken))
 
 
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `load_dataset` and TRL's dataset_name take one
+
+
+def missing(path: Path) -> str:
+    """What to do about a dataset path that does not exist: check it, or, where it reads as a Hub dataset's name
+    (owner/name, no file suffix), save that dataset to a file first (Gradian reads files and never downloads)."""
+    if HUB_NAME.fullmatch(str(path)) and not path.suffix:
+        return (f"no such file; Gradian reads the rows from a file and never downloads, so a Hub dataset is read once "
+                f"saved: datasets.load_dataset(\"{path}\", split=\"train\").to_json(\"train.jsonl\"), then pass "
+                f"--dataset train.jsonl.")
+    return "no such file; check the path."
+
+
 def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text",
                  explicit: frozenset[str] = frozenset()) -> Iterator[Example]:
     """`read_dataset` one row at a time (for `data.columns.ExampleColumns.from_examples`: no list of every row).
@@ -171,7 +184,7 @@ def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = 
     try:
         path.stat()
     except (FileNotFoundError, NotADirectoryError):
-        raise InputError("no such file; check the path.", path) from None
+        raise InputError(missing(path), path) from None
     except (OSError, ValueError) as error:  # a name too long, a symlink loop, a NUL byte
         raise InputError(f"cannot be opened ({getattr(error, 'strerror', None) or reason(error)}); check the path.",
                          path) from None
