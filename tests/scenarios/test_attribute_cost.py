@@ -36,3 +36,32 @@ def test_the_stage_clock_times_each_stage_inside_and_puts_it_back(monkeypatch):
         assert stage.step(1) == 1 and stage.step(2) == 2 and stage.step is not original  # type: ignore[attr-defined]
     assert calls == [1, 2] and set(seconds) == {"step"} and seconds["step"] >= 0
     assert stage.step is original  # type: ignore[attr-defined]
+
+
+def test_retimed_epoch_trains_one_epoch_of_the_recorded_recipe(tmp_path, monkeypatch):
+    """sft_config.yaml's fields go back to train_lora as the build passed them: SFTConfig fields (one epoch), the LoRA
+    settings, the collator and the seed; the epoch is the new run's train_runtime per epoch."""
+    import yaml
+
+    from benchmarks.speed import attribute_cost
+
+    folder = tmp_path / "scenario"
+    (folder / "run").mkdir(parents=True)
+    (folder / "run" / "sft_config.yaml").write_text(yaml.safe_dump({
+        "learning_rate": 0.001, "num_train_epochs": 2, "use_peft": True, "lora_r": 16, "lora_alpha": 32,
+        "lora_dropout": 0.0, "lora_target_modules": "all-linear", "data_collator": "a.Collator"}))
+    (folder / "train.jsonl").write_text('{"id": "a", "prompt": "p", "completion": "c"}\n')
+    (folder / "truth.json").write_text('{"seed": 3}')
+    seen = {}
+
+    def train_lora(base, rows, run_dir, sft, lora, collator, seed):
+        seen.update(base=base, rows=rows, sft=sft, lora=lora, collator=collator, seed=seed)
+        run_dir.mkdir(parents=True)
+        (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": [{"train_runtime": 12.0, "epoch": 1.0}]}))
+
+    monkeypatch.setattr(attribute_cost, "train_lora", train_lora)
+    assert attribute_cost.retimed_epoch(folder) == 12.0
+    assert seen["sft"] == {"learning_rate": 0.001, "num_train_epochs": 1}
+    assert seen["lora"] == {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
+    assert (seen["collator"], seen["seed"], seen["base"]) == ("a.Collator", 3, folder / "base")
+    assert seen["rows"] == [{"id": "a", "prompt": "p", "completion": "c"}]
