@@ -23,6 +23,7 @@ ingredients where it ranked the run.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from gradian.scenarios.evaluate import auprc
 BASELINES = ("activation", "length control", "positions/naive", "part/repsim/sim", "sim/tfidf")
 
 
-def position_parts(run, direction: list[torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray]]:
+def position_parts(run, direction: list[torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Per trained row (None for a dropped one): ((T,) h_s summed over the LoRA matrices, (T,) p_base of the next
     label at s, NaN where it is not supervised)."""
     from gradian.gradients.batches import row_batches
@@ -46,7 +47,7 @@ def position_parts(run, direction: list[torch.Tensor]) -> list[tuple[np.ndarray,
     model, rendered = run.model, run.audit.rendered
     matrices = lora_matrices(model)
     parts: list[torch.Tensor] = []
-    out: list = [None] * len(rendered)
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(rendered)
     trained = [i for i, row in enumerate(rendered) if not row.dropped]
     settings = GradientSettings(batch_size=run.settings.batch_size)
     with dropout_off(model), capture_positions(matrices, direction, parts.append), gradient_roots(matrices) as roots:
@@ -84,8 +85,6 @@ def weighted(parts: list, weight: str, prompt: float) -> np.ndarray:
 def run_record(folder: Path, work: Path, saved: bool = False) -> dict | None:
     """The run's AUPRC for each weighting, alone and combined with relevance as `--rank combined` combines it, beside
     suite_quality's baselines where it ranked the run; `saved`: the harms this study wrote before, none computed."""
-    import json
-
     from gradian.scenarios.evaluate import planted
 
     if saved:
