@@ -10,6 +10,7 @@ import pytest
 
 from gradian.regression.statistics import (
     RegressionSummary,
+    clopper_pearson,
     compare,
     detectable_drop,
     mcnemar_counts,
@@ -117,9 +118,9 @@ def test_five_answers_broken_none_fixed_on_80_prompts_is_refused_with_the_noise_
     assert summary.ci_low < 0 < summary.ci_high
     assert not summary.significant and summary.verdict == "no-regression"
     assert summary.detectable_drop == pytest.approx(6 / 80)
-    assert (summary.test, summary.interval) == ("mcnemar-exact", "exact-conditional")
+    assert (summary.test, summary.interval) == ("mcnemar-exact", "exact-product")
     assert summary.explain() == (
-        "The fine-tuned model passes json_formatting on 94% vs 100% for the base (Δ −6 points, 95% CI −6 to +0.3, "
+        "The fine-tuned model passes json_formatting on 94% vs 100% for the base (Δ −6 points, 95% CI −14 to +0.6, "
         "n=80): inside the noise band (these 80 prompts detect a drop of 7.5 points or more: 6 answers broken, "
         "none fixed), so Gradian does not attribute."
     )
@@ -130,7 +131,8 @@ def test_six_answers_broken_none_fixed_on_80_prompts_is_a_regression():
     summary = compare(*_binary_run(6, 0, unchanged=74), binary=True)
     assert summary.p_value == pytest.approx(0.03125, rel=1e-12)
     assert summary.ci_low <= summary.delta <= summary.ci_high < 0
-    assert summary.ci_high == pytest.approx(6 / 80 * (1 - 2 * 0.025 ** (1 / 6)), rel=1e-10)  # the exact interval
+    share_low = _clopper_pearson_by_hand(6, 80)[0]  # π's lower end solves π⁶ = 0.025; the share's lower end holds 6
+    assert summary.ci_high == pytest.approx(share_low * (1 - 2 * 0.025 ** (1 / 6)), rel=1e-9)
     assert summary.significant and summary.verdict == "regression"
 
 
@@ -155,11 +157,35 @@ def test_the_exact_p_value_matches_a_float64_binomial_sum_by_hand(broken, fixed)
     assert mcnemar_counts(broken, fixed, discordant + 10).p_value == pytest.approx(expected, rel=1e-10, abs=1e-300)
 
 
-def test_the_interval_is_clopper_pearson_of_the_broken_share_mapped_to_the_difference():
-    # 6 broken, none fixed: π's lower end solves π⁶ = 0.025, and delta = (6 / 80) × (1 − 2π)
-    evidence = mcnemar_counts(6, 0, 80)
-    assert evidence.ci_low == pytest.approx(-6 / 80)
-    assert evidence.ci_high == pytest.approx(6 / 80 * (1 - 2 * 0.025 ** (1 / 6)), rel=1e-10)
+def _clopper_pearson_by_hand(k: int, m: int, tail: float = 0.025) -> tuple[float, float]:
+    """Bisection on float64 binomial sums: the lower end solves P(X ≥ k | p) = tail, the upper P(X ≤ k | p) = tail."""
+    def below(p: float, top: int) -> float:  # P(X ≤ top), X ~ Bin(m, p); falls as p grows
+        return sum(comb(m, j) * p**j * (1 - p) ** (m - j) for j in range(top + 1))
+
+    def solve(falling, target: float) -> float:
+        lo, hi = 0.0, 1.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if falling(mid) > target else (lo, mid)
+        return (lo + hi) / 2
+
+    low = 0.0 if k == 0 else solve(lambda p: below(p, k - 1), 1 - tail)  # P(X ≥ k) = tail
+    high = 1.0 if k == m else solve(lambda p: below(p, k), tail)
+    return low, high
+
+
+def test_the_interval_is_every_product_of_the_change_and_the_changed_share_in_float64():
+    """delta = s × (1 − 2π): π the broken share of the changed answers, s the changed share of the prompts, each with
+    its Clopper-Pearson interval (the ends where a one-sided binomial tail is 0.025), solved here by bisection."""
+    for broken, fixed, n in ((6, 0, 80), (8, 2, 120), (17, 9, 200), (0, 7, 80), (40, 41, 200)):
+        (p_low, p_high), (s_low, s_high) = _clopper_pearson_by_hand(broken, broken + fixed), _clopper_pearson_by_hand(broken + fixed, n)
+        products = [s * (1 - 2 * p) for s in (s_low, s_high) for p in (p_low, p_high)]
+        evidence = mcnemar_counts(broken, fixed, n)
+        assert evidence.ci_low == pytest.approx(min(products), rel=1e-9, abs=1e-12), (broken, fixed)
+        assert evidence.ci_high == pytest.approx(max(products), rel=1e-9, abs=1e-12), (broken, fixed)
+    nothing = mcnemar_counts(0, 0, 80)  # nothing changed: the change may be anything, the share small
+    assert nothing.p_value == 1.0 and nothing.ci_low == pytest.approx(-_clopper_pearson_by_hand(0, 80)[1]) and nothing.ci_high == \
+        pytest.approx(_clopper_pearson_by_hand(0, 80)[1])
 
 
 def test_the_detectable_drop_is_the_fewest_broken_answers_the_test_passes():
@@ -182,7 +208,7 @@ def test_graded_gate_and_its_interval_never_disagree():
         if case % 2:  # coarse scores: ties, and differences that are zero only up to rounding
             base, tuned = np.round(base, 1), np.round(tuned, 1)
         summary = compare(base, tuned, binary=False)
-        assert (summary.test, summary.interval) == ("wilcoxon", "signed-rank-inverted")
+        assert (summary.test, summary.interval) == ("wilcoxon", "signed-rank-product")
         assert (summary.p_value < 0.05) == (summary.ci_high < 0 or summary.ci_low > 0), (case, summary)
         assert summary.significant == (summary.ci_high < 0 and summary.delta < 0), (case, summary)
 
@@ -191,7 +217,9 @@ def test_graded_interval_of_six_equal_drops_is_that_drop_and_significant():
     diffs = np.r_[np.zeros(74), np.full(6, -0.5)]
     evidence = signed_rank(diffs)
     assert evidence.p_value == pytest.approx(0.03125)  # exact signed-rank: all 6 ranks negative, 2 / 2⁶
-    assert evidence.ci_low == pytest.approx(-0.5 * 6 / 80) and evidence.ci_high == pytest.approx(-0.5 * 6 / 80)
+    share_low, share_high = clopper_pearson(6, 80)
+    assert evidence.ci_low == pytest.approx(-0.5 * share_high) and evidence.ci_high == pytest.approx(-0.5 * share_low)
+    assert share_low < 6 / 80 < share_high
     assert compare(np.ones(80), 1 + diffs, binary=False).significant
 
 
@@ -213,7 +241,8 @@ def test_a_graded_refusal_states_the_drop_the_prompts_could_detect():
     tuned = np.r_[np.ones(77), np.full(3, 0.5)]
     summary = compare(np.ones(80), tuned, binary=False, capability="plug:in")
     assert summary.p_value == pytest.approx(0.25)  # 2 / 2³: three moved prompts can reject no shift at all,
-    assert (summary.ci_low, summary.ci_high) == (pytest.approx(-3 / 80), pytest.approx(3 / 80))  # so ±1 point × 3/80
+    share_high = clopper_pearson(3, 80)[1]  # so ±1 point × the moved share's upper end
+    assert (summary.ci_low, summary.ci_high) == (pytest.approx(-share_high), pytest.approx(share_high))
     assert not summary.significant
     assert ("inside the noise band (these 80 prompts detect a drop of 7.5 points or more: 6 prompts falling from 1 "
             "to 0, none rising)") in summary.explain()
