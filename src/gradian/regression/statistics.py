@@ -15,7 +15,7 @@ interval excludes zero" can never disagree:
 The difference is `delta = s × c`: the share s of prompts whose answer changed (the discordant share) times the
 change among them, c = 1 - 2π for pass/fail or θ for graded scores. The test speaks about c alone, so its interval
 of c taken at s as observed (the interval conditional on how many answers changed) covered the true difference in
-only 40-65% of simulated drops where answers break one way (BENCHMARKS.md). The CI is therefore every product of
+only 40-67% of simulated drops where answers break one way (BENCHMARKS.md). The CI is therefore every product of
 the test's interval of c with the Clopper-Pearson interval of s (`exact-product`, `signed-rank-product`). s's
 interval lies above zero whenever an answer changed, so the product excludes zero exactly when c's does, exactly
 when p < 1 - confidence: "significant" and "the interval excludes zero" still never disagree.
