@@ -144,13 +144,15 @@ def mcnemar_counts(broken: int, fixed: int, n: int, confidence: float = 0.95) ->
     """
     discordant = broken + fixed
     p_value = min(1.0, 2.0 * float(special.bdtr(min(broken, fixed), discordant, 0.5))) if discordant else 1.0
-    low, high = clopper_pearson(broken, discordant, confidence)  # π's ends
+    low, high = clopper_pearson(broken, discordant, confidence)  # π's ends; (0, 1) with nothing changed
     ci_low, ci_high = by_share(discordant, n, 1 - 2 * high, 1 - 2 * low, confidence)
     return PairedEvidence("mcnemar-exact", "exact-product", p_value, ci_low, ci_high)
 
 
 def clopper_pearson(k: int, m: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of a binomial share k / m; (0, 1) when m = 0."""
+    """The exact (Clopper-Pearson) interval of a binomial share k / m, from the beta quantiles; (0, 1) when m = 0.
+    (scipy's `binomtest(...).proportion_ci(method="exact")` gives the same ends by root-finding, 1.8 ms a call
+    against 6 µs: tests/regression took 486 s with it, against 11 s.)"""
     tail = (1.0 - confidence) / 2
     low = float(special.betaincinv(k, m - k + 1, tail)) if k > 0 else 0.0
     high = float(special.betaincinv(k + 1, m - k, 1.0 - tail)) if k < m else 1.0
@@ -159,9 +161,7 @@ def clopper_pearson(k: int, m: int, confidence: float = 0.95) -> tuple[float, fl
 
 def by_share(changed: int, n: int, low: float, high: float, confidence: float) -> tuple[float, float]:
     """The CI of delta = s × c: every product of [low, high], c's interval among the `changed` prompts, with the
-    Clopper-Pearson interval of s = changed / n. With nothing changed c may be anything in [-1, 1]."""
-    if changed == 0:
-        low, high = -1.0, 1.0
+    Clopper-Pearson interval of s = changed / n."""
     share_low, share_high = clopper_pearson(changed, n, confidence)
     products = [share * end for share in (share_low, share_high) for end in (low, high)]
     return min(products), max(products)
@@ -220,7 +220,8 @@ def signed_rank(diffs: Sequence[float] | np.ndarray, confidence: float = 0.95) -
     moved = diffs[diffs != 0]  # (m,)
     p_value = wilcoxon_p(moved)
     if moved.size == 0:
-        return PairedEvidence("wilcoxon", "signed-rank-product", p_value, *by_share(0, diffs.size, 0.0, 0.0, confidence))
+        return PairedEvidence("wilcoxon", "signed-rank-product", p_value,  # no move seen: any shift in [-1, 1]
+                              *by_share(0, diffs.size, -1.0, 1.0, confidence))
     alpha = 1.0 - confidence
     walsh = np.unique(_rounded((moved[:, None] + moved[None, :])[np.triu_indices(moved.size)] / 2))  # (≤ m(m+1)/2,)
     reach = max(1.0, float(np.abs(moved).max()))  # the largest shift scores in [0, 1] allow
