@@ -33,15 +33,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import gradian
 import gradian.pipeline
 import gradian.stages.extraction
 import gradian.stages.reporting
 from gradian import attribute
 from gradian.scenarios import attribute_settings
-from gradian.scenarios.finetune import train_lora
+from gradian.scenarios.finetune import recorded_recipe, train_lora
 
 STAGES = {gradian.pipeline: ("run_audit", "load", "regression", "queries", "extract", "score", "rank", "cluster",
                              "report"),
@@ -57,17 +55,13 @@ def epoch_seconds(folder: Path) -> float:
 
 def retimed_epoch(folder: Path) -> float:
     """Seconds of one epoch of the run's own recipe, trained now: the rows, base, seed and sft_config.yaml of the
-    scenario folder (its LoRA settings and collator as the build passed them)."""
-    config = yaml.safe_load((folder / "run" / "sft_config.yaml").read_text())
-    lora = {"r": config.pop("lora_r"), "lora_alpha": config.pop("lora_alpha"),
-            "lora_dropout": config.pop("lora_dropout"), "target_modules": config.pop("lora_target_modules")}
-    collator = config.pop("data_collator", None)
-    config.pop("use_peft", None)
+    scenario folder (`finetune.recorded_recipe`: its LoRA settings and collator as the build passed them)."""
+    sft, lora, collator = recorded_recipe(folder / "run")
     rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines() if line.strip()]
     truth = folder / "truth.json"
     seed = int(json.loads(truth.read_text()).get("seed", 0)) if truth.exists() else 0
     with tempfile.TemporaryDirectory() as work:
-        train_lora(folder / "base", rows, Path(work) / "run", {**config, "num_train_epochs": 1}, lora, collator, seed)
+        train_lora(folder / "base", rows, Path(work) / "run", {**sft, "num_train_epochs": 1}, lora, collator, seed)
         return epoch_seconds(Path(work))
 
 

@@ -65,3 +65,13 @@ def test_retimed_epoch_trains_one_epoch_of_the_recorded_recipe(tmp_path, monkeyp
     assert seen["lora"] == {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
     assert (seen["collator"], seen["seed"], seen["base"]) == ("a.Collator", 3, folder / "base")
     assert seen["rows"] == [{"id": "a", "prompt": "p", "completion": "c"}]
+
+
+def test_recorded_recipe_reads_back_what_the_build_wrote(tmp_path):
+    from gradian.scenarios.finetune import _write_config, recorded_recipe
+
+    sft = {"learning_rate": 0.001, "num_train_epochs": 2, "max_length": 256, "seed": 4, "output_dir": "x"}
+    lora = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}
+    _write_config(tmp_path, sft, lora, "transformers.DataCollatorForLanguageModeling")
+    assert recorded_recipe(tmp_path) == ({"learning_rate": 0.001, "num_train_epochs": 2, "max_length": 256}, lora,
+                                         "transformers.DataCollatorForLanguageModeling")

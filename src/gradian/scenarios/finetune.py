@@ -69,6 +69,17 @@ def train_lora(base_dir: Path, rows: list[dict[str, str]], run_dir: Path, sft: d
     _write_config(run_dir, sft, lora, collator)
 
 
+def recorded_recipe(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """(sft, lora, collator) as `train_lora` took them, read back from the `sft_config.yaml` `_write_config` wrote
+    (the run-only fields it leaves out stay out)."""
+    config = yaml.safe_load((run_dir / "sft_config.yaml").read_text())
+    lora = {"r": config.pop("lora_r"), "lora_alpha": config.pop("lora_alpha"),
+            "lora_dropout": config.pop("lora_dropout"), "target_modules": config.pop("lora_target_modules")}
+    collator = config.pop("data_collator", None)
+    config.pop("use_peft", None)
+    return config, lora, collator
+
+
 def _write_config(run_dir: Path, sft: dict[str, Any], lora: dict[str, Any], collator: str | None) -> None:
     """`sft_config.yaml` as passed to `trl sft --config`: SFTConfig field names plus the LoRA settings."""
     config = {key: value for key, value in sft.items() if key not in RUN_ONLY}
