@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
+from benchmarks.studies.recovery_coverage import cell
 from gradian.verify.measure import Original, recovery
 from gradian.verify.verification import answers_moved, status
 
@@ -35,13 +36,50 @@ def test_recovery_equals_the_naive_ratio_and_its_ci_holds_it():
     assert 0.3 < low and high < 0.9
 
 
-def test_a_degenerate_bootstrap_falls_back_to_percentiles_without_warning_the_user():
+def naive_interval(after, base, finetuned, draws=40000, seed=1):
+    """The posterior interval by cells: pass/fail triples counted into the 8 (base, fine-tuned, after) cells,
+    Dirichlet(count + ½) over the cells, the ratio of gained to lost per draw, one draw at a time."""
+    cells = [(b, f, a) for b in (0, 1) for f in (0, 1) for a in (0, 1)]
+    counts = [sum(1 for t in zip(base, finetuned, after, strict=True) if t == c) + 0.5 for c in cells]
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for p in rng.dirichlet(counts, size=draws):
+        gained = sum(w * (a - f) for w, (b, f, a) in zip(p, cells, strict=True))
+        lost = sum(w * (b - f) for w, (b, f, a) in zip(p, cells, strict=True))
+        if lost > 0:
+            ratios.append(gained / lost)
+    return np.quantile(ratios, 0.025), np.quantile(ratios, 0.975)
+
+
+@pytest.mark.parametrize("fixed, newly_failing", [(8, 0), (0, 0), (5, 2)])
+def test_the_interval_is_the_cells_posterior(fixed, newly_failing):
+    base = np.r_[np.ones(36), np.zeros(4)]
+    finetuned = np.r_[np.zeros(8), np.ones(30), np.zeros(2)]  # 8 broken, 2 the fine-tune fixed, 2 both fail
+    after = finetuned.copy()
+    after[:fixed] = 1.0
+    after[8:8 + newly_failing] = 0.0
+    result = recovery(after, original(base, finetuned))
+    expected = naive_interval(after.astype(int).tolist(), base.astype(int).tolist(), finetuned.astype(int).tolist())
+    assert result.ci == pytest.approx(expected, rel=0.15, abs=0.04)  # Monte Carlo on both sides; a ratio's tail is long
+
+
+def test_a_retrain_that_fixed_every_broken_answer_is_not_certain_of_it():
     base = np.ones(40)
     finetuned = np.r_[np.zeros(8), np.ones(32)]  # 8 broken answers
-    with warnings.catch_warnings():  # a retrain that changed nothing: every resample's ratio is 0, BCa's is 0 / 0
+    with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result = recovery(finetuned.copy(), original(base, finetuned))
-    assert result.value == 0.0 and result.ci == (0.0, 0.0)
+        fixed_all = recovery(np.ones(40), original(base, finetuned))
+        changed_nothing = recovery(finetuned.copy(), original(base, finetuned))
+    assert fixed_all.value == 1.0 and fixed_all.ci[0] < 0.8 < 1.0 < fixed_all.ci[1]  # the bootstrap said 1 to 1
+    assert changed_nothing.value == 0.0 and changed_nothing.ci[0] < 0.0 < 0.2 < changed_nothing.ci[1]
+
+
+def test_the_interval_holds_the_true_recovery_where_the_bootstrap_did_not():
+    found = cell(40, 0.25, 1.0, 0.0, 150, np.random.default_rng(2))  # every broken answer fixed, nothing broken
+    assert found["coverage posterior"] >= 0.95, found
+    assert found["coverage bootstrap"] < 0.6, found
+    found = cell(80, 0.1, 0.5, 0.03, 150, np.random.default_rng(3))
+    assert found["coverage posterior"] >= 0.93, found
 
 
 def test_nothing_lost_has_no_recovery():

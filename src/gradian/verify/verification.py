@@ -44,8 +44,9 @@ from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import Plan
 from gradian.verify.recipe import Recipe
 
-VERIFICATION_VERSION = "2.2"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`; 2.1: `answers`;
-# 2.2: `dropped` against random drops (`controls`, `random_recovery`, `tests`, `beats_random`)
+VERIFICATION_VERSION = "2.3"  # 2.0: removals by zero weight, paired tests decide, `dropped`, `topic`, `curve`; 2.1: `answers`;
+# 2.2: `dropped` against random drops (`controls`, `random_recovery`, `tests`, `beats_random`); 2.3: recovery CIs are
+# posterior intervals (`verify.measure`), not paired bootstraps
 FILE = "verification.json"
 STATUSES = ("confirmed", "not-confirmed", "inconclusive")
 TOP_LEVEL_KINDS = ("removal", "dropped", "control", "dropped-control", "topic", "reseeded", "fix", "group")
