@@ -40,32 +40,23 @@ BASELINES = ("activation", "length control", "positions/naive", "part/repsim/sim
 def position_parts(run, direction: list[torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Per trained row (None for a dropped one): ((T,) h_s summed over the LoRA matrices, (T,) p_base of the next
     label at s, NaN where it is not supervised)."""
-    from gradian.gradients.batches import row_batches
-    from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward
-    from gradian.gradients.hooks import capture_positions, gradient_roots, lora_matrices
+    from gradian.scores.token_harm import position_effects
 
     model, rendered = run.model, run.audit.rendered
-    matrices = lora_matrices(model)
-    parts: list[torch.Tensor] = []
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(rendered)
-    trained = [i for i, row in enumerate(rendered) if not row.dropped]
-    settings = GradientSettings(batch_size=run.settings.batch_size)
-    with dropout_off(model), capture_positions(matrices, direction, parts.append), gradient_roots(matrices) as roots:
-        for positions, batch in row_batches(model, rendered, trained, settings):
-            lora_backward(model, batch, roots)
-            h = torch.stack(parts).sum(0).double()  # (B, T)
-            parts.clear()
-            with torch.no_grad(), model.disable_adapter():
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               position_ids=batch["position_ids"]).logits.double()  # (B, T, V)
-            labels = batch["labels"]  # (B, T), the first label of each row IGNORE
-            following = torch.full_like(labels, IGNORE)
-            following[:, :-1] = labels[:, 1:]  # position s predicts label s+1
-            p = logits.log_softmax(-1).gather(-1, following.clamp(min=0).unsqueeze(-1)).squeeze(-1).exp()
-            p = torch.where(following != IGNORE, p, torch.full_like(p, float("nan")))
-            mask = batch["attention_mask"].bool()
-            for b, i in enumerate(positions):
-                out[i] = (h[b][mask[b]].cpu().numpy(), p[b][mask[b]].cpu().numpy())
+    for positions, batch, h in position_effects(model, rendered, direction, batch_size=run.settings.batch_size):
+        h = h.double()  # (B, T)
+        with torch.no_grad(), model.disable_adapter():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           position_ids=batch["position_ids"]).logits.double()  # (B, T, V)
+        labels = batch["labels"]  # (B, T), the first label of each row IGNORE
+        following = torch.full_like(labels, IGNORE)
+        following[:, :-1] = labels[:, 1:]  # position s predicts label s+1
+        p = logits.log_softmax(-1).gather(-1, following.clamp(min=0).unsqueeze(-1)).squeeze(-1).exp()
+        p = torch.where(following != IGNORE, p, torch.full_like(p, float("nan")))
+        mask = batch["attention_mask"].bool()
+        for b, i in enumerate(positions):
+            out[i] = (h[b][mask[b]].cpu().numpy(), p[b][mask[b]].cpu().numpy())
     return out
 
 

@@ -41,7 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.batches import collate, pad_id_of, plan_batches, row_batches
 from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward, trained_logits
-from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
+from gradian.gradients.hooks import capture_positions, gradient_roots, lora_matrices
 
 
 def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
@@ -75,19 +75,29 @@ def position_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[t
     one backward pass per batch of rows, batched by length as extraction batches them (memory flat in N).
     Extraction computes the same in its own backward (`extract_train_features(direction=)`); this is the pass on
     its own, for a store already extracted."""
+    out = np.zeros(len(rows))  # (N,)
+    for positions, _, h in position_effects(model, rows, direction, batch_size=batch_size, bar=bar):
+        out[positions] = h.double().clamp(min=0.0).sum(-1).cpu().numpy()  # as `hooks.harmful_part`
+    return out
+
+
+def position_effects(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
+                     batch_size: int = 16, bar: Callable[[Iterable, str], Iterable] | None = None,
+                     ) -> Iterator[tuple[list[int], dict[str, torch.Tensor], torch.Tensor]]:
+    """Per batch of trained rows: their positions in `rows`, the batch, and (B, T) h_s, each position's part of the
+    row's effect along `direction` summed over the LoRA matrices (a dropped row was never trained: no batch)."""
     matrices = lora_matrices(model)
     parts: list[torch.Tensor] = []  # (B, T) per LoRA matrix, of the current batch
 
     def progress(batches: Iterable) -> Iterable:
         return bar(batches, "harm per position") if bar is not None else batches
 
-    out = np.zeros(len(rows))  # (N,)
     with dropout_off(model), capture_positions(matrices, direction, parts.append), gradient_roots(matrices) as roots:
-        trained = [i for i, row in enumerate(rows) if not row.dropped]  # never trained: no harm
+        trained = [i for i, row in enumerate(rows) if not row.dropped]
         for positions, batch in row_batches(model, rows, trained, GradientSettings(batch_size=batch_size), progress):
             lora_backward(model, batch, roots)  # the hooks fill `parts`
-            out[positions] = harmful_part(parts).cpu().numpy()
-    return out
+            yield positions, batch, torch.stack(parts).sum(0)  # (B, T)
+            parts.clear()
 
 
 def _harm_batches(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor],
