@@ -154,15 +154,15 @@ DRAWS_PER_BLOCK = 1000
 
 def ratio_interval(gained: np.ndarray, lost: np.ndarray, rng: np.random.Generator, confidence: float = 0.95,
                    prior: float = PRIOR) -> tuple[float, float]:
-    """Equal-tailed posterior interval of Σ w·gained / Σ w·lost, w ~ Dirichlet(1 a prompt, ½ a corner), over the
-    draws whose loss is above 0 (a recovery is of a loss). `gained`, `lost` (n,)."""
-    g = np.r_[gained, CORNERS[:, 2] - CORNERS[:, 1]]  # (n + 8,)
-    l = np.r_[lost, CORNERS[:, 0] - CORNERS[:, 1]]  # (n + 8,)  # noqa: E741
+    """Equal-tailed posterior interval of Σ w·gained / Σ w·lost, w ~ Dirichlet(1 a prompt, `prior` a corner), over
+    the draws whose loss is above 0 (a recovery is of a loss). `gained`, `lost` (n,)."""
+    gain = np.r_[gained, CORNERS[:, 2] - CORNERS[:, 1]]  # (n + 8,)
+    loss = np.r_[lost, CORNERS[:, 0] - CORNERS[:, 1]]  # (n + 8,)
     shape = np.r_[np.ones(len(gained)), np.full(len(CORNERS), prior)]  # (n + 8,)
     ratios = []
     for start in range(0, N_RESAMPLES, DRAWS_PER_BLOCK):
         w = rng.gamma(shape, size=(min(DRAWS_PER_BLOCK, N_RESAMPLES - start), len(shape)))  # (B, n + 8), unnormalised
-        total_gained, total_lost = w @ g, w @ l  # (B,): the Dirichlet's normalisation cancels in the ratio
+        total_gained, total_lost = w @ gain, w @ loss  # (B,): the Dirichlet's normalisation cancels in the ratio
         ratios.append(total_gained[total_lost > 0] / total_lost[total_lost > 0])
     drawn = np.concatenate(ratios)
     tail = (1 - confidence) / 2
