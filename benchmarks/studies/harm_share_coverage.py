@@ -5,7 +5,7 @@ A run's Q failing queries stand for the population; the share over all Q is the 
 queries (without replacement) the CI is computed from those q alone, as `attribute` would with q failing answers.
 The group is the run's cluster that holds the most harm. Printed per run and q: two-sided coverage, how often the
 lower end stays at or below the truth, and how often the data-cluster gate's CI condition (lower end ≥ 1.5 × size
-share) passes on the subsample where it fails on all Q (and the reverse).
+share) passes on a subsample, beside whether it passes on all Q.
 
     python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method BCa]
 """
