@@ -7,7 +7,7 @@ The group is the run's cluster that holds the most harm. Printed per run and q: 
 lower end stays at or below the truth, and how often the data-cluster gate's CI condition (lower end ≥ 1.5 × size
 share) passes on a subsample, beside whether it passes on all Q.
 
-    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method BCa]
+    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method basic-high|BCa]
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ def run_groups(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def interval(effects: np.ndarray, group: np.ndarray, resamples: int, seed: int, method: str) -> tuple[float, float]:
-    """The group's harm-share CI: `harm_share_ci` itself (percentile), or the same resampling with BCa's ends."""
-    if method == "percentile":
+    """The group's harm-share CI: `harm_share_ci` itself (percentile), its lower end with the basic bootstrap's upper
+    end (basic-high), or the same resampling with BCa's ends."""
+    if method in ("percentile", "basic-high"):
         low, high = harm_share_ci(effects, group, n_resamples=resamples, seed=seed)
-        return float(low[0]), float(high[0])
+        if method == "percentile":
+            return float(low[0]), float(high[0])
+        point = float(harm_shares(effects.mean(0), group)[0])  # the basic bootstrap's upper end: 2 share − q_low
+        return float(low[0]), min(1.0, max(float(high[0]), 2 * point - float(low[0])))
 
     def share(queries: np.ndarray, axis: int = -1) -> np.ndarray:  # queries (..., q) resampled query indices
         flat = queries.reshape(-1, queries.shape[-1])
@@ -84,7 +88,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--method", choices=["percentile", "BCa"], default="percentile")
+    parser.add_argument("--method", choices=["percentile", "basic-high", "BCa"], default="percentile")
     parser.add_argument("--results", type=Path)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
