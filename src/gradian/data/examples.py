@@ -159,17 +159,26 @@ def collect_dataset(path: str | Path, collect: Callable[[Iterator[Example]], T],
         return collect(iter_dataset(path, eval_set=eval_set, text_field=text_field, explicit=taken))
 
 
-HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `load_dataset` and TRL's dataset_name take one
-
-
 def missing(path: Path) -> str:
     """What to do about a dataset path that does not exist: check it, or, where it reads as a Hub dataset's name
-    (owner/name, no file suffix), save that dataset to a file first (Gradian reads files and never downloads)."""
-    if HUB_NAME.fullmatch(str(path)) and not path.suffix:
+    (owner/name as the Hub validates one, no file suffix), save that dataset to a file first (Gradian reads files and
+    never downloads)."""
+    if "/" in str(path) and not path.suffix and _hub_name(str(path)):
         return (f"no such file; Gradian reads the rows from a file and never downloads, so a Hub dataset is read once "
                 f"saved: datasets.load_dataset(\"{path}\", split=\"train\").to_json(\"train.jsonl\"), then pass "
                 f"--dataset train.jsonl.")
     return "no such file; check the path."
+
+
+def _hub_name(name: str) -> bool:
+    """Whether `name` is a repo id the Hub accepts (huggingface_hub's own check)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
 
 
 def iter_dataset(path: str | Path, *, eval_set: bool = False, text_field: str = "text",
