@@ -40,23 +40,22 @@ BASELINES = ("activation", "length control", "positions/naive", "part/repsim/sim
 def position_parts(run, direction: list[torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Per trained row (None for a dropped one): ((T,) h_s summed over the LoRA matrices, (T,) p_base of the next
     label at s, NaN where it is not supervised)."""
+    from gradian.gradients.extract import trained_logits
     from gradian.scores.token_harm import position_effects
 
     model, rendered = run.model, run.audit.rendered
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(rendered)
     for positions, batch, h in position_effects(model, rendered, direction, batch_size=run.settings.batch_size):
-        h = h.double()  # (B, T)
-        with torch.no_grad(), model.disable_adapter():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           position_ids=batch["position_ids"]).logits.double()  # (B, T, V)
         labels = batch["labels"]  # (B, T), the first label of each row IGNORE
-        following = torch.full_like(labels, IGNORE)
-        following[:, :-1] = labels[:, 1:]  # position s predicts label s+1
-        p = logits.log_softmax(-1).gather(-1, following.clamp(min=0).unsqueeze(-1)).squeeze(-1).exp()
-        p = torch.where(following != IGNORE, p, torch.full_like(p, float("nan")))
+        kept = (labels[:, 1:] != IGNORE).any(0).nonzero().squeeze(1)  # (K,) positions s whose label s + 1 is trained
+        with torch.no_grad(), model.disable_adapter():
+            logits, following = trained_logits(model, batch)  # (B, K, V) at those positions, (B, K) their labels
+        p_kept = logits.double().log_softmax(-1).gather(-1, following.clamp(min=0).unsqueeze(-1)).squeeze(-1).exp()
+        p = torch.full(labels.shape, float("nan"), dtype=torch.float64)  # (B, T): NaN where s predicts no label
+        p[:, kept] = torch.where(following != IGNORE, p_kept, torch.full_like(p_kept, float("nan")))
         mask = batch["attention_mask"].bool()
         for b, i in enumerate(positions):
-            out[i] = (h[b][mask[b]].cpu().numpy(), p[b][mask[b]].cpu().numpy())
+            out[i] = (h[b].double()[mask[b]].cpu().numpy(), p[b][mask[b]].cpu().numpy())
     return out
 
 
