@@ -36,6 +36,9 @@ from gradian.regression.measure import GENERATIONS, SETTINGS
 from gradian.regression.statistics import N_RESAMPLES
 
 SCORES = "scores.json"
+CORNERS = np.array([(b, f, a) for b in (0.0, 1.0) for f in (0.0, 1.0) for a in (0.0, 1.0)])  # (8, 3)
+PRIOR = 0.5  # each corner's weight in the prior: ½ a cell, Jeffreys' for pass/fail scores
+DRAWS_PER_BLOCK = 1000
 
 
 @dataclass
@@ -145,11 +148,6 @@ def recovery(after: np.ndarray, original: Original, seed: int = 0, confidence: f
         return Recovery(None, None)
     value = float(gained.mean() / lost.mean())
     return Recovery(value, ratio_interval(gained, lost, np.random.default_rng(seed), confidence))
-
-
-CORNERS = np.array([(b, f, a) for b in (0.0, 1.0) for f in (0.0, 1.0) for a in (0.0, 1.0)])  # (8, 3)
-PRIOR = 0.5  # each corner's weight in the prior: ½ a cell, Jeffreys' for pass/fail scores
-DRAWS_PER_BLOCK = 1000
 
 
 def ratio_interval(gained: np.ndarray, lost: np.ndarray, rng: np.random.Generator, confidence: float = 0.95,
