@@ -1,5 +1,6 @@
-"""How often a cluster's harm-share CI (`clusters.summary.harm_share_ci`, a percentile bootstrap over the failing
-eval queries) holds the share it estimates, measured on ranked suite runs by subsampling their queries.
+"""How often a cluster's harm-share interval holds the share it estimates, measured on ranked suite runs by subsampling
+their queries: the one `attribute` prints (`clusters.summary.harm_share_ci`, the percentile bootstrap's lower bound
+over the failing eval queries, to 1) and the two-sided intervals tried before it.
 
 A run's Q failing queries stand for the population; the share over all Q is the truth. For each of R subsamples of q
 queries (without replacement) the CI is computed from those q alone, as `attribute` would with q failing answers.
@@ -7,7 +8,7 @@ The group is the run's cluster that holds the most harm. Printed per run and q: 
 lower end stays at or below the truth, and how often the data-cluster gate's CI condition (lower end ≥ 1.5 × size
 share) passes on a subsample, beside whether it passes on all Q.
 
-    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method basic-high|BCa]
+    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method percentile|basic-high|BCa]
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import bootstrap
 
-from gradian.clusters.summary import CONFIDENCE, harm_share_ci, harm_shares
+from gradian.clusters.summary import harm_share_ci, harm_shares
 from gradian.scores.scoring import total_effect
 from gradian.verdict.thresholds import MIN_CI_LOW_OVER_SIZE
+
+CONFIDENCE = 0.95  # the two-sided intervals tried
 
 
 def run_groups(folder: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -36,27 +39,30 @@ def run_groups(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def interval(effects: np.ndarray, group: np.ndarray, resamples: int, seed: int, method: str) -> tuple[float, float]:
-    """The group's harm-share CI: `harm_share_ci` itself (percentile), its lower end with the basic bootstrap's upper
-    end (basic-high), or the same resampling with BCa's ends."""
-    if method in ("percentile", "basic-high"):
+    """The group's harm-share interval: the one `attribute` prints (printed: the percentile lower bound, to 1), the
+    two-sided percentile interval it printed before (percentile), that interval's lower end with the basic bootstrap's
+    upper end (basic-high), or the same resampling with BCa's ends."""
+    if method == "printed":
         low, high = harm_share_ci(effects, group, n_resamples=resamples, seed=seed)
-        if method == "percentile":
-            return float(low[0]), float(high[0])
-        point = float(harm_shares(effects.mean(0), group)[0])  # the basic bootstrap's upper end: 2 share − q_low
-        return float(low[0]), min(1.0, max(float(high[0]), 2 * point - float(low[0])))
+        return float(low[0]), float(high[0])
 
     def share(queries: np.ndarray, axis: int = -1) -> np.ndarray:  # queries (..., q) resampled query indices
-        flat = queries.reshape(-1, queries.shape[-1])
-        return np.array([harm_shares(effects[rows].mean(0), group)[0] for rows in flat]).reshape(queries.shape[:-1])
+        flat = queries.reshape(-1, queries.shape[-1])  # (B, q)
+        means = effects[flat].mean(axis=1)  # (B, N)
+        return harm_shares(means, group)[:, 0].reshape(queries.shape[:-1])
 
-    result = bootstrap((np.arange(len(effects)),), share, vectorized=True, n_resamples=resamples, method="BCa",
-                       confidence_level=CONFIDENCE, rng=np.random.default_rng(seed))
+    result = bootstrap((np.arange(len(effects)),), share, vectorized=True, n_resamples=resamples, batch=200,
+                       method="BCa" if method == "BCa" else "percentile", confidence_level=CONFIDENCE,
+                       rng=np.random.default_rng(seed))
     point = float(harm_shares(effects.mean(0), group)[0])
-    return min(float(result.confidence_interval.low), point), max(float(result.confidence_interval.high), point)
+    low, high = min(float(result.confidence_interval.low), point), max(float(result.confidence_interval.high), point)
+    if method == "basic-high":  # the basic bootstrap's upper end: 2 share − q_low
+        return low, min(1.0, max(high, 2 * point - low))
+    return low, high
 
 
 def study(folder: Path, sizes: list[int], draws: int, rng: np.random.Generator, resamples: int,
-          method: str = "percentile") -> list[dict]:
+          method: str = "printed") -> list[dict]:
     effects, group = run_groups(folder)
     n_queries = len(effects)
     truth = float(harm_shares(total_effect(effects), group)[0])
@@ -88,7 +94,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--method", choices=["percentile", "basic-high", "BCa"], default="percentile")
+    parser.add_argument("--method", choices=["printed", "percentile", "basic-high", "BCa"], default="printed")
     parser.add_argument("--results", type=Path)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)

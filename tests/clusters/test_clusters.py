@@ -145,7 +145,7 @@ def test_summary_matches_naive_reference_and_join_is_exact():
     assert "many_epochs" not in top.flag_rates  # run-wide findings do not join per row
 
 
-def test_bootstrap_ci_matches_a_naive_resample_loop():
+def test_the_lower_bound_matches_a_naive_resample_loop_and_no_upper_end_is_claimed():
     rng = np.random.default_rng(3)
     effects = rng.normal(size=(12, 20)) - np.r_[np.full(5, 1.0), np.zeros(15)]
     labels = np.r_[np.zeros(5), np.ones(15)].astype(int)
@@ -158,11 +158,10 @@ def test_bootstrap_ci_matches_a_naive_resample_loop():
         reference = naive_harm_shares(effects[rows], labels)
         draws.append(reference[0])
     assert low[0] == pytest.approx(np.percentile(draws, 2.5), abs=0.03)
-    assert high[0] == pytest.approx(np.percentile(draws, 97.5), abs=0.03)
-    assert low[0] < high[0]
+    assert list(high) == [1.0, 1.0]
 
 
-def test_single_query_ci_collapses_to_the_point():
+def test_single_query_bound_is_the_point():
     summaries = summarize_clusters(["a", "b"], np.array([0, 1]), np.array([[-1.0, -3.0]]), {}, [])
-    assert summaries[0].harm_share_ci == (0.75, 0.75)
+    assert summaries[0].harm_share_ci == (0.75, 1.0)
     assert summaries[0].name == "cluster 1"

@@ -25,6 +25,7 @@ from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows, read_examples
 from gradian.report.schema import SCHEMA_VERSION, Attribution, Context, build_report
+from gradian.report.wording import pct
 from gradian.report.writers import markdown_cell, write_report
 from gradian.verdict import decide
 from report_numbers import NUMBER, json_leaves, renderings
@@ -245,6 +246,16 @@ def test_joined_verdict_report_shows_symptoms_and_groups_and_every_number_is_in_
     assert 'id="symptoms"' in html and 'id="groups"' in html
     visible = unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)))
     assert [token for token in NUMBER.findall(visible) if token not in allowed] == []
+
+
+def test_harm_shares_show_their_lower_bound_and_claim_no_upper_end(run):
+    report = run["joined"]
+    shown = report["clusters"] + [g for g in report["groups"] if g["harm_share"] is not None]
+    assert shown and all(c["harm_share_ci"][0] <= c["harm_share"] and c["harm_share_ci"][1] == 1.0 for c in shown)
+    markdown = write_report(run["out"], report, run["examples"])["report.md"].read_text(encoding="utf-8")
+    for c in shown:
+        assert f"{pct(c['harm_share'])} (\u2265 {pct(c['harm_share_ci'][0])})" in markdown
+    assert "lower bound)" in markdown and " to 100.0%" not in markdown
 
 
 def test_schema_doc_names_every_field(run):

@@ -1,8 +1,8 @@
 """Candidate groups beyond clusters, and where the failures sit.
 
 Every per-row audit finding (`cut_in_data`, `truncated_completion`, `duplicate`, `fails_capability`, any check that
-names rows) becomes a group of training rows with the numbers a cluster has: its harm share, the bootstrap CI over
-eval queries and its lift, computed by `clusters.summary.group_statistics`, the same code as for clusters.
+names rows) becomes a group of training rows with the numbers a cluster has: its harm share, its bootstrap lower bound
+over eval queries and its lift, computed by `clusters.summary.group_statistics`, the same code as for clusters.
 
 Where the failures sit: each failing eval prompt is matched to the training rows whose prompts resemble it most
 (TF-IDF cosine, scikit-learn), its `NEIGHBOURS` nearest rows. A group's `failure_share` is the mean, over failing
@@ -20,8 +20,8 @@ Harm on its own symptom: a group whose rows teach one symptom (a sub-group's, or
 `missing_fields`'s `wrong-fields`) also gets its harm share over the failing queries whose answers show that symptom
 (`on_symptom`). Where two causes fail different answers, the all-query share can hide one. On a dev run with rows
 cut in one category and a field dropped from another (half the failing answers stop early, half have wrong fields),
-the dropped-field rows hold 14.5% of the harm over all failing answers, under their 17% of the rows, and 27.0% (CI
-26.8% to 27.2%) over the answers with wrong fields; the cut rows hold 83% and 84%.
+the dropped-field rows hold 14.5% of the harm over all failing answers, under their 17% of the rows, and 27.0% (at
+least 26.8%) over the answers with wrong fields; the cut rows hold 83% and 84%.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Per cluster: how much of the harm it holds, how sure that is, and which audit findings it carries (the join).
 
 An example's effect is its mean over eval queries (negative = pushed the model toward the failure); its harm is
-max(-effect, 0). A cluster's harm share is the sum of its rows' harm over the total; the 95% CI comes from a
-bootstrap over eval queries (the queries are the sample: another eval set would give other queries).
+max(-effect, 0). A cluster's harm share is the sum of its rows' harm over the total. How sure that is: a lower
+bound from a bootstrap over eval queries (the queries are the sample: another eval set would give other queries),
+one-sided because with few queries the share is biased down and a bootstrap's upper end misses the truth above it
+(BENCHMARKS.md, "The harm share's interval").
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from gradian.scores.scoring import total_effect
 
 N_RESAMPLES = 2000
 CHUNK_ROWS = 16384  # rows read at a time when summing per group
-CONFIDENCE = 0.95
+# The lower bound is the bootstrap's 2.5th percentile, the lower end of a two-sided 95% interval (nominally 97.5% one
+# sided). Subsampling 32 suite runs it held the share of all queries in >= 94% of 5-query draws and >= 95% of 10-query
+# ones, so 95% is the level it earns; the data-cluster gate reads it as it read the two-sided interval's lower end.
+LOWER_BOUND_CONFIDENCE = 0.975
 
 
 @dataclass
@@ -179,8 +184,8 @@ class GroupStatistics:
 
 
 def group_statistics(effects: np.ndarray, membership: np.ndarray | Membership, *, seed: int = 0) -> GroupStatistics:
-    """Harm share, its bootstrap CI over queries, lift and mean effect of every group. `effects` (Q, N), `membership`
-    (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an empty group)."""
+    """Harm share, its bootstrap lower bound over queries, lift and mean effect of every group. `effects` (Q, N),
+    `membership` (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an empty group)."""
     effects = np.atleast_2d(effects)  # (Q, N), read in chunks
     groups = as_membership(membership)
     mean_effect = total_effect(effects)  # (N,)
@@ -206,7 +211,9 @@ def harm_share_ci(
     effects: np.ndarray, membership: np.ndarray | Membership, *, seed: int = 0, n_resamples: int = N_RESAMPLES,
     chunk_rows: int = 16384,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap CI of every cluster's harm share, resampling eval queries (rows of `effects`).
+    """Every cluster's harm share's one-sided 95% interval (low, 1): the percentile bootstrap's lower bound,
+    resampling eval queries (rows of `effects`). No upper end is claimed: a bootstrap over few queries inherits the
+    share's downward bias, so its upper end fell under the share of all queries in up to every draw on a strong cluster.
 
     Each resample's harm is summed per cluster a chunk of training rows at a time, so memory holds a
     (resamples, chunk) block, never (resamples, N): `effects` may be the memory-mapped scores.npy.
@@ -215,7 +222,7 @@ def harm_share_ci(
     n_queries, n_rows = effects.shape
     point = harm_shares(total_effect(effects, chunk_rows), groups)
     if n_queries < 2:  # one query: nothing to resample, the share is all we know
-        return point.copy(), point.copy()
+        return point.copy(), np.ones_like(point)
 
     def statistic(query_rows: np.ndarray, axis: int = -1) -> np.ndarray:
         query_rows = np.atleast_2d(query_rows)  # (B, Q) resampled query indices
@@ -232,10 +239,11 @@ def harm_share_ci(
 
     result = bootstrap(
         (np.arange(n_queries),), statistic, vectorized=True, n_resamples=n_resamples, batch=200,
-        confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed),
+        confidence_level=LOWER_BOUND_CONFIDENCE, alternative="greater", method="percentile",
+        rng=np.random.default_rng(seed),
     )
-    low, high = result.confidence_interval
-    return np.minimum(np.atleast_1d(low), point), np.maximum(np.atleast_1d(high), point)
+    low = np.atleast_1d(result.confidence_interval.low)  # (C,); its high is +inf
+    return np.minimum(low, point), np.ones_like(point)
 
 
 def flagged_ids(findings: list[Finding]) -> dict[str, set[str]]:

@@ -81,16 +81,16 @@ def cluster_map(points: list[dict[str, Any]], names: dict[int, str]) -> dict[str
 
 
 def share_bars(clusters: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per cluster: size share (grey) and harm share (coloured, with its CI whisker) on one 0-100% axis."""
+    """Per cluster: size share (grey) and harm share (coloured, a whisker from its lower bound) on one 0-100% axis."""
     left, right, row_height = 220, WIDTH - 60, 34
     span = right - left
     rows = []
     for row, cluster in enumerate(clusters):
-        low, high = cluster["harm_share_ci"]
+        low = cluster["harm_share_ci"][0]
         rows.append({
             "y": 8 + row * row_height, "label": f"{cluster['id']}: {cluster['name']}", "color": color(cluster["id"]),
             "size_width": span * cluster["size_share"], "harm_width": span * cluster["harm_share"],
-            "ci_low_x": left + span * low, "ci_high_x": left + span * high,
+            "ci_low_x": left + span * low, "ci_high_x": left + span * cluster["harm_share"],
             "text": f"{pct(cluster['harm_share'])} of harm, {pct(cluster['size_share'])} of rows",
         })
     return {"width": WIDTH, "height": 16 + row_height * len(rows), "left": left, "right": right, "rows": rows}

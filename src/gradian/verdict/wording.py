@@ -180,9 +180,9 @@ def finding_summary(regression: dict[str, Any], group: FindingGroup, symptoms: S
     if located_by == "failures":
         return (text + f", and the failing prompts resemble them: {nearest}, {group.failure_lift:.1f}x their share. "
                 f"The model learned its failure from them. " + agreement_sentence(gradients, group.harm_share, rank))
-    low, high = group.harm_share_ci or (0.0, 0.0)
-    return (text + f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (95% CI {pct(low)} to "
-            f"{pct(high)}, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows "
+    low = (group.harm_share_ci or (0.0, 1.0))[0]
+    return (text + f", and they hold {pct(group.harm_share or 0.0)} of the negative influence (at least {pct(low)} at "
+            f"95% confidence, {group.lift or 0.0:.1f}x their size). The failing prompts are about other rows "
             f"({nearest}): a defect taught in one topic can break answers in others. The model learned its failure "
             "from these rows.")
 
@@ -193,7 +193,7 @@ def cluster_summary(regression: dict[str, Any], cluster: ClusterSummary, found: 
     text = (
         f"{measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
         f"grouped around \u201c{cluster.name}\u201d, holds {pct(cluster.harm_share)} of the negative influence "
-        f"(95% CI {pct(cluster.harm_share_ci[0])} to {pct(cluster.harm_share_ci[1])}, {cluster.lift:.1f}x its size)."
+        f"(at least {pct(cluster.harm_share_ci[0])} at 95% confidence, {cluster.lift:.1f}x its size)."
     )
     if found is not None:
         check, inside, outside = found
@@ -244,11 +244,11 @@ def causes_sentence(causes: list[Cause]) -> str:
             sentences.append(f"{lead} the run's setup, {check_phrase(cause.name)}: {pct(cause.explains)} of the "
                              f"failing answers never stop, and this setting takes stopping away from every row.")
             continue
-        low, high = cause.harm_share_ci or (None, None)
+        low = (cause.harm_share_ci or (None, None))[0]
         symptom = (f"; {pct(cause.explains)} of the failing answers {SYMPTOM_PHRASES[cause.symptom]}"
                    if cause.symptom in SYMPTOM_PHRASES else
                    f"; they teach the failure of {pct(cause.explains)} of the failing answers")
-        harm = (f"{pct(cause.harm_share)} of the harm (95% CI {pct(low)} to {pct(high)}, {cause.lift or 0.0:.1f}x "
+        harm = (f"{pct(cause.harm_share)} of the harm (at least {pct(low)} at 95% confidence, {cause.lift or 0.0:.1f}x "
                 f"their size)")
         if cause.located_by == "symptom-harm" and cause.symptom in SYMPTOM_PHRASES:
             sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)}: {pct(cause.explains)} of "
