@@ -15,8 +15,8 @@ from gradian.clusters.summary import summarize_clusters
 from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
 from gradian.regression.symptoms import SYMPTOMS, Symptoms, classify_failures
-from gradian.verdict import MIN_LIFT, Verdict, decide
-from gradian.verdict.thresholds import DECISIVE_HARM
+from gradian.verdict import MIN_LIFT, Verdict, decide, rules
+from gradian.verdict.thresholds import CULPRIT_ROBUST_Z, DECISIVE_HARM, MAD_TO_SIGMA, MIN_OUTLIER_HARM
 
 N, CATEGORY, CULPRITS = 100, range(0, 30), range(0, 20)  # rows 0-29: the category; 0-19: its planted culprits
 IDS = [f"row{i}" for i in range(N)]
@@ -106,6 +106,39 @@ def test_data_cluster_without_flags_narrows_by_effect_outliers():
     assert verdict.evidence["culprit_rule"] == "effect"
     assert set(verdict.culprit_ids) == {IDS[i] for i in CULPRITS}  # the 10 clean neighbours stay
     assert verdict.evidence["effect_threshold"] < 0
+
+
+def drift_effects() -> tuple[np.ndarray, np.ndarray]:
+    """(Q, N) effects of a clean fine-tune that drifted in one topic, and its labels: the topic's 10 rows are
+    harmful by degrees (−0.4 to −1.8), every other row a little harmful or helpful, with no row set apart."""
+    rng = np.random.default_rng(0)
+    labels = np.array([0 if i < 10 else 1 + i % 3 for i in range(N)])
+    row_mean = np.r_[np.linspace(-0.4, -1.8, 10), rng.normal(-0.2, 0.3, N - 10)]  # (N,)
+    return row_mean + rng.normal(0.0, 0.2, size=(16, N)), labels
+
+
+def test_a_concentrated_cluster_whose_outlying_rows_hold_under_half_the_harm_names_no_rows():
+    effects, labels = drift_effects()
+    clusters = summarize_clusters(IDS, labels, effects, {0: "diet, halal, check"}, [], seed=0)
+    assert rules.concentrated(clusters[0]) and clusters[0].id == 0  # the topic passes the data-cluster test ...
+    mean = effects.mean(axis=0)
+    position = {i: k for k, i in enumerate(IDS)}
+    outside = np.array([mean[k] for k in range(N) if labels[k] != 0], dtype=np.float64)
+    median = np.median(outside)
+    cut = min(median - CULPRIT_ROBUST_Z * MAD_TO_SIGMA * np.median(np.abs(outside - median)), 0.0)
+    standing_out = [i for i in IDS if labels[position[i]] == 0 and mean[position[i]] < cut]
+    harm = [max(-float(m), 0.0) for m in mean]
+    share = sum(harm[position[i]] for i in standing_out) / sum(harm)  # the naive reference, float64
+    assert 0 < len(standing_out) < 10 and share < MIN_OUTLIER_HARM  # ... but its outlying rows hold under half
+    verdict = decide(SIGNIFICANT, [], clusters, mean, IDS)
+    assert verdict.kind == "diffuse" and verdict.culprit_ids == []
+    assert verdict.evidence["outliers"]["rows"] == len(standing_out)
+    assert verdict.evidence["outliers"]["harm_share"] == pytest.approx(share, rel=1e-12)
+    assert f"the {len(standing_out)} rows that stand out in it hold only" in verdict.summary
+    assert "drifts in one topic" in verdict.summary and "No cause was found" in verdict.summary
+    # the planted culprits of the same size hold most of the harm: named, as before
+    planted = planted_effects(seed=1)
+    assert rules.outliers_hold_harm(summarize_clusters(IDS, LABELS, planted, {}, [], seed=0)[0], planted.mean(0), IDS)
 
 
 def test_spread_harm_gives_diffuse_citing_hyperparameter_findings():

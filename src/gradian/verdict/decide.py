@@ -39,7 +39,10 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    cluster's rows is wrong (no mechanism from the join; a repeated row, a check that `repeats`, is a clean row counted
    again): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
    duplicated ones too, and dropping those rows would only move the collapse elsewhere.
-   Then the verdict is `diffuse`.
+   Then the verdict is `diffuse`. So it is too when the cluster has no mechanism and the rows standing out in it
+   hold under half of all harm (`MIN_OUTLIER_HARM`): the gradients are then the only evidence, and a fine-tune on
+   clean data that drifts in one topic concentrates harm on that topic's rows without any of them being the cause
+   (`verify` confirmed none of 8 such runs).
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
    cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
 7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged (`evidence.cause_found` false).
@@ -111,7 +114,7 @@ def _training(regression: dict[str, Any], findings: list[Finding], clusters: lis
     top = ranked[0] if ranked and effects_mean is not None else None
     verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank)
     if verdict is None:
-        return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms)
+        return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms, effects_mean, ids)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
     return _setup(regression, setting, symptoms) if setting is not None else verdict
 
@@ -140,7 +143,8 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top, skip=repeats) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
-            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
+            if rules.mechanism(top) is not None or rules.outliers_hold_harm(top, effects, ids):
+                return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
     return None
 
 
@@ -237,7 +241,7 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,
-             symptoms: Symptoms | None) -> Verdict:
+             symptoms: Symptoms | None, effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
     run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
                       key=lambda f: category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
     causes = rules.run_wide_causes(findings)
@@ -251,6 +255,11 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         and rules.step_size_outranks(findings, top)  # rule 5's exception
     if outranked:
         evidence["outranked_by_step_size"] = True
-    summary, action = wording.diffuse(regression, top, causes, symptoms, outranked)
+    spread = None  # a concentrated cluster whose outlying rows hold under half the harm (rule 5)
+    if top is not None and effects_mean is not None and rules.concentrated(top) and not outranked \
+            and rules.mechanism(top) is None:
+        spread = rules.outliers(top, np.asarray(effects_mean, dtype=np.float64), ids)
+        evidence["outliers"] = {"rows": spread[0], "harm_share": spread[1]}
+    summary, action = wording.diffuse(regression, top, causes, symptoms, outranked, spread)
     return Verdict("diffuse", summary, action, evidence,
                    causes=[Cause("setup", f.check, "audit", fix=f.fix) for f in causes])

@@ -31,6 +31,7 @@ from gradian.verdict.thresholds import (
     MIN_FLAG_GAP,
     MIN_HARM_SHARE,
     MIN_LIFT,
+    MIN_OUTLIER_HARM,
     MIN_SETTING_EXPLAINS,
     SERVING_ONLY_SHARE,
     SETUP_ROW_SHARE,
@@ -262,6 +263,22 @@ def culprits_by_effect(cluster: ClusterSummary, effects_mean: np.ndarray, ids: l
     if not chosen:  # no outlier at all: every harmful row of the cluster
         chosen = [i for i in cluster.example_ids if effects_mean[position[i]] < 0]
     return chosen, threshold
+
+
+def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[int, float]:
+    """How many rows `culprits_by_effect` names in the cluster, and the share of all harm (max(−effect, 0) of the
+    mean effects, (N,)) they hold; 0 with no harm."""
+    rows, _ = culprits_by_effect(cluster, effects_mean, ids)
+    named = set(rows)
+    harm = np.maximum(-effects_mean, 0.0)  # (N,)
+    inside = np.fromiter((i in named for i in ids), dtype=bool, count=len(ids))  # (N,)
+    total = float(harm.sum())
+    return len(rows), float(harm[inside].sum()) / total if total > 0 else 0.0
+
+
+def outliers_hold_harm(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> bool:
+    """Rule 5 without a mechanism: the cluster's outlying rows hold most of the harm (`MIN_OUTLIER_HARM`)."""
+    return outliers(cluster, effects_mean, ids)[1] >= MIN_OUTLIER_HARM
 
 
 @dataclass

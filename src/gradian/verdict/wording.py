@@ -287,20 +287,31 @@ def drop_action(n_rows: int, causes: list[Cause], latent: int = 0, latent_checks
 
 
 def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list[Finding],
-            symptoms: Symptoms | None, outranked: bool) -> tuple[str, str]:
-    """Rules 6 and 7 (and rule 5's exception, `outranked`): no group of rows holds the harm."""
+            symptoms: Symptoms | None, outranked: bool, spread: tuple[int, float] | None = None) -> tuple[str, str]:
+    """Rules 6 and 7 (and rule 5's exceptions: `outranked`, or `spread`, the rows standing out in a concentrated
+    cluster and the share of the harm they hold, under half): no group of rows holds the harm."""
     where = ""
     if top is not None:
         where = (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
                  f"{pct(top.size_share)} of the rows ({top.lift:.1f}x its size)")
     observed = f" {symptom_sentence(symptoms)}" if symptoms is not None and symptoms.dominant is not None else ""
-    if not causes:
+    cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
+    if spread is not None and top is not None:
+        lead = (f"The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} of it for "
+                f"{pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but the {spread[0]} rows that stand "
+                f"out in it hold only {pct(spread[1])} of the harm and no audit finding marks them: a fine-tune on "
+                "clean data that drifts in one topic looks like this, so no rows are named.")
+        if not causes:
+            return (f"{measured(regression)} No cause was found. {lead} Nothing run-wide is flagged (step size, eval "
+                    f"loss, loss spikes).{observed}", NO_CAUSE_ACTION)
+        text = f"{measured(regression)} {lead} The run shows a run-wide cause: {cited}.{observed}"
+    elif not causes:
         return (f"{measured(regression)} No cause was found. No cluster of training rows holds the harm{where}, "
                 "no audit finding flags rows where the failures sit, and nothing run-wide is flagged (step size, eval "
                 f"loss, loss spikes).{observed}", NO_CAUSE_ACTION)
-    cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
-    text = (f"{measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
-            f"over the data, and the run shows a run-wide cause: {cited}.{observed}")
+    else:
+        text = (f"{measured(regression)} No cluster of training rows holds the harm{where}. The regression is spread "
+                f"over the data, and the run shows a run-wide cause: {cited}.{observed}")
     if outranked and top is not None:
         text = (f"{measured(regression)} The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} "
                 f"of it for {pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but nothing in its rows is "
