@@ -255,9 +255,9 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         and rules.step_size_outranks(findings, top)  # rule 5's exception
     if outranked:
         evidence["outranked_by_step_size"] = True
-    spread = None  # a concentrated cluster whose outlying rows hold under half the harm (rule 5)
-    if top is not None and effects_mean is not None and rules.concentrated(top) and not outranked \
-            and rules.mechanism(top) is None:
+    spread = None  # where rule 5 declined only because the cluster's outlying rows hold under half the harm
+    if top is not None and effects_mean is not None and rules.concentrated(top) and rules.mechanism(top) is None \
+            and not rules.step_size_outranks(findings, top):
         spread = rules.outliers(top, np.asarray(effects_mean, dtype=np.float64), ids)
         evidence["outliers"] = {"rows": spread[0], "harm_share": spread[1]}
     summary, action = wording.diffuse(regression, top, causes, symptoms, outranked, spread)
