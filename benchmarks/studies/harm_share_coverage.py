@@ -8,7 +8,8 @@ The group is the run's cluster that holds the most harm. Printed per run and q: 
 lower end stays at or below the truth, and how often the data-cluster gate's CI condition (lower end ≥ 1.5 × size
 share) passes on a subsample, beside whether it passes on all Q.
 
-    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R] [--method percentile|basic-high|BCa]
+    python -m benchmarks.studies.harm_share_coverage QUALITY/<run> [...] [--sizes 5 10 20] [--draws R]
+        [--method printed|percentile|basic-high|BCa]
 """
 
 from __future__ import annotations

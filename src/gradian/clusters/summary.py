@@ -185,7 +185,8 @@ class GroupStatistics:
 
 def group_statistics(effects: np.ndarray, membership: np.ndarray | Membership, *, seed: int = 0) -> GroupStatistics:
     """Harm share, its bootstrap lower bound over queries, lift and mean effect of every group. `effects` (Q, N),
-    `membership` (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an empty group)."""
+    `membership` (G, N) boolean or a `Membership`; a group's lift is its harm share over its size share (nan for an
+    empty group)."""
     effects = np.atleast_2d(effects)  # (Q, N), read in chunks
     groups = as_membership(membership)
     mean_effect = total_effect(effects)  # (N,)
@@ -213,7 +214,8 @@ def harm_share_ci(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every cluster's harm share's one-sided 95% interval (low, 1): the percentile bootstrap's lower bound,
     resampling eval queries (rows of `effects`). No upper end is claimed: a bootstrap over few queries inherits the
-    share's downward bias, so its upper end fell under the share of all queries in up to every draw on a strong cluster.
+    share's downward bias, so its upper end fell under the share of all queries in up to every draw on a strong
+    cluster.
 
     Each resample's harm is summed per cluster a chunk of training rows at a time, so memory holds a
     (resamples, chunk) block, never (resamples, N): `effects` may be the memory-mapped scores.npy.

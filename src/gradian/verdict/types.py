@@ -15,13 +15,13 @@ class Cause:
     """One cause the verdict names: a group of training rows (`rows`), a setting of the run (`setup`, no rows), or a
     way the served path differs from training's (`serving`, no rows: `name` is the `regression.serving_diff` rule).
 
-    `explains` is the share of the failing answers whose symptom this cause teaches; `harm_share` (with its 95% lower
-    bound over eval queries) and `lift` are the share of the gradients' harm its rows hold and that share over their size
-    share (None when attribution did not run, or for a setup cause). `example_ids` are the rows it names that no
-    cause before it named, so every culprit belongs to exactly one cause. `setting_fix` is the one-line change to the
-    run's setting that cut these rows as they were trained, with the value that cuts none (the audit finding's
-    `setting_fix`: "raise max_length to ≥ 158 (...)"), and `setting_finding` that finding's title, why the rows hurt;
-    both empty when no setting did.
+    `explains` is the share of the failing answers whose symptom this cause teaches; `harm_share` (with its 95%
+    lower bound over eval queries) and `lift` are the share of the gradients' harm its rows hold and that share
+    over their size share (None when attribution did not run, or for a setup cause). `example_ids` are the rows it
+    names that no cause before it named, so every culprit belongs to exactly one cause. `setting_fix` is the
+    one-line change to the run's setting that cut these rows as they were trained, with the value that cuts none
+    (the audit finding's `setting_fix`: "raise max_length to ≥ 158 (...)"), and `setting_finding` that finding's
+    title, why the rows hurt; both empty when no setting did.
     """
 
     kind: str

@@ -248,8 +248,8 @@ def causes_sentence(causes: list[Cause]) -> str:
         symptom = (f"; {pct(cause.explains)} of the failing answers {SYMPTOM_PHRASES[cause.symptom]}"
                    if cause.symptom in SYMPTOM_PHRASES else
                    f"; they teach the failure of {pct(cause.explains)} of the failing answers")
-        harm = (f"{pct(cause.harm_share)} of the harm (at least {pct(low)} at 95% confidence, {cause.lift or 0.0:.1f}x "
-                f"their size)")
+        harm = (f"{pct(cause.harm_share)} of the harm (at least {pct(low)} at 95% confidence, "
+                f"{cause.lift or 0.0:.1f}x their size)")
         if cause.located_by == "symptom-harm" and cause.symptom in SYMPTOM_PHRASES:
             sentences.append(f"{lead} {cause.size} more rows with {group_phrase(cause.name)}: {pct(cause.explains)} of "
                              f"the failing answers {SYMPTOM_PHRASES[cause.symptom]}, and on those answers these rows "
