@@ -90,7 +90,7 @@ def share_bars(clusters: list[dict[str, Any]]) -> dict[str, Any]:
         rows.append({
             "y": 8 + row * row_height, "label": f"{cluster['id']}: {cluster['name']}", "color": color(cluster["id"]),
             "size_width": span * cluster["size_share"], "harm_width": span * cluster["harm_share"],
-            "ci_low_x": left + span * low, "ci_high_x": left + span * cluster["harm_share"],
+            "bound_x": left + span * low, "share_x": left + span * cluster["harm_share"],
             "text": f"{pct(cluster['harm_share'])} of harm, {pct(cluster['size_share'])} of rows",
         })
     return {"width": WIDTH, "height": 16 + row_height * len(rows), "left": left, "right": right, "rows": rows}

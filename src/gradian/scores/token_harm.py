@@ -41,7 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gradian.data.render import IGNORE, Rendered
 from gradian.gradients.batches import collate, pad_id_of, plan_batches, row_batches
 from gradian.gradients.extract import GradientSettings, dropout_off, lora_backward, trained_logits
-from gradian.gradients.hooks import capture_positions, gradient_roots, lora_matrices
+from gradian.gradients.hooks import capture_positions, gradient_roots, harmful_part, lora_matrices
 
 
 def token_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[torch.Tensor], *,
@@ -77,7 +77,7 @@ def position_harms(model: nn.Module, rows: Sequence[Rendered], direction: list[t
     its own, for a store already extracted."""
     out = np.zeros(len(rows))  # (N,)
     for positions, _, h in position_effects(model, rows, direction, batch_size=batch_size, bar=bar):
-        out[positions] = h.double().clamp(min=0.0).sum(-1).cpu().numpy()  # as `hooks.harmful_part`
+        out[positions] = harmful_part([h]).cpu().numpy()
     return out
 
 

@@ -112,9 +112,9 @@ def _training(regression: dict[str, Any], findings: list[Finding], clusters: lis
     if effects_mean is not None and not distinct(effects_mean):  # every row scored the same: noise names no row
         ranked, effects_mean = [], None
     top = ranked[0] if ranked and effects_mean is not None else None
-    verdict = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank)
+    verdict, spread = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank)
     if verdict is None:
-        return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms, effects_mean, ids)
+        return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms, spread)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
     return _setup(regression, setting, symptoms) if setting is not None else verdict
 
@@ -134,18 +134,21 @@ def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
                symptoms: Symptoms | None, groups: list[FindingGroup] | None,
-               effects_mean: np.ndarray | None, rank: str) -> Verdict | None:
-    """Rules 4 and 5: the rows the audit and the ranking's effects (`rank`) name, if any."""
+               effects_mean: np.ndarray | None, rank: str) -> tuple[Verdict | None, tuple[int, float] | None]:
+    """Rules 4 and 5: the rows the audit and the ranking's effects (`rank`) name, if any; beside it, when rule 5
+    declined only because the rows standing out in the cluster hold under half the harm, how many and how much."""
     found = rules.symptom_group(symptoms, groups, len(ids))
     if found is not None and symptoms is not None:
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
-                                rank)
+                                rank), None
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top, skip=repeats) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
-            if rules.mechanism(top) is not None or rules.outliers_hold_harm(top, effects, ids):
-                return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank)
-    return None
+            spread = rules.outliers_short(top, effects, ids)
+            if spread is not None:
+                return None, spread
+            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank), None
+    return None, None
 
 
 def _setup(regression: dict[str, Any], finding: Finding, symptoms: Symptoms | None) -> Verdict:
@@ -241,7 +244,8 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,
-             symptoms: Symptoms | None, effects_mean: np.ndarray | None, ids: list[str]) -> Verdict:
+             symptoms: Symptoms | None, spread: tuple[int, float] | None = None) -> Verdict:
+    """Rules 6 and 7, and rule 5's exceptions: a step size that outranks the cluster, or `spread` (`_from_rows`)."""
     run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
                       key=lambda f: category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
     causes = rules.run_wide_causes(findings)
@@ -255,10 +259,7 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
         and rules.step_size_outranks(findings, top)  # rule 5's exception
     if outranked:
         evidence["outranked_by_step_size"] = True
-    spread = None  # where rule 5 declined only because the cluster's outlying rows hold under half the harm
-    if top is not None and effects_mean is not None and rules.concentrated(top) and rules.mechanism(top) is None \
-            and not rules.step_size_outranks(findings, top):
-        spread = rules.outliers(top, np.asarray(effects_mean, dtype=np.float64), ids)
+    if spread is not None:
         evidence["outliers"] = {"rows": spread[0], "harm_share": spread[1]}
     summary, action = wording.diffuse(regression, top, causes, symptoms, outranked, spread)
     return Verdict("diffuse", summary, action, evidence,

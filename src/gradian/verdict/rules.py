@@ -276,9 +276,13 @@ def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) 
     return len(rows), float(harm[inside].sum()) / total if total > 0 else 0.0
 
 
-def outliers_hold_harm(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> bool:
-    """Rule 5 without a mechanism: the cluster's outlying rows hold most of the harm (`MIN_OUTLIER_HARM`)."""
-    return outliers(cluster, effects_mean, ids)[1] >= MIN_OUTLIER_HARM
+def outliers_short(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[int, float] | None:
+    """Rule 5's last test: with no mechanism, `outliers` when the rows standing out in the cluster hold under
+    `MIN_OUTLIER_HARM` of the harm (rule 5 names nothing then), else None."""
+    if mechanism(cluster) is not None:
+        return None
+    found = outliers(cluster, effects_mean, ids)
+    return found if found[1] < MIN_OUTLIER_HARM else None
 
 
 @dataclass
