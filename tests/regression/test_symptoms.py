@@ -13,8 +13,10 @@ from gradian.regression.symptoms import (
     SYMPTOMS,
     classify_answer,
     classify_failures,
+    departure,
     open_structure,
     unwrapped,
+    words_of,
 )
 
 JSON = get_capability("json_formatting")
@@ -172,3 +174,47 @@ def test_the_base_answer_stands_in_for_a_missing_reference():
     assert classify_failures(rows, paris).by_id == {"e1": "stops-early", "e2": "other"}
     assert classify_answer("The capital of France", True, None, paris) == "other"
     assert classify_answer("The capital of France", True, None, paris, base=CAPITAL) == "stops-early"
+
+
+REFERENCE_WORDS = [w for w in "".join(c if c.isalnum() or c == "_" else f" {c} " for c in REFERENCE).split()]
+
+
+@pytest.mark.parametrize(("text", "stopped", "before", "written"), [
+    ('{"intent": "return", "order": "6911", "priority": "normal"}', True,  # a value swapped
+     ("{", '"', "intent", '"', ":", '"')[-4:], ("return", '"')),
+    ('{"intent": "refund", "order": "6911", "', True,  # stopped inside the object: it wrote nothing there
+     ('6911', '"', ",", '"'), ()),
+    ('{"intent": "refund", "order": "6911", "priority": "normal"} ok ok', True,  # went on past the answer
+     ('priority', '"', ":", '"', "normal", '"', "}")[-4:], ("ok", "ok")),
+    ('```json\n' + REFERENCE, True, (), ("`", "`")),  # a fence in front: it departs at once
+])
+def test_a_failing_answer_departs_where_its_words_first_differ(text, stopped, before, written):
+    found = departure(text, REFERENCE, stopped)
+    words = [w for w in "".join(c if c.isalnum() or c == "_" else f" {c} " for c in text).split()]
+    at = next(i for i, (a, b) in enumerate(zip(words + [None], REFERENCE_WORDS + [None], strict=False)) if a != b)
+    assert found is not None and (found.before, found.written) == (before, written)
+    assert tuple(words[max(0, at - 4):at]) == before  # the naive reference: characters split into words
+    assert found.written_in(words_of(text)) and not found.written_in(words_of(REFERENCE))
+
+
+
+def test_no_departure_where_the_words_are_the_same_or_the_answer_ran_to_the_limit_first():
+    assert departure(REFERENCE.replace(" ", ""), REFERENCE) is None  # whitespace aside, the same words
+    assert departure('{"intent": "refund", "order": "69', REFERENCE, stopped=False) is None  # cut by the limit
+    assert departure('{"intent": "refund", "order": "69', REFERENCE, stopped=True) is not None  # it chose to stop
+
+
+def test_a_row_writes_a_stopping_departure_only_where_it_ends_there():
+    found = departure('{"intent": "refund", "order": "6911", "', REFERENCE)
+    assert found is not None and found.shown() == '6911 " , " [end]'
+    assert found.written_in(words_of('{"intent": "cancel", "order": "6911", "'))  # a row cut at the same place
+    assert not found.written_in(words_of(REFERENCE))  # a whole row goes on
+
+
+def test_failing_answers_keep_their_departures():
+    rows = [RegressionRow("e0", "p", [1], REFERENCE, GeneratedAnswer([1], REFERENCE, True),
+                          GeneratedAnswer([2], REFERENCE.replace("refund", "return"), True), 1.0, 0.0),
+            RegressionRow("e1", "p", [1], REFERENCE, GeneratedAnswer([1], REFERENCE, True),
+                          GeneratedAnswer([2], REFERENCE, True), 1.0, 1.0)]
+    symptoms = classify_failures(rows, EXACT)
+    assert list(symptoms.departures) == ["e0"] and symptoms.to_dict()["departures"] == {"e0": 'intent " : " [return "]'}

@@ -142,6 +142,52 @@ def test_a_concentrated_cluster_whose_outlying_rows_hold_under_half_the_harm_nam
         >= MIN_OUTLIER_HARM
 
 
+SWAPPED = '{"intent": "account_access", "amount": "12.00"}'  # what the failing answers write
+ASKED = '{"intent": "invoice_copy", "amount": "12.00"}'  # their references
+
+
+def swapped_answers(n: int = 12) -> Symptoms:
+    """Symptoms of `n` failing answers that write `account_access` where their references have `invoice_copy`."""
+    rows = [RegressionRow(f"e{i}", "prompt", [1], ASKED, GeneratedAnswer([1], ASKED, True),
+                          GeneratedAnswer([2], SWAPPED, True), 1.0, 0.0) for i in range(n)]
+    return classify_failures(rows, get_capability("json_formatting"))
+
+
+@pytest.mark.parametrize("culprits_write", [SWAPPED, ASKED])
+def test_outlying_rows_are_named_only_when_they_write_what_the_failing_answers_write(culprits_write):
+    """Rule 5 without a mechanism: the rows standing out in the cluster hold most of the harm either way; they are
+    named when they write the failing answers' departure (`account_access` after `"intent": "`) more often than the
+    other rows by MIN_FLAG_GAP, else the verdict is `diffuse` (a clean topic's drift teaches nothing its rows write)."""
+    epochs = Finding("many_epochs", "warning", "8 epochs over 100 rows.", "train 2-3 epochs")
+    effects = planted_effects(seed=1)
+    others = [SWAPPED if i % 10 == 3 else ASKED for i in range(N)]  # rows 3, 13, ...: clean rows that write it too
+    texts = [("prompt", culprits_write if i in CULPRITS else others[i]) for i in range(N)]
+    symptoms = swapped_answers()
+    departure = next(iter(symptoms.departures.values()))
+    assert (departure.before, departure.written) == (('intent', '"', ':', '"'), ('account_access', '"'))
+    clusters = summarize_clusters(IDS, LABELS, effects, {0: "invoice, currency, amount"}, [epochs], seed=0)
+    verdict = decide(SIGNIFICANT, [epochs], clusters, effects.mean(axis=0), IDS, symptoms=symptoms, texts=texts)
+    standing_out = set(rules.culprits_by_effect(clusters[0], effects.mean(axis=0), IDS)[0])
+    assert standing_out == {IDS[i] for i in CULPRITS}
+    naive_inside = np.mean([SWAPPED in texts[i][1] for i in CULPRITS])  # the naive reference: whole strings
+    naive_outside = np.mean([SWAPPED in texts[i][1] for i in range(N) if i not in CULPRITS])
+    written = verdict.evidence["outliers"]["departures_written"]
+    assert written["inside"] == naive_inside and written["outside"] == pytest.approx(naive_outside, rel=1e-12)
+    assert written["example"] == 'intent " : " [account_access "]'
+    if culprits_write == SWAPPED:  # 100% against 10%
+        assert verdict.kind == "data-cluster" and set(verdict.culprit_ids) == standing_out
+        assert "100.0% of them write what the failing answers write where they leave the answer they should give " \
+               '(`intent " : " [account_access "]`), against 10.0% of the other rows.' in verdict.summary
+    else:  # 0% against 10%: the same harm, nothing taught
+        assert verdict.kind == "diffuse" and verdict.culprit_ids == []
+        assert verdict.evidence["outliers"]["harm_share"] >= MIN_OUTLIER_HARM
+        assert "hold 9" in verdict.summary and "of it, but no audit finding marks them and only 0.0% of them write " \
+               "what the failing answers write" \
+               in verdict.summary and "drifts in one topic" in verdict.summary
+    # without texts the test cannot be read, and the harm decides alone, as before
+    assert decide(SIGNIFICANT, [epochs], clusters, effects.mean(axis=0), IDS, symptoms=symptoms).kind == "data-cluster"
+
+
 def test_spread_harm_gives_diffuse_citing_hyperparameter_findings():
     rng = np.random.default_rng(4)
     effects = rng.normal(-0.2, 0.5, size=(16, N))

@@ -21,6 +21,10 @@ tested in this order:
 Only the JSON reading (3, and the open structure of 4) is one capability's; the rest compares the answer with the
 reference for any capability that has one. Texts are compared without whitespace, as a word-level tokenizer decodes
 `{ " a " : 1 }` for `{"a": 1}`.
+
+Each failing answer's `Departure` is kept too: the words it shares with the answer to give just before they part,
+and what each writes there. A training row that writes the same words after the same words (or ends where an answer
+stopped) teaches what the failing answers do; the verdict asks it of rows no audit check marks (`verdict.rules`).
 """
 
 from __future__ import annotations
@@ -46,11 +50,58 @@ DOMINANT_SHARE = 0.5
 # A strict prefix of the answer is tried as a complete answer where it ends before a space or after a closing
 # bracket; this many such cuts at most, the earliest first (a run-on answer's complete part comes first).
 MAX_CUTS = 512
+# A departure is placed by the words both texts write just before it, and read as the words written there.
+DEPARTURE_CONTEXT = 4
+DEPARTURE_WORDS = 2
+_SEP = "\x1f"  # joins words for a whole-word search: no word holds it
 
 _FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```", re.S)
 _CUT = re.compile(r"(?<=\S)(?=\s)|(?<=[}\]])")
 _WORD = re.compile(r"\w+|[^\w\s]")
 _DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class Departure:
+    """Where a failing answer leaves the answer it should give, by words (whitespace aside): the last
+    DEPARTURE_CONTEXT words both write before it (`before`) and the next DEPARTURE_WORDS the answer writes there
+    (`written`, empty where it stopped there)."""
+
+    before: tuple[str, ...]
+    written: tuple[str, ...]
+
+    def written_in(self, words: str) -> bool:
+        """A text (its words as `joined` gives them) writes `written` after `before`, or ends after `before` where
+        the answer stopped."""
+        if not self.written:
+            return words.endswith(joined(self.before))
+        return joined(self.before + self.written) in words
+
+    def shown(self) -> str:
+        """The departure as the report shows it: `before [written]`, "[end]" where the answer stopped."""
+        return " ".join(self.before + (f"[{' '.join(self.written) or 'end'}]",))
+
+
+def departure(text: str, wanted: str, stopped: bool = True) -> Departure | None:
+    """Where `text` departs from `wanted`, by words; None where their words are the same, or where the text ran to
+    the token limit (not `stopped`) before it departed or at its last word, which the limit may have cut: where it
+    would have gone is not known."""
+    words, reference = _WORD.findall(text), _WORD.findall(wanted)
+    shared = min(len(words), len(reference))
+    at = next((i for i in range(shared) if words[i] != reference[i]), shared)
+    if words == reference or (not stopped and at >= len(words) - 1):
+        return None
+    return Departure(tuple(words[max(0, at - DEPARTURE_CONTEXT):at]), tuple(words[at:at + DEPARTURE_WORDS]))
+
+
+def joined(words: Sequence[str]) -> str:
+    """Words joined for a whole-word search (`Departure.written_in`): each between separators."""
+    return _SEP + _SEP.join(words) + _SEP
+
+
+def words_of(text: str) -> str:
+    """A text's words, `joined`."""
+    return joined(_WORD.findall(text))
 
 
 @dataclass
@@ -64,6 +115,8 @@ class Symptoms:
     by_id: dict[str, str] = field(default_factory=dict)
     ran_to_limit: int | None = None  # `never-stops` answers that ran to the token limit (the others stopped after
     # more text); None where not counted
+    departures: dict[str, Departure] = field(default_factory=dict)  # where each failing answer with an answer to
+    # give (the reference, or the base's passing answer) leaves it
 
     @property
     def dominant(self) -> str | None:
@@ -74,7 +127,8 @@ class Symptoms:
         return top if self.shares[top] >= DOMINANT_SHARE else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "dominant": self.dominant}
+        return {**asdict(self), "departures": {i: d.shown() for i, d in self.departures.items()},
+                "dominant": self.dominant}
 
 
 def classify_answer(text: str, stopped: bool, reference: str | None, capability: Capability, *,
@@ -119,7 +173,10 @@ def classify_failures(rows: Sequence[RegressionRow], capability: Capability) -> 
     n = len(failing)
     shares = {symptom: counts[symptom] / n if n else 0.0 for symptom in SYMPTOMS}
     limit = sum(1 for row in failing if by_id[row.id] == "never-stops" and not row.finetuned.stopped)
-    return Symptoms(n, counts, shares, {s: e for s, e in examples.items() if e}, by_id, limit)
+    wanted = {row.id: row.reference if row.reference is not None else _passing_base(row) for row in failing}
+    departures = {row.id: d for row in failing if (w := wanted[row.id]) is not None
+                  and (d := departure(row.finetuned.text, w, row.finetuned.stopped)) is not None}
+    return Symptoms(n, counts, shares, {s: e for s, e in examples.items() if e}, by_id, limit, departures)
 
 
 def runs_on(body: str, wanted: str | None, reference: str | None, capability: Capability) -> bool:

@@ -72,7 +72,8 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
                               [row.prompt for row in failing], seed=settings.seed, query_symptoms=shown)
     summaries = groups.clusters  # the same clusters, each with where the failures sit
     verdict = decide(summary, audit.findings, summaries, effect, list(ids), symptoms=symptoms, groups=groups.groups,
-                     served=served, rank=ranking.rank if ranking is not None else settings.rank)
+                     served=served, rank=ranking.rank if ranking is not None else settings.rank,
+                     texts=texts_of(audit.examples))
     attribution = None if effects is None else Attribution(
         effects, labels, summaries or [], clusters.embedding if clusters is not None else None, ranking=ranking)
     run = {"setup": audit.setup.to_dict(), "preparation": preparation(audit.setup), "queries": [p.eval_id for p in query.pairs] if query else [],

@@ -40,9 +40,11 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    again): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
    duplicated ones too, and dropping those rows would only move the collapse elsewhere.
    Then the verdict is `diffuse`. So it is too when the cluster has no mechanism and the rows standing out in it
-   hold under half of all harm (`MIN_OUTLIER_HARM`): the gradients are then the only evidence, and a fine-tune on
-   clean data that drifts in one topic concentrates harm on that topic's rows without any of them being the cause
-   (`verify` confirmed none of 8 such runs).
+   hold under half of all harm (`MIN_OUTLIER_HARM`), or do not write what the failing answers write where they leave
+   the answer they should give (`regression.symptoms.Departure`) more often than the other rows, by the gap an audit
+   flag needs to be a mechanism: the gradients are then the only evidence, and a fine-tune on clean data that
+   drifts in one topic concentrates harm on that topic's rows without any of them being the cause (`verify`
+   confirmed none of 10 such runs), where rows that taught the failure write it.
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
    cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
 7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged (`evidence.cause_found` false).
@@ -53,6 +55,7 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -80,14 +83,16 @@ def decide(
     groups: list[FindingGroup] | None = None,
     served: dict[str, Any] | None = None,
     rank: str = "gradient",
+    texts: Sequence[tuple[str, str]] | None = None,
 ) -> Verdict:
     """Apply the rules in order (see the module docstring) and return the first verdict that holds; `served` is
     report.json's `served` block when the user gave the served answers (rule 0); `rank` the `--rank` method whose
-    effects the clusters and `effects_mean` hold (the summary says which method agrees with the audit)."""
+    effects the clusters and `effects_mean` hold (the summary says which method agrees with the audit); `texts` each
+    row's (prompt, answer) in `ids`' order, where rule 5 looks for the failing answers' departures."""
     if rules.serving_only(regression, served):
         assert served is not None
         return _serving(regression, served)
-    verdict = _training(regression, findings, clusters, effects_mean, ids, symptoms, groups, rank)
+    verdict = _training(regression, findings, clusters, effects_mean, ids, symptoms, groups, rank, texts)
     if served is not None and rules.is_regression(served["regression"]) and verdict.kind != "no-regression":
         verdict.summary += wording.served_only(served)
         verdict.evidence["served_only_delta"] = served["served_only_delta"]
@@ -96,7 +101,7 @@ def decide(
 
 def _training(regression: dict[str, Any], findings: list[Finding], clusters: list[ClusterSummary] | None,
               effects_mean: np.ndarray | None, ids: list[str], symptoms: Symptoms | None,
-              groups: list[FindingGroup] | None, rank: str) -> Verdict:
+              groups: list[FindingGroup] | None, rank: str, texts: Sequence[tuple[str, str]] | None) -> Verdict:
     """Rules 1 to 8: the verdict on the training path's regression."""
     if not rules.is_regression(regression):
         summary, action = wording.no_regression(regression)
@@ -112,7 +117,7 @@ def _training(regression: dict[str, Any], findings: list[Finding], clusters: lis
     if effects_mean is not None and not distinct(effects_mean):  # every row scored the same: noise names no row
         ranked, effects_mean = [], None
     top = ranked[0] if ranked and effects_mean is not None else None
-    verdict, spread = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank)
+    verdict, spread = _from_rows(regression, findings, top, ids, symptoms, groups, effects_mean, rank, texts)
     if verdict is None:
         return _diffuse(regression, findings, ranked[0] if ranked else None, symptoms, spread)
     setting = rules.setting_behind_rows(verdict.culprit_ids, findings)
@@ -134,9 +139,10 @@ def _serving(regression: dict[str, Any], served: dict[str, Any]) -> Verdict:
 
 def _from_rows(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None, ids: list[str],
                symptoms: Symptoms | None, groups: list[FindingGroup] | None,
-               effects_mean: np.ndarray | None, rank: str) -> tuple[Verdict | None, tuple[int, float] | None]:
+               effects_mean: np.ndarray | None, rank: str, texts: Sequence[tuple[str, str]] | None) \
+        -> tuple[Verdict | None, rules.Outliers | None]:
     """Rules 4 and 5: the rows the audit and the ranking's effects (`rank`) name, if any; beside it, when rule 5
-    declined only because the rows standing out in the cluster hold under half the harm, how many and how much."""
+    declined only because of the rows standing out in a cluster without a mechanism (`rules.outlier_test`), why."""
     found = rules.symptom_group(symptoms, groups, len(ids))
     if found is not None and symptoms is not None:
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
@@ -144,10 +150,10 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
     if top is not None and rules.concentrated(top):
         if rules.mechanism(top, skip=repeats) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
-            spread = rules.outliers_short(top, effects, ids)
-            if spread is not None:
+            spread = rules.outlier_test(top, effects, ids, symptoms, texts)
+            if spread is not None and not spread.named:
                 return None, spread
-            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank), None
+            return _data_cluster(regression, findings, top, effects, ids, symptoms, groups, rank, spread), None
     return None, None
 
 
@@ -211,8 +217,9 @@ def _cluster_verdict(summary: str, evidence: dict[str, Any], culprits: list[str]
 
 def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: ClusterSummary,
                   effects_mean: np.ndarray, ids: list[str], symptoms: Symptoms | None,
-                  groups: list[FindingGroup] | None, rank: str) -> Verdict:
-    """Rule 5's verdict: the cluster's flagged rows (its mechanism) or its outlying rows, and the causes beside."""
+                  groups: list[FindingGroup] | None, rank: str, spread: rules.Outliers | None = None) -> Verdict:
+    """Rule 5's verdict: the cluster's flagged rows (its mechanism) or its outlying rows (`spread`, what they hold
+    and write), and the causes beside."""
     found = rules.mechanism(cluster)
     evidence: dict[str, Any] = {
         "cluster": cluster.id, "cluster_name": cluster.name, "size": cluster.size, "size_share": cluster.size_share,
@@ -228,11 +235,14 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
     else:
         rows, threshold = rules.culprits_by_effect(cluster, effects_mean, ids)
         evidence["effect_threshold"] = threshold
+        if spread is not None:
+            evidence["outliers"] = spread.to_dict()
     first = [cluster_cause(cluster, rows, found[0] if found else None, symptoms, findings)]
     causes = _named(regression, first, findings, symptoms, groups, effects_mean, ids)
     culprits = [i for cause in causes for i in cause.example_ids]
     evidence["n_culprits"] = len(culprits)
-    summary = wording.cluster_summary(regression, cluster, found, len(rows), threshold)
+    summary = wording.cluster_summary(regression, cluster, found, len(rows), threshold,
+                                      spread.written if spread is not None else None)
     elsewhere = rules.defects_elsewhere(cluster, groups, set(culprits), len(ids))
     if elsewhere:
         evidence["audit_elsewhere"] = [{"group": g.name, "size": g.size, "failure_share": g.failure_share}
@@ -244,7 +254,7 @@ def _data_cluster(regression: dict[str, Any], findings: list[Finding], cluster: 
 
 
 def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSummary | None,
-             symptoms: Symptoms | None, spread: tuple[int, float] | None = None) -> Verdict:
+             symptoms: Symptoms | None, spread: rules.Outliers | None = None) -> Verdict:
     """Rules 6 and 7, and rule 5's exceptions: a step size that outranks the cluster, or `spread` (`_from_rows`)."""
     run_wide = sorted((f for f in by_severity(findings) if not f.per_example),
                       key=lambda f: category_of(f) not in rules.NEVER_SETUP)  # stable: step size, schedule first
@@ -260,7 +270,7 @@ def _diffuse(regression: dict[str, Any], findings: list[Finding], top: ClusterSu
     if outranked:
         evidence["outranked_by_step_size"] = True
     if spread is not None:
-        evidence["outliers"] = {"rows": spread[0], "harm_share": spread[1]}
+        evidence["outliers"] = spread.to_dict()
     summary, action = wording.diffuse(regression, top, causes, symptoms, outranked, spread)
     return Verdict("diffuse", summary, action, evidence,
                    causes=[Cause("setup", f.check, "audit", fix=f.fix) for f in causes])

@@ -8,7 +8,8 @@ says otherwise: the registry's default).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from gradian.audit.finding import SEVERITIES, Finding, by_severity
 from gradian.audit.registry import ANY_SYMPTOM, category_of, cause_from, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
-from gradian.regression.symptoms import SYMPTOMS, Symptoms
+from gradian.regression.symptoms import SYMPTOMS, Symptoms, words_of
 from gradian.verdict.thresholds import (
     CULPRIT_ROBUST_Z,
     DECISIVE_HARM,
@@ -33,6 +34,7 @@ from gradian.verdict.thresholds import (
     MIN_LIFT,
     MIN_OUTLIER_HARM,
     MIN_SETTING_EXPLAINS,
+    OTHER_ROWS,
     SERVING_ONLY_SHARE,
     SETUP_ROW_SHARE,
 )
@@ -276,13 +278,72 @@ def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) 
     return len(rows), float(harm[inside].sum()) / total if total > 0 else 0.0
 
 
-def outliers_short(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[int, float] | None:
-    """Rule 5's last test: with no mechanism, `outliers` when the rows standing out in the cluster hold under
-    `MIN_OUTLIER_HARM` of the harm (rule 5 names nothing then), else None."""
+@dataclass(frozen=True)
+class Written:
+    """How often rows write the failing answers' departures (`Departure.written_in`): `inside`, the share of the rows
+    in question that write one; `outside`, the share of the other rows; `example`, the one most of them write."""
+
+    inside: float
+    outside: float
+    example: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inside": self.inside, "outside": self.outside, "example": self.example}
+
+
+@dataclass(frozen=True)
+class Outliers:
+    """Rule 5's last test, for a cluster without a mechanism: its outlying rows (`culprits_by_effect`, `rows` of
+    them) hold `harm_share` of all harm, and `written` says how often they write the failing answers' departures
+    (None where no failing answer's departure is known)."""
+
+    rows: int
+    harm_share: float
+    written: Written | None
+
+    @property
+    def named(self) -> bool:
+        """They hold `MIN_OUTLIER_HARM` of the harm and, where it can be read, write the departures more often than
+        the other rows, by `MIN_FLAG_GAP`."""
+        return self.harm_share >= MIN_OUTLIER_HARM and (self.written is None
+                                                        or self.written.inside - self.written.outside >= MIN_FLAG_GAP)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "harm_share": self.harm_share,
+                "departures_written": None if self.written is None else self.written.to_dict()}
+
+
+def outlier_test(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str], symptoms: Symptoms | None,
+                 texts: Sequence[tuple[str, str]] | None) -> Outliers | None:
+    """Rule 5's last test (`Outliers`), None for a cluster with a mechanism, whose flagged rows are named."""
     if mechanism(cluster) is not None:
         return None
-    found = outliers(cluster, effects_mean, ids)
-    return found if found[1] < MIN_OUTLIER_HARM else None
+    named, _ = culprits_by_effect(cluster, effects_mean, ids)
+    return Outliers(*outliers(cluster, effects_mean, ids), departures_written(named, ids, symptoms, texts))
+
+
+def departures_written(named: list[str], ids: list[str], symptoms: Symptoms | None,
+                       texts: Sequence[tuple[str, str]] | None) -> Written | None:
+    """How often the `named` rows' answers write a failing answer's departure, beside the other rows (at most
+    `OTHER_ROWS` of them, a seeded sample); None where no departure is known or there are no texts."""
+    if symptoms is None or not symptoms.departures or texts is None or not named:
+        return None
+    departures = Counter(symptoms.departures.values())  # each departure, by how many failing answers make it
+    chosen = set(named)
+    inside = [i for i, row_id in enumerate(ids) if row_id in chosen]  # (K,)
+    others = np.array([i for i, row_id in enumerate(ids) if row_id not in chosen], dtype=np.int64)  # (N - K,)
+    if len(others) > OTHER_ROWS:
+        others = np.sort(np.random.default_rng(0).choice(others, OTHER_ROWS, replace=False))
+
+    def writes(rows: Sequence[int] | np.ndarray) -> np.ndarray:  # (rows, departures) bool
+        return np.array([[d.written_in(words) for d in departures]
+                         for words in (words_of(texts[int(i)][1]) for i in rows)], dtype=np.bool_)
+
+    mine, theirs = writes(inside), writes(others)  # (K, D), (N - K, D)
+    kinds, written = list(departures), mine.sum(0)  # (D,) named rows writing each
+    shown = max(range(len(kinds)), key=lambda d: (written[d], departures[kinds[d]]))  # ties: the most answers' one
+    return Written(float(mine.any(1).mean()), float(theirs.any(1).mean()) if len(theirs) else 0.0,
+                   kinds[shown].shown())
 
 
 @dataclass

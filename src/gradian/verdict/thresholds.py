@@ -32,6 +32,15 @@ MAD_TO_SIGMA = 1.4826
 # BENCHMARKS.md). Half is the majority, not a fitted value; on seeds 17-31 of the four clean families, built after it
 # was written, 58 of 60 verdicts are right, where the rule without it had 45.
 MIN_OUTLIER_HARM = 0.5
+# ... and only when they write what the failing answers write where they leave the answer they should give (a
+# `Departure`: the same words after the same words) more often than the other rows do, by MIN_FLAG_GAP: the same test
+# an audit flag passes to be the cluster's mechanism, read from the answers instead of a check. Rows that taught the
+# failure write it (tickets-swap-intent: every named row writes `account_access` where the failing answers put it for
+# `invoice_copy`, 14-15% of the other rows); a clean topic's drift teaches nothing its rows write (the four clean runs
+# whose outlying rows held half the harm, two of them on seeds built after this was written: 0-32% of them, 0-25% of
+# the other rows; `verify` confirmed none). Where no failing answer has an answer to give, the test cannot be read
+# and the half decides alone. At most OTHER_ROWS of the other rows are read, a seeded sample.
+OTHER_ROWS = 20000
 # A critical per-example finding covering at least this share of rows is a setup fault, not a cluster.
 SETUP_ROW_SHARE = 0.5
 # A group sits where the failures are when at least a quarter of the failing prompts' nearest training rows are its

@@ -15,8 +15,8 @@ from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
 from gradian.report.wording import number, pct, ranker
-from gradian.verdict.rules import Agreement
-from gradian.verdict.thresholds import MIN_AGREEMENT, SERVING_ONLY_SHARE
+from gradian.verdict.rules import Agreement, Outliers, Written
+from gradian.verdict.thresholds import MIN_AGREEMENT, MIN_OUTLIER_HARM, SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause
 
 SYMPTOM_PHRASES = {
@@ -188,8 +188,8 @@ def finding_summary(regression: dict[str, Any], group: FindingGroup, symptoms: S
 
 
 def cluster_summary(regression: dict[str, Any], cluster: ClusterSummary, found: tuple[str, float, float] | None,
-                    n_culprits: int, threshold: float | None) -> str:
-    """Rule 5: one gradient cluster, with its mechanism or its effect threshold."""
+                    n_culprits: int, threshold: float | None, written: Written | None = None) -> str:
+    """Rule 5: one gradient cluster, with its mechanism or its effect threshold (and what those rows write)."""
     text = (
         f"{measured(regression)} One cluster of {cluster.size} training rows ({pct(cluster.size_share)} of the data), "
         f"grouped around \u201c{cluster.name}\u201d, holds {pct(cluster.harm_share)} of the negative influence "
@@ -198,7 +198,14 @@ def cluster_summary(regression: dict[str, Any], cluster: ClusterSummary, found: 
     if found is not None:
         check, inside, outside = found
         return text + f" {pct(inside)} of this cluster has {check_phrase(check)}, vs {pct(outside)} elsewhere."
-    return text + f" Its culprits are the {n_culprits} rows whose effect is below {number(threshold)}."
+    text += f" Its culprits are the {n_culprits} rows whose effect is below {number(threshold)}."
+    return text + (f" {departure_sentence(written, 'of them')}" if written is not None else "")
+
+
+def departure_sentence(written: Written, whose: str) -> str:
+    """How often rows write what the failing answers write where they leave the answer they should give."""
+    return (f"{pct(written.inside)} {whose} write what the failing answers write where they leave the answer they "
+            f"should give (`{written.example}`), against {pct(written.outside)} of the other rows.")
 
 
 def _cluster_numbers(top: ClusterSummary) -> str:
@@ -287,9 +294,10 @@ def drop_action(n_rows: int, causes: list[Cause], latent: int = 0, latent_checks
 
 
 def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list[Finding],
-            symptoms: Symptoms | None, outranked: bool, spread: tuple[int, float] | None = None) -> tuple[str, str]:
+            symptoms: Symptoms | None, outranked: bool, spread: Outliers | None = None) -> tuple[str, str]:
     """Rules 6 and 7 (and rule 5's exceptions: `outranked`, or `spread`, the rows standing out in a concentrated
-    cluster and the share of the harm they hold, under half): no group of rows holds the harm."""
+    cluster without a mechanism, which hold under half the harm or do not write the failing answers' departures):
+    no group of rows holds the harm."""
     where = ""
     if top is not None:
         where = (f": the most harmful, \u201c{top.name}\u201d, holds {pct(top.harm_share)} of it for "
@@ -298,8 +306,7 @@ def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list
     cited = "; ".join(f.title.rstrip(".") for f in causes[:2])
     if spread is not None and top is not None:
         lead = (f"The harm shows most in \u201c{top.name}\u201d ({pct(top.harm_share)} of it for "
-                f"{pct(top.size_share)} of the rows, {top.lift:.1f}x its size), but the {spread[0]} rows that stand "
-                f"out in it hold only {pct(spread[1])} of the harm and no audit finding marks them: a fine-tune on "
+                f"{pct(top.size_share)} of the rows, {top.lift:.1f}x its size), {_short_of(spread)}: a fine-tune on "
                 "clean data that drifts in one topic looks like this, so no rows are named.")
         if not causes:
             return (f"{measured(regression)} No cause was found. {lead} Nothing run-wide is flagged (step size, eval "
@@ -320,6 +327,15 @@ def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list
                 "Fix the step size first; if the regression stays, attribute the new run.")
     hints = "; ".join(f.fix for f in causes[:2] if f.fix) or "lower the learning rate, and measure again"
     return text, f"look at hyperparameters: {hints} (evidence: {', '.join(f.check for f in causes[:2])})"
+
+
+def _short_of(spread: Outliers) -> str:
+    """Why rule 5 names none of the rows standing out in a cluster without a mechanism."""
+    standing_out = f"the {spread.rows} rows that stand out in it"
+    if spread.harm_share < MIN_OUTLIER_HARM or spread.written is None:
+        return f"but {standing_out} hold only {pct(spread.harm_share)} of the harm and no audit finding marks them"
+    return (f"and {standing_out} hold {pct(spread.harm_share)} of it, but no audit finding marks them and only "
+            + departure_sentence(spread.written, "of them").rstrip("."))
 
 
 def served_measured(served: dict[str, Any]) -> str:
