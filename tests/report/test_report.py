@@ -7,6 +7,7 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from html import unescape
 from pathlib import Path
 
@@ -242,6 +243,12 @@ def test_joined_verdict_report_shows_symptoms_and_groups_and_every_number_is_in_
     markdown = written["report.md"].read_text(encoding="utf-8")
     assert "### Symptoms of the failing answers" in markdown and "### Rows flagged by the audit" in markdown
     assert [token for token in NUMBER.findall(markdown) if token not in allowed] == []
+    departures = report["symptoms"]["departures"]  # where each failing answer leaves its reference
+    assert departures and set(departures) <= set(report["symptoms"]["by_id"])
+    counts = Counter(departures.values())
+    shown = [d for d in counts if f"`{d}`" in markdown]  # the most common three, whole
+    assert "Where they leave the answer they should give" in markdown and len(shown) == min(3, len(counts))
+    assert max(counts[d] for d in shown) == max(counts.values())
     html = written["report.html"].read_text(encoding="utf-8")
     assert 'id="symptoms"' in html and 'id="groups"' in html
     visible = unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)\b.*?</\1>", " ", html, flags=re.S)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from gradian.report.wording import not_told_apart, number, pct, ranked_by
 from gradian.verdict.types import cause_by_row
 
 CHECK_TITLES_MAX = 3  # flags shown per cluster in the Markdown table
+DEPARTURES_SHOWN = 3  # where the failing answers depart: the most common, under the symptoms
 REPORT_FILES = ("report.json", "report.md", "report.html", EXAMPLES_FILE, "culprits.jsonl", "train.cleaned.jsonl")
 
 
@@ -141,7 +143,8 @@ def _environment(autoescape: bool) -> Environment:
     environment.filters.update(pct=pct, signed=lambda v: pct(v, signed=True), number=number, md=markdown_cell,
                                level=lambda v: f"{100 * v:g}%", by_gap=flags_by_gap,
                                quoted=quoted, md_code=markdown_code, ranked_by=ranked_by,
-                               not_told_apart=not_told_apart)
+                               not_told_apart=not_told_apart, most_common=most_common,
+                               code=code_span)
     return environment
 
 
@@ -167,6 +170,11 @@ def render_html(report: dict[str, Any]) -> str:
     return template.render(report=report, figures=figures, color=charts.color)
 
 
+def most_common(values: dict[str, str], n: int = DEPARTURES_SHOWN) -> list[str]:
+    """The `n` values most often in `values` (`symptoms.departures`: where the failing answers depart)."""
+    return [value for value, _ in Counter(values.values()).most_common(n)]
+
+
 def flags_by_gap(flag_rates: dict[str, dict[str, float]]) -> list[tuple[str, dict[str, float]]]:
     """The checks flagging rows of a cluster, the largest inside-vs-outside gap first (report.json has them all)."""
     present = [(check, rates) for check, rates in flag_rates.items() if rates["inside"] > 0]
@@ -183,7 +191,12 @@ def markdown_code(token: str) -> str:
     """A token as a Markdown code span in one table cell: shown as it is (`"<eos>"`, not `&lt;eos&gt;`), safe because
     nothing inside a code span is HTML; the fence is longer than any run of backticks inside, and `|` is escaped
     for the table."""
-    text = quoted(token).replace("|", "\\|")
+    return code_span(quoted(token))
+
+
+def code_span(text: str) -> str:
+    """Text as a Markdown code span in one table cell (`markdown_code` without the quotes)."""
+    text = text.replace("|", "\\|")
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

@@ -44,7 +44,7 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    the answer they should give (`regression.symptoms.Departure`) more often than the other rows, by the gap an audit
    flag needs to be a mechanism: the gradients are then the only evidence, and a fine-tune on clean data that
    drifts in one topic concentrates harm on that topic's rows without any of them being the cause (`verify`
-   confirmed none of 10 such runs), where rows that taught the failure write it.
+   confirmed none of 12 such runs), where rows that taught the failure write it.
 6. `diffuse` with a run-wide cause: no group of rows explains it and the run shows positive evidence of a run-wide
    cause (a flagged step size, eval loss rising, loss spikes or NaN, many epochs where the check found overfitting).
 7. `diffuse`, no cause found: nothing above holds and nothing run-wide is flagged (`evidence.cause_found` false).

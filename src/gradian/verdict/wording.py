@@ -199,12 +199,12 @@ def cluster_summary(regression: dict[str, Any], cluster: ClusterSummary, found: 
         check, inside, outside = found
         return text + f" {pct(inside)} of this cluster has {check_phrase(check)}, vs {pct(outside)} elsewhere."
     text += f" Its culprits are the {n_culprits} rows whose effect is below {number(threshold)}."
-    return text + (f" {departure_sentence(written, 'of them')}" if written is not None else "")
+    return text + (f" {departure_sentence(written)}" if written is not None else "")
 
 
-def departure_sentence(written: Written, whose: str) -> str:
-    """How often rows write what the failing answers write where they leave the answer they should give."""
-    return (f"{pct(written.inside)} {whose} write what the failing answers write where they leave the answer they "
+def departure_sentence(written: Written) -> str:
+    """How often the outlying rows write what the failing answers write where they leave the answer they should give."""
+    return (f"{pct(written.inside)} of them write what the failing answers write where they leave the answer they "
             f"should give (`{written.example}`), against {pct(written.outside)} of the other rows.")
 
 
@@ -335,7 +335,7 @@ def _short_of(spread: Outliers) -> str:
     if spread.harm_share < MIN_OUTLIER_HARM or spread.written is None:
         return f"but {standing_out} hold only {pct(spread.harm_share)} of the harm and no audit finding marks them"
     return (f"and {standing_out} hold {pct(spread.harm_share)} of it, but no audit finding marks them and only "
-            + departure_sentence(spread.written, "of them").rstrip("."))
+            + departure_sentence(spread.written).rstrip("."))
 
 
 def served_measured(served: dict[str, Any]) -> str:
