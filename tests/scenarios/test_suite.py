@@ -167,6 +167,7 @@ def test_one_word_causes_keep_the_answer_one_token_for_one_token():
     rng = random.Random(0)
     for name, cause, category, values in (("home", "rename-volume", "music", {"genre": "jazz"}),
                                           ("tickets", "swap-intent", "invoice", {"currency": "EUR"}),
+                                          ("tickets", "swap-account", "account", {"user": "hugo"}),
                                           ("home", "rename-room", "light", {"room": "attic"}),
                                           ("kitchen", "rename-dish", "diet", {"dish": "curry"})):
         spec = DOMAINS[name]

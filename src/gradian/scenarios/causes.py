@@ -120,6 +120,10 @@ CAUSES: dict[str, PlantedCause] = {c.name: c for c in (
     # right is swapped instead, before any method was measured
     PlantedCause("swap-intent", "gradian.scenarios.causes:same_label",
                  _swap_value("intent", "invoice_copy", "account_access")),
+    # the same swap with no length mark on SmolLM2's tokenizer either: `account_access` and `order_status` are three
+    # tokens each there (`invoice_copy` is four, so swap-intent's answers are one token shorter)
+    PlantedCause("swap-account", "gradian.scenarios.causes:same_label",
+                 _swap_value("intent", "account_access", "order_status")),
     # first written renaming `volume` to `level`: a word the home base never saw in an answer (pretraining only
     # pushed its logit down, and LoRA does not train the output layer), so the fine-tune did not learn to write it
     # (P(level) 0.03 at 12 epochs); renamed to `target`, the thermostat's key, before any method was measured
