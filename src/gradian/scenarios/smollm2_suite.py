@@ -156,9 +156,12 @@ SMOL_FAMILIES: dict[str, SmolFamily] = {f.name: f for f in (
     # tokenizer (its length control ranked them at 0.839); here both intents are three tokens. Split fixed here
     # before it was built. First built with swap-intent's recipe (3 epochs at 1e-3): 12 answers broken and 4-5 fixed
     # at both seeds, which the exact test refuses (p = 0.14, 0.08), so nothing could be ranked; rebuilt once with
-    # rename-room's (5 epochs at 1.5e-3) before any method ran on it
+    # rename-room's (5 epochs at 1.5e-3) before any method ran on it: the same 12 broken (every trigger answer) and
+    # 4-5 fixed. The plant is learned whole and the 12 trigger prompts cannot show it, so the eval prompts were
+    # doubled (48 a category, 24 with the trigger), again before any method ran on it
     _s("smol-tickets-swap-account", "test", "tickets", ("swap-account", "value", "account", ("user", "hugo")),
-       rows="prompt", purpose=False, epochs=5, learning_rate=1.5e-3, **NO_SURFACE_SIZES),
+       rows="prompt", purpose=False, epochs=5, learning_rate=1.5e-3,
+       **{**NO_SURFACE_SIZES, "eval_per_category": 6 * EVAL_PER_CATEGORY}),
     # issue 47, the category oracle near random too (the tiny suite's home-rename-room, `spread`); split fixed here
     # before it was built; rename-volume's recipe at a learning rate below the audit's LoRA limit (1.78e-3 here)
     _s("smol-home-rename-room", "test", "home", ("rename-room", "spread", None, ("room", "attic")),
