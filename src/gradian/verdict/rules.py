@@ -302,11 +302,15 @@ class Outliers:
     written: Written | None
 
     @property
+    def hold_the_harm(self) -> bool:
+        """They hold `MIN_OUTLIER_HARM` of all harm."""
+        return self.harm_share >= MIN_OUTLIER_HARM
+
+    @property
     def named(self) -> bool:
-        """They hold `MIN_OUTLIER_HARM` of the harm and, where it can be read, write the departures more often than
-        the other rows, by `MIN_FLAG_GAP`."""
-        return self.harm_share >= MIN_OUTLIER_HARM and (self.written is None
-                                                        or self.written.inside - self.written.outside >= MIN_FLAG_GAP)
+        """They hold the harm and, where it can be read, write the departures more often than the other rows, by
+        `MIN_FLAG_GAP`."""
+        return self.hold_the_harm and (self.written is None or self.written.inside - self.written.outside >= MIN_FLAG_GAP)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "harm_share": self.harm_share,

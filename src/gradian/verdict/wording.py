@@ -16,7 +16,7 @@ from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
 from gradian.report.wording import number, pct, ranker
 from gradian.verdict.rules import Agreement, Outliers, Written
-from gradian.verdict.thresholds import MIN_AGREEMENT, MIN_OUTLIER_HARM, SERVING_ONLY_SHARE
+from gradian.verdict.thresholds import MIN_AGREEMENT, SERVING_ONLY_SHARE
 from gradian.verdict.types import Cause
 
 SYMPTOM_PHRASES = {
@@ -332,7 +332,7 @@ def diffuse(regression: dict[str, Any], top: ClusterSummary | None, causes: list
 def _short_of(spread: Outliers) -> str:
     """Why rule 5 names none of the rows standing out in a cluster without a mechanism."""
     standing_out = f"the {spread.rows} rows that stand out in it"
-    if spread.harm_share < MIN_OUTLIER_HARM or spread.written is None:
+    if not spread.hold_the_harm or spread.written is None:
         return f"but {standing_out} hold only {pct(spread.harm_share)} of the harm and no audit finding marks them"
     return (f"and {standing_out} hold {pct(spread.harm_share)} of it, but no audit finding marks them and only "
             + departure_sentence(spread.written).rstrip("."))
