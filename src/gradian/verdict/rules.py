@@ -267,15 +267,15 @@ def culprits_by_effect(cluster: ClusterSummary, effects_mean: np.ndarray, ids: l
     return chosen, threshold
 
 
-def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[int, float]:
-    """How many rows `culprits_by_effect` names in the cluster, and the share of all harm (max(−effect, 0) of the
-    mean effects, (N,)) they hold; 0 with no harm."""
+def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) -> tuple[list[str], float]:
+    """The rows `culprits_by_effect` names in the cluster, and the share of all harm (max(−effect, 0) of the mean
+    effects, (N,)) they hold; 0 with no harm."""
     rows, _ = culprits_by_effect(cluster, effects_mean, ids)
     named = set(rows)
     harm = np.maximum(-effects_mean, 0.0)  # (N,)
     inside = np.fromiter((i in named for i in ids), dtype=bool, count=len(ids))  # (N,)
     total = float(harm.sum())
-    return len(rows), float(harm[inside].sum()) / total if total > 0 else 0.0
+    return rows, float(harm[inside].sum()) / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -322,8 +322,8 @@ def outlier_test(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[st
     """Rule 5's last test (`Outliers`), None for a cluster with a mechanism, whose flagged rows are named."""
     if mechanism(cluster) is not None:
         return None
-    named, _ = culprits_by_effect(cluster, effects_mean, ids)
-    return Outliers(*outliers(cluster, effects_mean, ids), departures_written(named, ids, symptoms, texts))
+    named, share = outliers(cluster, effects_mean, ids)
+    return Outliers(len(named), share, departures_written(named, ids, symptoms, texts))
 
 
 def departures_written(named: list[str], ids: list[str], symptoms: Symptoms | None,
