@@ -19,6 +19,7 @@ from gradian.audit.finding import SEVERITIES, Finding, by_severity
 from gradian.audit.registry import ANY_SYMPTOM, category_of, cause_from, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
+from gradian.data.columns import mask_of, positions_of
 from gradian.regression.symptoms import SYMPTOMS, Symptoms, words_of
 from gradian.verdict.thresholds import (
     CULPRIT_ROBUST_Z,
@@ -271,9 +272,8 @@ def outliers(cluster: ClusterSummary, effects_mean: np.ndarray, ids: list[str]) 
     """The rows `culprits_by_effect` names in the cluster, and the share of all harm (max(−effect, 0) of the mean
     effects, (N,)) they hold; 0 with no harm."""
     rows, _ = culprits_by_effect(cluster, effects_mean, ids)
-    named = set(rows)
     harm = np.maximum(-effects_mean, 0.0)  # (N,)
-    inside = np.fromiter((i in named for i in ids), dtype=bool, count=len(ids))  # (N,)
+    inside = mask_of(ids, rows)  # (N,)
     total = float(harm.sum())
     return rows, float(harm[inside].sum()) / total if total > 0 else 0.0
 
@@ -333,13 +333,12 @@ def departures_written(named: list[str], ids: list[str], symptoms: Symptoms | No
     if symptoms is None or not symptoms.departures or texts is None or not named:
         return None
     departures = Counter(symptoms.departures.values())  # each departure, by how many failing answers make it
-    chosen = set(named)
-    inside = [i for i, row_id in enumerate(ids) if row_id in chosen]  # (K,)
-    others = np.array([i for i, row_id in enumerate(ids) if row_id not in chosen], dtype=np.int64)  # (N - K,)
+    inside = positions_of(ids, named)  # (K,)
+    others = np.flatnonzero(~mask_of(ids, named))  # (N - K,)
     if len(others) > OTHER_ROWS:
         others = np.sort(np.random.default_rng(0).choice(others, OTHER_ROWS, replace=False))
 
-    def writes(rows: Sequence[int] | np.ndarray) -> np.ndarray:  # (rows, departures) bool
+    def writes(rows: np.ndarray) -> np.ndarray:  # (rows, departures) bool
         return np.array([[d.written_in(words) for d in departures]
                          for words in (words_of(texts[int(i)][1]) for i in rows)], dtype=np.bool_)
 
