@@ -267,6 +267,33 @@ def test_a_plugin_check_that_declares_its_rows_repeats_counts_as_duplicates_do(r
     assert kind == ("diffuse" if repeated else "data-cluster")
 
 
+@pytest.mark.parametrize("name, declared", [("duplicate", {}), ("train_eval_overlap", {}),
+                                             ("asks_eval_prompt", {"measures": True}),
+                                             ("repeats_a_prompt", {"repeats": True}),
+                                             ("swapped_label", {})])
+def test_rows_with_nothing_wrong_in_them_never_name_the_clusters_mechanism(name, declared):
+    """A cluster flagged by a check whose rows are clean rows counted again (`repeats`) or rows that ask eval prompts
+    (`measures`) is named by its rows' effects, whole: a SmolLM2 swap family's rows come from 4 prompt templates, so
+    its 30 planted rows were named as the 21 that ask an eval prompt (the next action offered to remove eval rows),
+    then as the 18 that repeat one. A check that finds a defect is the mechanism and names its flagged rows."""
+    if declared or name == "swapped_label":
+        check(name, "per-row", **declared)(lambda ctx: [])
+    flagged = [IDS[i] for i in CULPRITS][:14]  # the flag covers 14 of the 20 planted rows
+    try:
+        found = Finding(name, "warning", "14 rows.", "drop them", example_ids=flagged)
+        verdict = verdict_for(SIGNIFICANT, [found], planted_effects(seed=1))
+    finally:
+        if declared or name == "swapped_label":
+            unregister_check(name)
+    assert verdict.kind == "data-cluster"
+    if name == "swapped_label":
+        assert verdict.evidence["mechanism"]["check"] == name and verdict.culprit_ids == flagged
+    else:
+        assert verdict.evidence["mechanism"] is None and verdict.evidence["culprit_rule"] == "effect"
+        assert set(verdict.culprit_ids) == {IDS[i] for i in CULPRITS}
+        assert "eval is held out" not in verdict.next_action
+
+
 # --- the rules that join symptoms, finding groups and gradients (rules 3, 4, 6 and 7 of the module docstring) ---
 
 PAD_UNKNOWN = Finding("pad_eos_masking", "warning", "pad == eos ('</s>'); if the collator masks pad ids every EOS "

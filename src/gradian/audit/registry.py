@@ -17,8 +17,10 @@ A check may also declare the symptoms of the failing answers its rows teach (`te
 `regression.symptoms.SYMPTOMS`, or `ANY_SYMPTOM` for a check that applies the capability itself; a `stop` check
 teaches `never-stops` unless it says otherwise), the severity from which its finding is positive evidence of a
 run-wide cause (`cause_from`), and whether its rows only repeat other rows (`repeats`: a repeated row is a clean row
-counted again, nothing wrong in it). The verdict reads all four here (`category_of`, `teaches`, `cause_from`,
-`repeats`), never a list of check names.
+counted again, nothing wrong in it), and whether its rows only say how the eval was built (`measures`: a row that
+asks an eval prompt is not wrong for it, and holding the eval out hides a regression rather than fixing it). The
+verdict reads all five here (`category_of`, `teaches`, `cause_from`, `repeats`, `measures`), never a list of check
+names.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ CATEGORIES: dict[str, str] = {}
 TEACHES: dict[str, tuple[str, ...]] = {}
 CAUSE_FROM: dict[str, str] = {}
 REPEATS: dict[str, bool] = {}
+MEASURES: dict[str, bool] = {}
 BUILT_IN = ("truncation", "dropped", "eos", "masking", "duplicates", "schedule", "template", "hyperparams", "adapter",
             "capability", "fields", "markers")
 BUILT_IN_CATEGORIES = {
@@ -71,14 +74,17 @@ BUILT_IN_CAUSE_FROM = {"many_epochs": "critical"}
 # Checks whose rows are copies of other rows: a step size far too high collapses toward what is repeated as toward
 # any other pattern, so repetition alone does not explain a cluster (the verdict's rule 5).
 BUILT_IN_REPEATS = ("duplicate", "near_duplicate")
+# Checks whose rows are about the measurement, not what the rows teach: they never name a cluster's mechanism.
+BUILT_IN_MEASURES = ("train_eval_overlap",)
 
 
 def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | None = None,
-          cause_from: str | None = None, repeats: bool | None = None) -> Callable[[Check], Check]:
+          cause_from: str | None = None, repeats: bool | None = None,
+          measures: bool | None = None) -> Callable[[Check], Check]:
     """Register `function` under `name` in `category` (one of CATEGORIES_KNOWN; built-ins have theirs listed
     above), with the symptoms its rows teach (`never-stops` for a `stop` check unless given), the severity from
-    which it is evidence of a run-wide cause (`warning` unless given), and whether the rows it names only repeat
-    other rows (False unless given). A second registration under the same name replaces the first."""
+    which it is evidence of a run-wide cause (`warning` unless given), whether the rows it names only repeat
+    other rows, and whether they only say how the eval was built (both False unless given). A second registration under the same name replaces the first."""
     category = category or BUILT_IN_CATEGORIES.get(name)
     if category not in CATEGORIES_KNOWN:
         raise ValueError(f"check {name!r} must declare its category, one of {', '.join(CATEGORIES_KNOWN)}: "
@@ -88,14 +94,17 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
         raise ValueError(f"check {name!r}: cause_from must be one of {', '.join(SEVERITIES)}, not {cause_from!r}")
     taught = tuple(teaches) if teaches is not None else _default_teaches(name, category)
     repeated = bool(repeats) if repeats is not None else name in BUILT_IN_REPEATS
+    measured = bool(measures) if measures is not None else name in BUILT_IN_MEASURES
 
     def register(function: Check) -> Check:
         CHECKS[name] = function
         CATEGORIES[name], TEACHES[name], CAUSE_FROM[name], REPEATS[name] = category, taught, cause_from, repeated
+        MEASURES[name] = measured
         function.category = category  # type: ignore[attr-defined]
         function.teaches = taught  # type: ignore[attr-defined]
         function.cause_from = cause_from  # type: ignore[attr-defined]
         function.repeats = repeated  # type: ignore[attr-defined]
+        function.measures = measured  # type: ignore[attr-defined]
         return function
 
     return register
@@ -107,7 +116,7 @@ def unregister_check(name: str) -> None:
     rest of the process. A name nothing registered is a `ValueError`."""
     if name not in CHECKS:
         raise ValueError(f"no check is registered as {name!r}")
-    for table in (CHECKS, CATEGORIES, TEACHES, CAUSE_FROM, REPEATS):
+    for table in (CHECKS, CATEGORIES, TEACHES, CAUSE_FROM, REPEATS, MEASURES):
         table.pop(name, None)
 
 
@@ -138,6 +147,11 @@ def cause_from(check_name: str) -> str:
 def repeats(check_name: str) -> bool:
     """Whether the rows `check_name` names only repeat other rows (a clean row counted again)."""
     return REPEATS.get(check_name, check_name in BUILT_IN_REPEATS)
+
+
+def measures(check_name: str) -> bool:
+    """Whether the rows `check_name` names only say how the eval was built (a train row asking an eval prompt)."""
+    return MEASURES.get(check_name, check_name in BUILT_IN_MEASURES)
 
 
 def load_built_in() -> dict[str, Check]:

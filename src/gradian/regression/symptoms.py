@@ -33,7 +33,7 @@ import difflib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradian.capabilities import Capability, passed
@@ -127,7 +127,7 @@ class Symptoms:
         return top if self.shares[top] >= DOMINANT_SHARE else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "departures": {i: d.shown() for i, d in self.departures.items()},
+        return {**asdict(replace(self, departures={})), "departures": {i: d.shown() for i, d in self.departures.items()},
                 "dominant": self.dominant}
 
 

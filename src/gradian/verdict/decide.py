@@ -37,7 +37,8 @@ The verdict joins three kinds of evidence: the audit's findings, the symptoms of
    take no part in the verdict), unless the run's step size is flagged (`rules.step_size_outranks`: with damage
    in its log or critical, or else while the cluster does not hold the harm beyond doubt) and nothing in the
    cluster's rows is wrong (no mechanism from the join; a repeated row, a check that `repeats`, is a clean row counted
-   again): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
+   again, and rows that ask eval prompts, a check that `measures`, say how the eval was built: neither is ever a
+   mechanism): a learning rate far too high makes the model collapse toward whatever pattern some clean rows carry,
    duplicated ones too, and dropping those rows would only move the collapse elsewhere.
    Then the verdict is `diffuse`. So it is too when the cluster has no mechanism and the rows standing out in it
    hold under half of all harm (`MIN_OUTLIER_HARM`), or do not write what the failing answers write where they leave
@@ -61,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from gradian.audit.finding import Finding, by_severity
-from gradian.audit.registry import category_of, repeats, teaches
+from gradian.audit.registry import category_of, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.regression.symptoms import Symptoms
@@ -148,7 +149,7 @@ def _from_rows(regression: dict[str, Any], findings: list[Finding], top: Cluster
         return _finding_cluster(regression, findings, found[0], found[1], symptoms, top, groups, effects_mean, ids,
                                 rank), None
     if top is not None and rules.concentrated(top):
-        if rules.mechanism(top, skip=repeats) is not None or not rules.step_size_outranks(findings, top):
+        if rules.mechanism(top) is not None or not rules.step_size_outranks(findings, top):
             effects = np.asarray(effects_mean, dtype=np.float64)
             spread = rules.outlier_test(top, effects, ids, symptoms, texts)
             if spread is not None and not spread.named:

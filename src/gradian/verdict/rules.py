@@ -9,14 +9,14 @@ says otherwise: the registry's default).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gradian.audit.finding import SEVERITIES, Finding, by_severity
-from gradian.audit.registry import ANY_SYMPTOM, category_of, cause_from, teaches
+from gradian.audit.registry import ANY_SYMPTOM, category_of, cause_from, measures, repeats, teaches
 from gradian.clusters.groups import FindingGroup
 from gradian.clusters.summary import ClusterSummary
 from gradian.data.columns import mask_of, positions_of
@@ -240,11 +240,13 @@ def run_wide_causes(findings: list[Finding]) -> list[Finding]:
             and at_least(f, "warning") and at_least(f, cause_from(f.check))]
 
 
-def mechanism(cluster: ClusterSummary, skip: Callable[[str], bool] | None = None) -> tuple[str, float, float] | None:
-    """The per-example finding with the largest inside-vs-outside gap, when the gap is at least MIN_FLAG_GAP; the
-    checks for which `skip(name)` is true are left out."""
+def mechanism(cluster: ClusterSummary) -> tuple[str, float, float] | None:
+    """The per-example finding with the largest inside-vs-outside gap, when the gap is at least MIN_FLAG_GAP. Checks
+    whose rows have nothing wrong in them never name it: a repeated row (`repeats`) is a clean row counted again, and
+    a row that asks an eval prompt (`measures`) says how the eval was built; a cluster of either is explained by
+    what its rows teach, which the outlier test reads."""
     gaps = [(rates["inside"] - rates["outside"], check) for check, rates in cluster.flag_rates.items()
-            if skip is None or not skip(check)]
+            if not repeats(check) and not measures(check)]
     if not gaps:
         return None
     gap, check = max(gaps, key=lambda g: (g[0], g[1]))
