@@ -72,9 +72,9 @@ BUILT_IN_TEACHES: dict[str, tuple[str, ...]] = {
 # overfitting: many epochs alone explain nothing.
 BUILT_IN_CAUSE_FROM = {"many_epochs": "critical"}
 # Checks whose rows are copies of other rows: a step size far too high collapses toward what is repeated as toward
-# any other pattern, so repetition alone does not explain a cluster (the verdict's rule 5).
+# any other pattern, so repetition alone does not explain a cluster (the verdict's rule 5): never its mechanism.
 BUILT_IN_REPEATS = ("duplicate", "near_duplicate")
-# Checks whose rows are about the measurement, not what the rows teach: they never name a cluster's mechanism.
+# Checks whose rows are about the measurement, not what the rows teach: never a cluster's mechanism either.
 BUILT_IN_MEASURES = ("train_eval_overlap",)
 
 
@@ -84,7 +84,8 @@ def check(name: str, category: str | None = None, *, teaches: tuple[str, ...] | 
     """Register `function` under `name` in `category` (one of CATEGORIES_KNOWN; built-ins have theirs listed
     above), with the symptoms its rows teach (`never-stops` for a `stop` check unless given), the severity from
     which it is evidence of a run-wide cause (`warning` unless given), whether the rows it names only repeat
-    other rows, and whether they only say how the eval was built (both False unless given). A second registration under the same name replaces the first."""
+    other rows, and whether they only say how the eval was built (both False unless given). A second registration
+    under the same name replaces the first."""
     category = category or BUILT_IN_CATEGORIES.get(name)
     if category not in CATEGORIES_KNOWN:
         raise ValueError(f"check {name!r} must declare its category, one of {', '.join(CATEGORIES_KNOWN)}: "

@@ -127,8 +127,8 @@ class Symptoms:
         return top if self.shares[top] >= DOMINANT_SHARE else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(replace(self, departures={})), "departures": {i: d.shown() for i, d in self.departures.items()},
-                "dominant": self.dominant}
+        shown = {i: d.shown() for i, d in self.departures.items()}
+        return {**asdict(replace(self, departures={})), "departures": shown, "dominant": self.dominant}
 
 
 def classify_answer(text: str, stopped: bool, reference: str | None, capability: Capability, *,
