@@ -28,7 +28,7 @@ from gradian.verdict import Verdict
 if TYPE_CHECKING:
     from gradian.scores.combine import Ranking
 
-SCHEMA_VERSION = "2.20"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
+SCHEMA_VERSION = "2.21"  # 2.0: per-row results moved to examples.jsonl; 2.1: symptoms, groups, failure_sites, ranking;
 # 2.2: top_rows[].harm_token; 2.3: ranking.checks[].auc is the agreement with the gradient (it was a separation),
 # verdict.evidence.located_by; 2.4: ranking.row_harm, the rows' token_harm; 2.5: ranking.row_harm positions, the
 # rows' token_harm renamed row_harm (the harm of whichever kind); 2.6: verdict.causes, groups[].name and .symptom,
@@ -43,6 +43,7 @@ SCHEMA_VERSION = "2.20"  # 2.0: per-row results moved to examples.jsonl; 2.1: sy
 # 2.16: symptoms.ran_to_limit; 2.17: regression.stricter; 2.18: regression.interval exact-product / signed-rank-product
 # (the CI holds how many answers changed too); 2.19: harm_share_ci is one-sided, [low, 1]; 2.20: symptoms.departures and
 # verdict.evidence.outliers.departures_written (rule 5's outlying rows must write the failing answers' departures)
+# 2.21: regression.slice (a refusal's eval category that dropped while the whole eval did not)
 CONFIDENCE_LEVEL = 0.95
 HISTOGRAM_BINS = 30
 # The report lists this many rows with their text: enough to read the pattern, small enough to open in a browser.

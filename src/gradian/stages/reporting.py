@@ -16,6 +16,7 @@ from gradian.data.columns import ids_of, positions_of, texts_of
 from gradian.data.setup import preparation
 from gradian.gradients.store import FeatureStore
 from gradian.regression.measure import RegressionResult
+from gradian.regression.slices import worse_slice
 from gradian.regression.stricter import stricter_drop
 from gradian.regression.symptoms import classify_failures
 from gradian.report.rows import ExampleRows
@@ -60,6 +61,7 @@ def report(settings: AttributeSettings, audit: DiagnoseResult, measured: Regress
     capability = get_capability(settings.capability)
     if measured is not None and not summary.get("significant"):
         summary["stricter"] = stricter_drop(measured.rows, capability)
+        summary["slice"] = worse_slice(measured.rows, audit.eval_examples or [], binary=measured.summary.binary)
     effects = ranking.effects if ranking is not None else None  # (Q, N)
     effect = None if ranking is None else ranking.effect  # (N,)
     labels = clusters.labels if clusters is not None else None

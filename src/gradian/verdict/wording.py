@@ -114,13 +114,27 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     else:
         reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
                   "training rows.")
-    text = f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}"
-    moved = regression.get("stricter")
+    text = f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}{inside(regression)}"
+    moved, fell = regression.get("stricter"), regression.get("slice")
     if moved:
         return text, (f"Rerun with --capability {moved['capability']} and the same --out to attribute that drop (the "
                       "answers are kept, so only their scores are computed again).")
+    if fell:
+        return text, (f"Rerun with --eval-dataset holding only the {fell['n']} eval rows whose {fell['field']} is "
+                      f"{fell['value']!r} (their ids are regression.slice.ids in report.json) to attribute that drop.")
     return text, ("Nothing to fix. To detect a smaller drop, measure on more eval prompts, or rerun with --force to "
                   "attribute anyway.")
+
+
+def inside(regression: dict[str, Any]) -> str:
+    """The eval category that dropped while the whole did not (`regression.slice`), as a sentence; "" without."""
+    fell = regression.get("slice")
+    if not fell:
+        return ""
+    return (f" But one kind of prompt got worse: on the {fell['n']} eval prompts whose {fell['field']} is "
+            f"{fell['value']!r} the fine-tuned model scores {pct(fell['finetuned_rate'])} vs {pct(fell['base_rate'])} "
+            f"for the base model ({fell['n_broken']} answers broken, {fell['n_fixed']} fixed, p = "
+            f"{number(fell['p_holm'])} after Holm over {fell['categories']} categories).")
 
 
 def stricter(regression: dict[str, Any]) -> str:
