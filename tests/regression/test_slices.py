@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 from gradian.data.examples import Example
 from gradian.regression.generation import GeneratedAnswer
 from gradian.regression.measure import RegressionRow
-from gradian.regression.slices import holm, worse_slice
+from gradian.regression.slices import MAX_CATEGORIES, holm, worse_slice
 from gradian.verdict.wording import no_regression
 
 
@@ -77,6 +77,13 @@ def test_a_drop_significant_alone_but_not_after_holm_is_not_named():
 def test_no_look_inside_without_two_categories(spec, field):
     rows, examples = answered(spec, field=field)
     assert worse_slice(rows, examples, binary=True) is None
+
+
+def test_a_field_with_a_value_a_row_names_rows_not_categories():
+    rows, examples = answered({f"c{i}": (1, 0, 0) for i in range(MAX_CATEGORIES + 1)} | {"a": (22, 0, 0)})
+    assert worse_slice(rows, examples, binary=True) is None
+    rows, examples = answered({f"c{i}": (1, 0, 0) for i in range(MAX_CATEGORIES - 1)} | {"a": (22, 0, 0)})
+    assert worse_slice(rows, examples, binary=True)["value"] == "a"  # 22 of 22: p = 4.8e-07, × 100 by Holm
 
 
 def test_the_surest_drop_is_named_first():

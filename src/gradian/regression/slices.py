@@ -21,6 +21,7 @@ from gradian.regression.statistics import compare
 
 SLICE_FIELD = "category"
 ALPHA = 0.05  # the family-wise error over the categories, as the whole eval's 95% test
+MAX_CATEGORIES = 100  # a field with more values names rows, not kinds of prompt (and Holm over them detects nothing)
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
@@ -36,14 +37,14 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 def worse_slice(rows: Sequence[Any], examples: Sequence[Example], *, binary: bool) -> dict[str, Any] | None:
     """The eval category whose answers drop significantly after Holm over every category, the surest first, as
     `{field, value, n, base_rate, finetuned_rate, delta, p_value, p_holm, categories, n_broken, n_fixed, ids}`; None
-    when the eval rows carry no `category` in two values or none drops. `rows` are `measure.RegressionRow`s in the
+    when the eval rows carry no `category` in 2 to MAX_CATEGORIES values or none drops. `rows` are `measure.RegressionRow`s in the
     order of `examples`."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, example in enumerate(examples):
         value = example.raw.get(SLICE_FIELD)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
             groups[str(value)].append(i)
-    if len(groups) < 2:
+    if not 2 <= len(groups) <= MAX_CATEGORIES:
         return None
     tests = []
     for value, index in groups.items():
@@ -55,7 +56,7 @@ def worse_slice(rows: Sequence[Any], examples: Sequence[Example], *, binary: boo
                if summary.delta < 0 and p < ALPHA]
     if not dropped:
         return None
-    p_holm, value, index, summary = min(dropped, key=lambda d: (d[0], d[3].delta))
+    p_holm, value, index, summary = min(dropped, key=lambda d: (d[0], d[3].delta, d[1]))
     return {"field": SLICE_FIELD, "value": value, "n": len(index), "base_rate": summary.base_rate,
             "finetuned_rate": summary.finetuned_rate, "delta": summary.delta, "p_value": summary.p_value,
             "p_holm": float(p_holm), "categories": len(groups), "n_broken": summary.n_broken,
