@@ -114,7 +114,7 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
     else:
         reason = (f"This is inside the noise band{detectable(regression)}, so Gradian does not attribute it to any "
                   "training rows.")
-    text = f"{measured(regression)} {reason}{training_noise(regression)}{stricter(regression)}{inside(regression)}"
+    text = f"{measured(regression)} {reason}{training_noise(regression)}{hints(regression)}"
     moved, fell = regression.get("stricter"), regression.get("slice")
     if moved:
         return text, (f"Rerun with --capability {moved['capability']} and the same --out to attribute that drop (the "
@@ -126,26 +126,23 @@ def no_regression(regression: dict[str, Any]) -> tuple[str, str]:
                   "attribute anyway.")
 
 
-def inside(regression: dict[str, Any]) -> str:
-    """The eval category that dropped while the whole did not (`regression.slice`), as a sentence; "" without."""
-    fell = regression.get("slice")
-    if not fell:
-        return ""
-    return (f" But one kind of prompt got worse: on the {fell['n']} eval prompts whose {fell['field']} is "
-            f"{fell['value']!r} the fine-tuned model scores {pct(fell['finetuned_rate'])} vs {pct(fell['base_rate'])} "
-            f"for the base model ({fell['n_broken']} answers broken, {fell['n_fixed']} fixed, p = "
-            f"{number(fell['p_holm'])} after Holm over {fell['categories']} categories).")
+def hints(regression: dict[str, Any]) -> str:
+    """A refusal's hints as sentences, "" without: the drop a stricter capability sees in the same answers
+    (`regression.stricter`), and the eval category that dropped while the whole did not (`regression.slice`)."""
+    text = ""
+    if moved := regression.get("stricter"):
+        text += (f" But the answers moved on what {regression.get('capability')} does not check: on "
+                 f"{moved['capability']} (the same answers, the same references) {_moved(moved, moved['p_value'])}).")
+    if fell := regression.get("slice"):
+        text += (f" But one kind of prompt got worse: on the {fell['n']} eval prompts whose {fell['field']} is "
+                 f"{fell['value']!r} {_moved(fell, fell['p_holm'])} after Holm over {fell['categories']} categories).")
+    return text
 
 
-def stricter(regression: dict[str, Any]) -> str:
-    """The drop a stricter capability sees in the same answers (`regression.stricter`), as a sentence; "" without."""
-    moved = regression.get("stricter")
-    if not moved:
-        return ""
-    return (f" But the answers moved on what {regression.get('capability')} does not check: on {moved['capability']} "
-            f"(the same answers, the same references) the fine-tuned model scores {pct(moved['finetuned_rate'])} vs "
-            f"{pct(moved['base_rate'])} for the base model ({moved['n_broken']} answers broken, {moved['n_fixed']} "
-            f"fixed, p = {number(moved['p_value'])}).")
+def _moved(block: dict[str, Any], p_value: float) -> str:
+    """A hint's rates and changed answers, its closing parenthesis left to the caller."""
+    return (f"the fine-tuned model scores {pct(block['finetuned_rate'])} vs {pct(block['base_rate'])} for the base "
+            f"model ({block['n_broken']} answers broken, {block['n_fixed']} fixed, p = {number(p_value)}")
 
 
 def training_noise(regression: dict[str, Any]) -> str:
