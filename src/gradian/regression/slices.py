@@ -2,8 +2,8 @@
 
 A fine-tune can get worse at one thing and better at another, so the whole eval moves inside its noise band while
 one kind of prompt falls: a SmolLM2 swap scenario lost 22 of 48 account answers and fixed 33 shipping ones, and the
-whole eval read +4.6% (p = 0.18). Where the eval rows say what they ask about (a `category` field, in at least two
-values), each category's answers are tested by the same exact paired test as the whole (`statistics.compare`),
+whole eval read +4.6% (p = 0.18). Where the eval rows say what they ask about (a `category` field, in 2 to
+MAX_CATEGORIES values), each category's answers are tested by the same exact paired test as the whole (`statistics.compare`),
 Holm-corrected over the categories, and a refusal names the one that drops most surely (`regression.slice` in
 report.json) with the rerun that attributes it: the same command on those eval rows alone. A hint, never a verdict.
 """
@@ -37,8 +37,8 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 def worse_slice(rows: Sequence[Any], examples: Sequence[Example], *, binary: bool) -> dict[str, Any] | None:
     """The eval category whose answers drop significantly after Holm over every category, the surest first, as
     `{field, value, n, base_rate, finetuned_rate, delta, p_value, p_holm, categories, n_broken, n_fixed, ids}`; None
-    when the eval rows carry no `category` in 2 to MAX_CATEGORIES values or none drops. `rows` are `measure.RegressionRow`s in the
-    order of `examples`."""
+    when the eval rows carry no `category` in 2 to MAX_CATEGORIES values or none drops. `rows` are
+    `measure.RegressionRow`s in the order of `examples`."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, example in enumerate(examples):
         value = example.raw.get(SLICE_FIELD)
