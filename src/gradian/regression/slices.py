@@ -3,9 +3,10 @@
 A fine-tune can get worse at one thing and better at another, so the whole eval moves inside its noise band while
 one kind of prompt falls: a SmolLM2 swap scenario lost 22 of 48 account answers and fixed 33 shipping ones, and the
 whole eval read +4.6% (p = 0.18). Where the eval rows say what they ask about (a `category` field, in 2 to
-MAX_CATEGORIES values), each category's answers are tested by the same exact paired test as the whole (`statistics.compare`),
-Holm-corrected over the categories, and a refusal names the one that drops most surely (`regression.slice` in
-report.json) with the rerun that attributes it: the same command on those eval rows alone. A hint, never a verdict.
+MAX_CATEGORIES values), each category's answers are tested by the same exact paired test as the whole
+(`statistics.compare`), Holm-corrected over the categories, and a refusal names the one that drops most surely
+(`regression.slice` in report.json) with the rerun that attributes it: the same command on those eval rows alone.
+A hint, never a verdict.
 """
 
 from __future__ import annotations
