@@ -10,10 +10,10 @@ import jsonschema
 import numpy as np
 import pytest
 
-from gradian.regression.statistics import change
+from gradian.regression.statistics import change, holm
 from gradian.verify.measure import Original
 from gradian.verify.pages import curve_chart, render_page
-from gradian.verify.paired import ALPHA, holm, paired_test, with_holm
+from gradian.verify.paired import ALPHA, paired_test, with_holm
 from gradian.verify.plan import CurvePoint, Plan, Topic
 from gradian.verify.recipe import Recipe
 from gradian.verify.retrain import Retrain

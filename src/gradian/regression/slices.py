@@ -15,24 +15,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from gradian.data.examples import Example
-from gradian.regression.statistics import compare
+from gradian.regression.statistics import compare, holm
 
 SLICE_FIELD = "category"
 ALPHA = 0.05  # the family-wise error over the categories, as the whole eval's 95% test
 MAX_CATEGORIES = 100  # a field with more values names rows, not kinds of prompt (and Holm over them detects nothing)
-
-
-def holm(p_values: Sequence[float]) -> np.ndarray:
-    """Holm's step-down adjusted p-values, (m,), in the input's order."""
-    p = np.asarray(p_values, dtype=np.float64)  # (m,)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order])  # (m,) in ascending order
-    out = np.empty_like(p)
-    out[order] = np.minimum(adjusted, 1.0)
-    return out
 
 
 def worse_slice(rows: Sequence[Any], examples: Sequence[Example], *, binary: bool) -> dict[str, Any] | None:

@@ -276,6 +276,18 @@ def detectable_drop(n: int, *, binary: bool, confidence: float = 0.95) -> float 
     return None
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: the i-th smallest times (m − i), kept monotone, capped at 1, in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        adjusted[i] = running
+    return adjusted
+
+
 def paired_evidence(
     before: Sequence[float] | np.ndarray,
     after: Sequence[float] | np.ndarray,

@@ -8,13 +8,12 @@ step-down method, which controls the chance of any false "beats" at `ALPHA` with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from gradian.regression.statistics import paired_evidence
+from gradian.regression.statistics import holm, paired_evidence
 
 ALPHA = 0.05
 
@@ -47,18 +46,6 @@ def paired_test(after: np.ndarray, against: np.ndarray, name: str, *, binary: bo
     better, worse = int(np.sum(diffs > 0)), int(np.sum(diffs < 0))
     evidence = paired_evidence(against, after, binary=binary)  # the regression's own test, so one p means one thing
     return PairedTest(name, evidence.test, better, worse, float(diffs.mean()), evidence.p_value)
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values: the i-th smallest times (m − i), kept monotone, capped at 1, in the input order."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
-        adjusted[i] = running
-    return adjusted
 
 
 def with_holm(tests: list[PairedTest]) -> list[PairedTest]:
